@@ -1,0 +1,55 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestUpTwiceIsNoOp(t *testing.T) {
+	ctx := context.Background()
+	// pgtest's databases are cloned from a template that Up already
+	// migrated, so a second run must find nothing to do.
+	pool := pgtest.NewDB(t)
+	res, err := migrations.Up(ctx, pool)
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	if res.Applied() {
+		t.Fatalf("second Up applied %+v, want nothing", res)
+	}
+	pending, err := migrations.Pending(ctx, pool)
+	if err != nil || pending {
+		t.Fatalf("Pending = %v, %v; want false, nil", pending, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+migrations.TableName+" WHERE version_id > 0").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d sendonce versions recorded, want 1", n)
+	}
+}
+
+func TestPendingOnEmptyDatabase(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	if _, err := pool.Exec(ctx, "DROP TABLE sendonce_outbox; DROP FUNCTION sendonce_outbox_check, sendonce_outbox_notify, sendonce_check_email; DROP TABLE "+migrations.TableName); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := migrations.Pending(ctx, pool)
+	if err != nil || !pending {
+		t.Fatalf("Pending = %v, %v; want true, nil", pending, err)
+	}
+	res, err := migrations.Up(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sendonce) != 1 {
+		t.Fatalf("Up applied %v, want the one sendonce migration", res.Sendonce)
+	}
+}

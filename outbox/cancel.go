@@ -1,0 +1,62 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Cancel cancels an intent whose send has not started: it is pending and no
+// attempt has been made, so nothing can have reached the API. Its River job
+// is cancelled in the same transaction. Any other intent returns a
+// *StateError and is left as it was.
+func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
+	var rec *Record
+	err := o.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
+			SET state = 'canceled', updated_at = now()
+			WHERE idempotency_key = $1 AND state = 'pending' AND attempts = 0
+			RETURNING `+columns, key))
+		if errors.Is(err, pgx.ErrNoRows) {
+			cur, gerr := Get(ctx, tx, key)
+			if gerr != nil {
+				return gerr
+			}
+			return &StateError{Key: key, Op: "cancel", State: cur.State, Reason: cancelRefusal(cur)}
+		}
+		if err != nil {
+			return err
+		}
+		if rec.JobID != nil {
+			if _, err := o.river.JobCancelTx(ctx, tx, *rec.JobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+				return fmt.Errorf("cancel river job %d: %w", *rec.JobID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var se *StateError
+		if errors.As(err, &se) || errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("outbox: cancel: %w", err)
+	}
+	return rec, nil
+}
+
+func cancelRefusal(r *Record) string {
+	switch r.State {
+	case StatePending:
+		return fmt.Sprintf("%d send attempt(s) already made; one may have reached the API", r.Attempts)
+	case StateSending:
+		return "a worker is sending it now"
+	case StateCanceled:
+		return "it is already canceled"
+	default:
+		return "only a pending intent whose send has not started can be canceled"
+	}
+}

@@ -1,0 +1,264 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// EnqueueResult is what Enqueue did.
+type EnqueueResult struct {
+	// Record is the stored intent.
+	Record *Record
+	// Existing is true when an intent with the same key and the same
+	// payload was already there: nothing was inserted, and Record is that
+	// intent in its current state.
+	Existing bool
+}
+
+// Enqueue writes an intent and its River job in the caller's transaction,
+// so the send commits or rolls back with the application's own rows.
+//
+// An intent whose key is already in the outbox with the same kind, template
+// and payload is not inserted again: Enqueue returns the existing one with
+// Existing set. With a different payload it returns a *KeyReuseError. An
+// invalid intent returns an *InvalidError. In both cases nothing is written
+// and the caller's transaction is left usable.
+func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueResult, error) {
+	res, err := o.EnqueueMany(ctx, tx, []Intent{in})
+	if err != nil {
+		var inv *InvalidError
+		if errors.As(err, &inv) {
+			inv.Index = -1
+		}
+		var reuse *KeyReuseError
+		if errors.As(err, &reuse) {
+			reuse.Index = -1
+		}
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// EnqueueMany is Enqueue for many intents at once, with a few statements in
+// all rather than a few per intent. The intents are all validated before
+// anything is written; an error about one names its index.
+func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) ([]*EnqueueResult, error) {
+	if len(intents) == 0 {
+		return nil, nil
+	}
+	prepared := make([]Intent, len(intents))
+	byKey := make(map[string]int, len(intents))
+	keys := make([]string, len(intents))
+	for i, in := range intents {
+		if err := in.Validate(); err != nil {
+			var inv *InvalidError
+			if errors.As(err, &inv) {
+				inv.Index = i
+			}
+			return nil, err
+		}
+		in.Kind = in.kind()
+		if in.Key == "" {
+			in.Key = "oe-" + uuid.NewString()
+		}
+		if j, dup := byKey[in.Key]; !dup {
+			byKey[in.Key] = i
+		} else if !sameIntent(&prepared[j], &in) {
+			return nil, &KeyReuseError{Key: in.Key, Index: i}
+		}
+		prepared[i] = in
+		keys[i] = in.Key
+	}
+
+	results := make([]*EnqueueResult, len(prepared))
+	existing, err := o.findExisting(ctx, tx, prepared, keys)
+	if err != nil {
+		return nil, err
+	}
+	// fresh holds the index of the first intent of each new key.
+	var fresh []int
+	for i := range prepared {
+		if rec, ok := existing[prepared[i].Key]; ok {
+			if rec.err != nil {
+				return nil, &KeyReuseError{Key: prepared[i].Key, Index: i}
+			}
+			results[i] = &EnqueueResult{Record: rec.record, Existing: true}
+			continue
+		}
+		if byKey[prepared[i].Key] == i {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) > 0 {
+		if err := o.insertFresh(ctx, tx, prepared, fresh, results); err != nil {
+			return nil, err
+		}
+	}
+	// A key given twice with the same payload answers the first one's row.
+	for i := range prepared {
+		if results[i] == nil {
+			first := results[byKey[prepared[i].Key]]
+			results[i] = &EnqueueResult{Record: first.Record, Existing: true}
+		}
+	}
+	return results, nil
+}
+
+type existingRecord struct {
+	record *Record
+	err    error // non-nil when the stored intent differs
+}
+
+// findExisting loads the intents already stored under any of the keys, and
+// compares each with what is being enqueued. The comparison runs in SQL, so
+// that two JSON texts equal as jsonb (key order, spacing) count as the same.
+func (o *Outbox) findExisting(ctx context.Context, tx pgx.Tx, in []Intent, keys []string) (map[string]existingRecord, error) {
+	kinds, payloads, templates, _ := columnsOf(in)
+	rows, err := tx.Query(ctx, `
+		SELECT `+columns+`, same FROM (
+			SELECT o.*, o.kind = i.kind AND o.payload = i.payload AND o.template_id IS NOT DISTINCT FROM i.template_id AS same
+			FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS i(key, kind, payload, template_id)
+			JOIN sendonce_outbox o ON o.idempotency_key = i.key) AS found`,
+		keys, kinds, payloads, templates)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: look up existing keys: %w", err)
+	}
+	defer rows.Close()
+	found := map[string]existingRecord{}
+	for rows.Next() {
+		var same bool
+		rec, err := scanRecord(rows, &same)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: look up existing keys: %w", err)
+		}
+		e := existingRecord{record: rec}
+		if !same {
+			e.err = ErrKeyReuse
+		}
+		// The first comparison for a key decides; duplicates in the input
+		// were already checked against each other.
+		if _, seen := found[rec.Key]; !seen {
+			found[rec.Key] = e
+		}
+	}
+	return found, rows.Err()
+}
+
+// insertFresh inserts the River jobs and then the rows of the intents at
+// the given indexes, and fills in their results.
+func (o *Outbox) insertFresh(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, results []*EnqueueResult) error {
+	params := make([]river.InsertManyParams, len(idx))
+	batch := make([]Intent, len(idx))
+	for n, i := range idx {
+		batch[n] = in[i]
+		params[n] = river.InsertManyParams{Args: SendArgs{Key: in[i].Key}, InsertOpts: o.insertOpts(in[i].SendAt)}
+	}
+	jobs, err := o.river.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return fmt.Errorf("outbox: insert river jobs: %w", err)
+	}
+	jobIDs := make([]int64, len(jobs))
+	for n, j := range jobs {
+		jobIDs[n] = j.Job.ID
+	}
+	keys := make([]string, len(batch))
+	for n := range batch {
+		keys[n] = batch[n].Key
+	}
+	kinds, payloads, templates, sendAts := columnsOf(batch)
+	rows, err := tx.Query(ctx, `
+		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id)
+		SELECT key, kind, payload, template_id, send_at, job_id
+		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::timestamptz[], $6::bigint[])
+			AS i(key, kind, payload, template_id, send_at, job_id)
+		ON CONFLICT (idempotency_key) DO NOTHING
+		RETURNING `+columns,
+		keys, kinds, payloads, templates, sendAts, jobIDs)
+	if err != nil {
+		return fmt.Errorf("outbox: insert intents: %w", err)
+	}
+	inserted := map[string]*Record{}
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("outbox: insert intents: %w", err)
+		}
+		inserted[rec.Key] = rec
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("outbox: insert intents: %w", err)
+	}
+	if len(inserted) < len(batch) {
+		return o.settleRaces(ctx, tx, in, idx, jobIDs, inserted, results)
+	}
+	for _, i := range idx {
+		results[i] = &EnqueueResult{Record: inserted[in[i].Key]}
+	}
+	return nil
+}
+
+// settleRaces handles keys that another transaction committed between our
+// look-up and our insert: their jobs are deleted again, and each answers
+// like any existing key would.
+func (o *Outbox) settleRaces(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, jobIDs []int64, inserted map[string]*Record, results []*EnqueueResult) error {
+	var lost []Intent
+	var lostKeys []string
+	for n, i := range idx {
+		if rec, ok := inserted[in[i].Key]; ok {
+			results[i] = &EnqueueResult{Record: rec}
+			continue
+		}
+		if _, err := o.river.JobDeleteTx(ctx, tx, jobIDs[n]); err != nil {
+			return fmt.Errorf("outbox: delete duplicate job: %w", err)
+		}
+		lost = append(lost, in[i])
+		lostKeys = append(lostKeys, in[i].Key)
+	}
+	existing, err := o.findExisting(ctx, tx, lost, lostKeys)
+	if err != nil {
+		return err
+	}
+	for _, i := range idx {
+		if results[i] != nil {
+			continue
+		}
+		rec, ok := existing[in[i].Key]
+		if !ok || rec.err != nil {
+			return &KeyReuseError{Key: in[i].Key, Index: i}
+		}
+		results[i] = &EnqueueResult{Record: rec.record, Existing: true}
+	}
+	return nil
+}
+
+func columnsOf(in []Intent) (kinds []string, payloads []string, templates []*string, sendAts []*time.Time) {
+	kinds = make([]string, len(in))
+	payloads = make([]string, len(in))
+	templates = make([]*string, len(in))
+	sendAts = make([]*time.Time, len(in))
+	for i := range in {
+		kinds[i] = string(in[i].Kind)
+		payloads[i] = string(in[i].Payload)
+		if in[i].TemplateID != "" {
+			templates[i] = &in[i].TemplateID
+		}
+		if !in[i].SendAt.IsZero() {
+			sendAts[i] = &in[i].SendAt
+		}
+	}
+	return kinds, payloads, templates, sendAts
+}
+
+// sameIntent compares two intents of one call. Payloads are compared as
+// text here; the database compares stored ones as jsonb.
+func sameIntent(a, b *Intent) bool {
+	return a.Kind == b.Kind && a.TemplateID == b.TemplateID && string(a.Payload) == string(b.Payload)
+}

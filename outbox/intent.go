@@ -1,0 +1,207 @@
+package outbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Kind says which OpenEmail call sends an intent.
+type Kind string
+
+// The kinds of intent, one per OpenEmail send call.
+const (
+	KindEmail     Kind = "email"     // emails.send: POST /emails
+	KindBatch     Kind = "batch"     // emails.send_batch: POST /emails/batch
+	KindTemplate  Kind = "template"  // templates.send: POST /templates/{id}/send
+	KindBroadcast Kind = "broadcast" // broadcasts.send: POST /broadcasts
+)
+
+// Valid reports whether k is one of the four kinds.
+func (k Kind) Valid() bool {
+	switch k {
+	case KindEmail, KindBatch, KindTemplate, KindBroadcast:
+		return true
+	}
+	return false
+}
+
+// MaxPayloadBytes bounds an intent's payload, in the Go API and in the
+// table's trigger alike.
+const MaxPayloadBytes = 1 << 20
+
+// MaxBatchEmails bounds the emails of one batch intent.
+const MaxBatchEmails = 100
+
+// keyRE is the API's rule for an idempotency key: 1 to 255 characters of
+// letters, digits, "_", ".", ":" and "-".
+var keyRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
+
+// Intent is a send the application wants made: the API body of one of the
+// four send calls, and the idempotency key that makes it happen once.
+type Intent struct {
+	// Key is the idempotency key, derived from the cause of the send
+	// ("invoice:inv_4192"), never from a clock. Empty: Enqueue generates one
+	// and stores it, so every attempt of this intent reuses it.
+	Key string
+	// Kind selects the send call; empty means KindEmail.
+	Kind Kind
+	// Payload is the JSON body of the call, exactly as the API takes it
+	// (camelCase names; for a batch, {"emails": [...]}).
+	Payload json.RawMessage
+	// TemplateID is the template's id or slug, for KindTemplate only.
+	TemplateID string
+	// SendAt holds the send until then; zero sends as soon as possible.
+	SendAt time.Time
+}
+
+// InvalidError is returned for an intent that cannot be enqueued. Nothing
+// has been written when it is returned.
+type InvalidError struct {
+	// Index is the intent's position in an EnqueueMany call, or -1.
+	Index int
+	// Field names what is wrong: "key", "kind", "template_id", "payload",
+	// or a payload field such as "payload.to".
+	Field string
+	// Reason says why, in a sentence fragment.
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Index >= 0 {
+		return fmt.Sprintf("sendonce: intent %d: invalid %s: %s", e.Index, e.Field, e.Reason)
+	}
+	return fmt.Sprintf("sendonce: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// ValidateKey checks an idempotency key against the API's rule.
+func ValidateKey(key string) error {
+	if !keyRE.MatchString(key) {
+		shown := key
+		if len(shown) > 60 {
+			shown = shown[:60] + "…"
+		}
+		return &InvalidError{Index: -1, Field: "key", Reason: fmt.Sprintf(
+			"%q: want 1 to 255 characters of letters, digits, \"_\", \".\", \":\" and \"-\" (invalid_idempotency_key)", shown)}
+	}
+	return nil
+}
+
+// Validate checks an intent the way the table's trigger does, so the Go API
+// refuses bad input before it touches the caller's transaction. An empty key
+// is valid here: Enqueue generates one.
+func (in *Intent) Validate() error {
+	if in.Key != "" {
+		if err := ValidateKey(in.Key); err != nil {
+			return err
+		}
+	}
+	kind := in.kind()
+	if !kind.Valid() {
+		return invalid("kind", fmt.Sprintf("unknown kind %q: want email, batch, template or broadcast", in.Kind))
+	}
+	if kind == KindTemplate && in.TemplateID == "" {
+		return invalid("template_id", "kind template needs a template id")
+	}
+	if kind != KindTemplate && in.TemplateID != "" {
+		return invalid("template_id", "a template id is only for kind template")
+	}
+	if len(in.Payload) > MaxPayloadBytes {
+		return invalid("payload", fmt.Sprintf("%d bytes, over the 1 MiB limit", len(in.Payload)))
+	}
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(in.Payload, &body); err != nil || body == nil {
+		reason := "must be a JSON object"
+		if err != nil {
+			reason = "malformed JSON: " + err.Error()
+		}
+		return invalid("payload", reason)
+	}
+	switch kind {
+	case KindEmail:
+		return checkEmail(body, "payload.", true)
+	case KindTemplate:
+		return checkEmail(body, "payload.", false)
+	case KindBatch:
+		var emails []map[string]json.RawMessage
+		if err := json.Unmarshal(body["emails"], &emails); err != nil || len(emails) == 0 {
+			return invalid("payload.emails", "a batch needs a non-empty array of email objects")
+		}
+		if len(emails) > MaxBatchEmails {
+			return invalid("payload.emails", fmt.Sprintf("%d emails, over the limit of %d", len(emails), MaxBatchEmails))
+		}
+		for i, e := range emails {
+			if err := checkEmail(e, fmt.Sprintf("payload.emails[%d].", i), true); err != nil {
+				return err
+			}
+		}
+	case KindBroadcast:
+		if !nonEmptyString(body["from"]) {
+			return invalid("payload.from", "a broadcast needs a sender")
+		}
+		var ids []string
+		if !nonEmptyString(body["audienceId"]) && (json.Unmarshal(body["audienceIds"], &ids) != nil || len(ids) == 0) {
+			return invalid("payload.audienceId", `a broadcast needs "audienceId" or a non-empty "audienceIds"`)
+		}
+	}
+	return nil
+}
+
+func (in *Intent) kind() Kind {
+	if in.Kind == "" {
+		return KindEmail
+	}
+	return in.Kind
+}
+
+func invalid(field, reason string) error {
+	return &InvalidError{Index: -1, Field: field, Reason: reason}
+}
+
+func checkEmail(body map[string]json.RawMessage, prefix string, needsContent bool) error {
+	if !nonEmptyString(body["from"]) {
+		return invalid(prefix+"from", "needs a sender address")
+	}
+	for _, field := range []string{"to", "cc", "bcc"} {
+		raw, ok := body[field]
+		if !ok || bytes.Equal(raw, []byte("null")) {
+			if field == "to" {
+				return invalid(prefix+"to", "needs at least one recipient")
+			}
+			continue
+		}
+		var one string
+		var many []string
+		switch {
+		case json.Unmarshal(raw, &one) == nil:
+			if one == "" {
+				return invalid(prefix+field, "is empty")
+			}
+		case json.Unmarshal(raw, &many) == nil:
+			if len(many) == 0 && field == "to" {
+				return invalid(prefix+"to", "needs at least one recipient")
+			}
+			for _, a := range many {
+				if a == "" {
+					return invalid(prefix+field, "must hold only non-empty address strings")
+				}
+			}
+		default:
+			return invalid(prefix+field, "must be an address string or an array of them")
+		}
+	}
+	if needsContent && !nonEmptyString(body["html"]) && !nonEmptyString(body["text"]) {
+		return invalid(prefix+"html", `needs content: "html" or "text"`)
+	}
+	return nil
+}
+
+func nonEmptyString(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s != ""
+}

@@ -1,0 +1,386 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const invoiceBody = `{"from":"billing@example.com","to":["ada@example.com"],"subject":"Invoice inv_4192","text":"Attached."}`
+
+func setup(t *testing.T) (*pgxpool.Pool, *outbox.Outbox) {
+	t.Helper()
+	pool := pgtest.NewDB(t)
+	ob, err := outbox.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, ob
+}
+
+func enqueue(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, in outbox.Intent) (*outbox.EnqueueResult, error) {
+	t.Helper()
+	var res *outbox.EnqueueResult
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = ob.Enqueue(context.Background(), tx, in)
+		return err
+	})
+	return res, err
+}
+
+func countJobs(t *testing.T, pool *pgxpool.Pool, state string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM river_job WHERE kind = 'sendonce_send' AND ($1 = '' OR state::text = $1)`, state).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+
+	// A rolled-back transaction leaves neither the intent nor its job.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ob.Enqueue(ctx, tx, outbox.Intent{Key: "invoice:rolled_back", Payload: json.RawMessage(invoiceBody)})
+	if rbErr := tx.Rollback(ctx); err != nil || rbErr != nil {
+		t.Fatalf("enqueue: %v; rollback: %v", err, rbErr)
+	}
+	if _, err := outbox.Get(ctx, pool, "invoice:rolled_back"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("Get after rollback: %v, want ErrNotFound", err)
+	}
+	if n := countJobs(t, pool, ""); n != 0 {
+		t.Fatalf("%d jobs after rollback, want 0", n)
+	}
+
+	res, err := enqueue(t, pool, ob, outbox.Intent{Key: "invoice:inv_4192", Payload: json.RawMessage(invoiceBody)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Existing || res.Record.State != outbox.StatePending || res.Record.Kind != outbox.KindEmail || res.Record.JobID == nil {
+		t.Fatalf("enqueued %+v", res.Record)
+	}
+	var jobKey string
+	if err := pool.QueryRow(ctx, `SELECT args->>'key' FROM river_job WHERE id = $1 AND queue = 'sendonce'`, *res.Record.JobID).Scan(&jobKey); err != nil {
+		t.Fatalf("job of the intent: %v", err)
+	}
+	if jobKey != "invoice:inv_4192" {
+		t.Fatalf("job key %q", jobKey)
+	}
+}
+
+func TestEnqueueSameKey(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+	first, err := enqueue(t, pool, ob, outbox.Intent{Key: "invoice:1", Payload: json.RawMessage(invoiceBody)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The same payload, spelled differently as JSON, is the same intent.
+	respelled := `{ "text":"Attached.", "subject":"Invoice inv_4192", "to":["ada@example.com"], "from":"billing@example.com" }`
+	again, err := enqueue(t, pool, ob, outbox.Intent{Key: "invoice:1", Payload: json.RawMessage(respelled)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Existing || again.Record.ID != first.Record.ID {
+		t.Fatalf("second enqueue: existing=%v id=%d, want the first intent %d", again.Existing, again.Record.ID, first.Record.ID)
+	}
+	if n := countJobs(t, pool, ""); n != 1 {
+		t.Fatalf("%d jobs, want 1", n)
+	}
+
+	// A different payload under the same key is refused, and the caller's
+	// transaction stays usable.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "invoice:1", Payload: json.RawMessage(strings.Replace(invoiceBody, "ada@", "bob@", 1))})
+		if !errors.Is(err, outbox.ErrKeyReuse) {
+			t.Errorf("reuse: %v, want ErrKeyReuse", err)
+		}
+		_, err = ob.Enqueue(ctx, tx, outbox.Intent{Key: "invoice:2", Payload: json.RawMessage(invoiceBody)})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("transaction after a refused enqueue: %v", err)
+	}
+	if n := countJobs(t, pool, ""); n != 2 {
+		t.Fatalf("%d jobs, want 2", n)
+	}
+}
+
+func TestEnqueueGeneratesAndStoresKey(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+	res, err := enqueue(t, pool, ob, outbox.Intent{Payload: json.RawMessage(invoiceBody)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.Record.Key, "oe-") || len(res.Record.Key) != 39 {
+		t.Fatalf("generated key %q, want oe-<uuid>", res.Record.Key)
+	}
+	stored, err := outbox.Get(ctx, pool, res.Record.Key)
+	if err != nil || stored.ID != res.Record.ID {
+		t.Fatalf("Get(generated key) = %v, %v", stored, err)
+	}
+}
+
+func TestEnqueueRacingSameKey(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			_, err := enqueue(t, pool, ob, outbox.Intent{Key: "race:1", Payload: json.RawMessage(invoiceBody)})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows int
+	pool.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox`).Scan(&rows)
+	if rows != 1 || countJobs(t, pool, "") != 1 {
+		t.Fatalf("%d rows and %d jobs after %d racing enqueues, want 1 and 1", rows, countJobs(t, pool, ""), n)
+	}
+}
+
+func TestEnqueueMany(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "k:0", Payload: json.RawMessage(invoiceBody)}); err != nil {
+		t.Fatal(err)
+	}
+	var intents []outbox.Intent
+	for i := range 500 {
+		intents = append(intents, outbox.Intent{Key: fmt.Sprintf("k:%d", i), Payload: json.RawMessage(invoiceBody)})
+	}
+	intents = append(intents, intents[7]) // the same intent twice in one call
+	var res []*outbox.EnqueueResult
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = ob.EnqueueMany(ctx, tx, intents)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 501 || !res[0].Existing || res[1].Existing || !res[500].Existing || res[500].Record.ID != res[7].Record.ID {
+		t.Fatalf("results: len %d, [0].Existing=%v [1].Existing=%v [500].Existing=%v", len(res), res[0].Existing, res[1].Existing, res[500].Existing)
+	}
+	if n := countJobs(t, pool, ""); n != 500 {
+		t.Fatalf("%d jobs, want 500", n)
+	}
+
+	// One bad intent refuses the whole call, naming its index.
+	bad := append([]outbox.Intent{}, intents[:3]...)
+	bad = append(bad, outbox.Intent{Key: "k:new", Payload: json.RawMessage(`{"from":"a@example.com","text":"x"}`)})
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := ob.EnqueueMany(ctx, tx, bad); return err })
+	if err == nil || !strings.Contains(err.Error(), "intent 3") || !strings.Contains(err.Error(), "payload.to") {
+		t.Fatalf("bad batch: %v", err)
+	}
+}
+
+func TestEnqueueRefusesBadInput(t *testing.T) {
+	long := strings.Repeat("a", 256)
+	cases := []struct {
+		name  string
+		in    outbox.Intent
+		field string
+	}{
+		{"key with space", outbox.Intent{Key: "invoice 1", Payload: json.RawMessage(invoiceBody)}, "key"},
+		{"key too long", outbox.Intent{Key: long, Payload: json.RawMessage(invoiceBody)}, "key"},
+		{"key with slash", outbox.Intent{Key: "a/b", Payload: json.RawMessage(invoiceBody)}, "key"},
+		{"unknown kind", outbox.Intent{Key: "k", Kind: "sms", Payload: json.RawMessage(invoiceBody)}, "kind"},
+		{"malformed json", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":`)}, "payload"},
+		{"array payload", outbox.Intent{Key: "k", Payload: json.RawMessage(`[1]`)}, "payload"},
+		{"no from", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"to":["a@x.io"],"text":"x"}`)}, "payload.from"},
+		{"no to", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","text":"x"}`)}, "payload.to"},
+		{"empty to", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":[],"text":"x"}`)}, "payload.to"},
+		{"numeric to", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":5,"text":"x"}`)}, "payload.to"},
+		{"no content", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io"}`)}, "payload.html"},
+		{"template without id", outbox.Intent{Key: "k", Kind: outbox.KindTemplate, Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io"}`)}, "template_id"},
+		{"template id on email", outbox.Intent{Key: "k", TemplateID: "t", Payload: json.RawMessage(invoiceBody)}, "template_id"},
+		{"empty batch", outbox.Intent{Key: "k", Kind: outbox.KindBatch, Payload: json.RawMessage(`{"emails":[]}`)}, "payload.emails"},
+		{"bad batch item", outbox.Intent{Key: "k", Kind: outbox.KindBatch, Payload: json.RawMessage(`{"emails":[` + invoiceBody + `,{"from":"a@x.io"}]}`)}, "payload.emails[1].to"},
+		{"broadcast without audience", outbox.Intent{Key: "k", Kind: outbox.KindBroadcast, Payload: json.RawMessage(`{"from":"a@x.io"}`)}, "payload.audienceId"},
+		{"oversized", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io","text":"` + strings.Repeat("x", outbox.MaxPayloadBytes) + `"}`)}, "payload"},
+	}
+	ctx := context.Background()
+	pool, ob := setup(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := enqueue(t, pool, ob, tc.in)
+			var inv *outbox.InvalidError
+			if !errors.As(err, &inv) || inv.Field != tc.field {
+				t.Fatalf("error %v, want an InvalidError about %s", err, tc.field)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("message %q does not name %s", err, tc.field)
+			}
+		})
+	}
+	var n int
+	pool.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox`).Scan(&n)
+	if n != 0 || countJobs(t, pool, "") != 0 {
+		t.Fatalf("bad input wrote %d rows and %d jobs", n, countJobs(t, pool, ""))
+	}
+}
+
+func TestPlainSQLInsert(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+
+	bad := []struct{ sql, want string }{
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('bad key', '` + invoiceBody + `')`, "invalid idempotency_key"},
+		{`INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('k', 'fax', '` + invoiceBody + `')`, `unknown kind 'fax'`},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '"just a string"')`, "payload must be a JSON object"},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"from":"a@x.io","text":"x"}')`, `recipient in "to"`},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"to":"b@x.io","text":"x"}')`, `needs "from"`},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"from":"a@x.io","to":"b@x.io"}')`, "needs content"},
+		{`INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('k', 'template', '{"from":"a@x.io","to":"b@x.io"}')`, "needs template_id"},
+		{`INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('k', 'batch', '{"emails":[{"from":"a@x.io","to":"b@x.io"}]}')`, `"emails[0].html"`},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"from":"a@x.io","to":[""],"text":"x"}')`, `"to" must hold only non-empty`},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', jsonb_build_object('from','a@x.io','to','b@x.io','text', repeat('x', 1048577)))`, "over the 1 MiB limit"},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"from":')`, "invalid input syntax for type json"},
+	}
+	for _, b := range bad {
+		_, err := pool.Exec(ctx, b.sql)
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%s\n  error %v, want it to say %q", b.sql, err, b.want)
+		}
+	}
+
+	if _, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload)
+		VALUES ('php:order:77', 'email', $1)`, invoiceBody); err != nil {
+		t.Fatal(err)
+	}
+	n, err := ob.Sweep(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1", n, err)
+	}
+	rec, err := outbox.Get(ctx, pool, "php:order:77")
+	if err != nil || rec.JobID == nil {
+		t.Fatalf("swept intent %+v, %v: want a job id", rec, err)
+	}
+	if n, _ := ob.Sweep(ctx); n != 0 {
+		t.Fatalf("second Sweep scheduled %d, want 0", n)
+	}
+	if countJobs(t, pool, "") != 1 {
+		t.Fatalf("want exactly one job")
+	}
+}
+
+func TestCancel(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+	res, err := enqueue(t, pool, ob, outbox.Intent{Key: "c:1", Payload: json.RawMessage(invoiceBody), SendAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ob.Cancel(ctx, "c:1")
+	if err != nil || rec.State != outbox.StateCanceled {
+		t.Fatalf("Cancel = %+v, %v", rec, err)
+	}
+	var jobState string
+	pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, *res.Record.JobID).Scan(&jobState)
+	if jobState != "cancelled" {
+		t.Fatalf("job state %q, want cancelled", jobState)
+	}
+
+	// Once an attempt has been made the send may have reached the API.
+	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "c:2", Payload: json.RawMessage(invoiceBody)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := outbox.Claim(ctx, pool, "c:2"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ob.Cancel(ctx, "c:2")
+	var se *outbox.StateError
+	if !errors.As(err, &se) || se.State != outbox.StateSending {
+		t.Fatalf("Cancel while sending = %v, want a StateError", err)
+	}
+	if _, err := ob.Cancel(ctx, "c:missing"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("Cancel of a missing key = %v", err)
+	}
+}
+
+func TestRetry(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+	first, err := enqueue(t, pool, ob, outbox.Intent{Key: "r:1", Payload: json.RawMessage(invoiceBody)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.Retry(ctx, "r:1"); err == nil {
+		t.Fatal("Retry of a pending intent succeeded")
+	}
+	if _, _, err := outbox.Claim(ctx, pool, "r:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.MarkFailed(ctx, pool, "r:1", "422 validation_error"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ob.Retry(ctx, "r:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != outbox.StatePending || rec.Attempts != 0 || rec.FirstAttemptAt != nil || rec.Key != "r:1" ||
+		rec.JobID == nil || *rec.JobID == *first.Record.JobID {
+		t.Fatalf("retried intent %+v", rec)
+	}
+}
+
+func TestListAndStats(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+	for i := range 5 {
+		if _, err := enqueue(t, pool, ob, outbox.Intent{Key: fmt.Sprintf("l:%d", i), Payload: json.RawMessage(invoiceBody)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outbox.Claim(ctx, pool, "l:0")
+	outbox.MarkSent(ctx, pool, "l:0", "msg_1", false)
+	sent, err := outbox.List(ctx, pool, outbox.ListParams{State: outbox.StateSent})
+	if err != nil || len(sent) != 1 || sent[0].MessageID != "msg_1" {
+		t.Fatalf("List(sent) = %v, %v", sent, err)
+	}
+	page, err := outbox.List(ctx, pool, outbox.ListParams{Limit: 2, AfterID: sent[0].ID})
+	if err != nil || len(page) != 2 || page[0].Key != "l:1" {
+		t.Fatalf("List page = %v, %v", page, err)
+	}
+	if _, err := outbox.List(ctx, pool, outbox.ListParams{State: "lost"}); err == nil {
+		t.Fatal("List of an unknown state succeeded")
+	}
+	st, err := outbox.ReadStats(ctx, pool)
+	if err != nil || st.Counts[outbox.StateSent] != 1 || st.Counts[outbox.StatePending] != 4 || st.Counts[outbox.StateFailed] != 0 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+	if st.OldestPending <= 0 {
+		t.Fatalf("oldest pending age %v, want > 0", st.OldestPending)
+	}
+}

@@ -1,0 +1,70 @@
+package outbox
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// State is where an intent stands.
+type State string
+
+// The states of an intent. pending → sending → sent is the usual path;
+// failed and canceled are terminal until an operator retries a failed one.
+const (
+	StatePending  State = "pending"  // waiting for a worker (or for its send time)
+	StateSending  State = "sending"  // a worker is sending it, or crashed while sending
+	StateSent     State = "sent"     // the API accepted it (fresh or replayed)
+	StateFailed   State = "failed"   // given up; see LastError
+	StateCanceled State = "canceled" // canceled before any send was attempted
+)
+
+// States lists every state in lifecycle order.
+var States = []State{StatePending, StateSending, StateSent, StateFailed, StateCanceled}
+
+// Valid reports whether s is a known state.
+func (s State) Valid() bool {
+	for _, v := range States {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Record is an intent as stored in sendonce_outbox.
+type Record struct {
+	ID             int64           `json:"id"`
+	Key            string          `json:"idempotencyKey"`
+	Kind           Kind            `json:"kind"`
+	Payload        json.RawMessage `json:"payload"`
+	TemplateID     string          `json:"templateId,omitempty"`
+	SendAt         *time.Time      `json:"sendAt,omitempty"`
+	State          State           `json:"state"`
+	Attempts       int             `json:"attempts"`
+	MessageID      string          `json:"messageId,omitempty"`
+	Replayed       bool            `json:"replayed"`
+	LastError      string          `json:"lastError,omitempty"`
+	JobID          *int64          `json:"jobId,omitempty"`
+	FirstAttemptAt *time.Time      `json:"firstAttemptAt,omitempty"`
+	CreatedAt      time.Time       `json:"createdAt"`
+	UpdatedAt      time.Time       `json:"updatedAt"`
+	SentAt         *time.Time      `json:"sentAt,omitempty"`
+}
+
+// columns is the select list that scanRecord reads, in order.
+const columns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), send_at, state, attempts,
+	coalesce(message_id, ''), replayed, coalesce(last_error, ''), job_id, first_attempt_at,
+	created_at, updated_at, sent_at`
+
+func scanRecord(row pgx.Row, extra ...any) (*Record, error) {
+	r := &Record{}
+	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.SendAt, &r.State, &r.Attempts,
+		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
+		&r.CreatedAt, &r.UpdatedAt, &r.SentAt}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}

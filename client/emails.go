@@ -1,0 +1,280 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EmailsService is the emails resource: c.Emails.
+type EmailsService struct{ c *Client }
+
+// Email is an email as the API returns it. Fields the API may return beyond
+// those modelled here are in Raw, the whole response body.
+type Email struct {
+	// ID is the email's id (em_…).
+	ID string `json:"id"`
+	// Status is where the email is in its life (queued, scheduled, sent, …).
+	Status string `json:"status"`
+	// Replayed is true when the API answered a send from its idempotency
+	// record instead of sending: a retry, or a second send with the same
+	// key. The email is returned in its current state.
+	Replayed bool `json:"replayed,omitempty"`
+	// From, To, Cc, Bcc and Subject echo the message.
+	From    string   `json:"from,omitempty"`
+	To      []string `json:"to,omitempty"`
+	Cc      []string `json:"cc,omitempty"`
+	Bcc     []string `json:"bcc,omitempty"`
+	Subject string   `json:"subject,omitempty"`
+	// BroadcastID names the broadcast the email belongs to, if any.
+	BroadcastID string `json:"broadcastId,omitempty"`
+	// ScheduledAt and CreatedAt are nil when absent or not RFC 3339.
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	CreatedAt   *time.Time `json:"createdAt,omitempty"`
+	// Raw is the JSON this Email was decoded from.
+	Raw json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes leniently: fields of an unexpected type stay zero,
+// and Raw keeps everything.
+func (e *Email) UnmarshalJSON(data []byte) error {
+	m := fieldsOf(data)
+	*e = Email{
+		ID:          getString(m, "id"),
+		Status:      getString(m, "status"),
+		From:        getString(m, "from"),
+		To:          getStrings(m, "to"),
+		Cc:          getStrings(m, "cc"),
+		Bcc:         getStrings(m, "bcc"),
+		Subject:     getString(m, "subject"),
+		BroadcastID: getString(m, "broadcastId"),
+		ScheduledAt: getTime(m, "scheduledAt"),
+		CreatedAt:   getTime(m, "createdAt"),
+		Raw:         cloneRaw(data),
+	}
+	e.Replayed, _ = getBool(m, "replayed")
+	return nil
+}
+
+// BatchResult is the answer to emails.send_batch.
+type BatchResult struct {
+	// Data holds one Email per accepted message.
+	Data []Email `json:"data"`
+	// Sent and Failed count the messages.
+	Sent   int `json:"sent"`
+	Failed int `json:"failed"`
+	// Replayed is true when the whole batch was answered from the
+	// idempotency record.
+	Replayed bool `json:"replayed,omitempty"`
+	// Raw is the whole response body.
+	Raw json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes leniently, keeping the body in Raw.
+func (b *BatchResult) UnmarshalJSON(data []byte) error {
+	m := fieldsOf(data)
+	*b = BatchResult{Sent: getInt(m, "sent"), Failed: getInt(m, "failed"), Raw: cloneRaw(data)}
+	b.Replayed, _ = getBool(m, "replayed")
+	b.Data = decodeEmails(m["data"])
+	return nil
+}
+
+// EmailList is one page of emails.
+type EmailList struct {
+	// Data holds the page's emails.
+	Data []Email `json:"data"`
+	// HasMore says another page follows; fetch it with NextCursor.
+	HasMore bool `json:"hasMore"`
+	// NextCursor continues the listing; empty when there is no next page.
+	NextCursor string `json:"nextCursor,omitempty"`
+	// Raw is the whole response body.
+	Raw json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the list envelope. When hasMore is not a boolean it
+// is inferred from nextCursor, and an empty cursor counts as none, as the
+// official SDKs do.
+func (l *EmailList) UnmarshalJSON(data []byte) error {
+	m := fieldsOf(data)
+	*l = EmailList{Data: decodeEmails(m["data"]), NextCursor: getString(m, "nextCursor"), Raw: cloneRaw(data)}
+	hasMore, ok := getBool(m, "hasMore")
+	if !ok {
+		hasMore = l.NextCursor != ""
+	}
+	l.HasMore = hasMore
+	return nil
+}
+
+func decodeEmails(raw json.RawMessage) []Email {
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		return nil
+	}
+	out := make([]Email, len(items))
+	for i, item := range items {
+		_ = out[i].UnmarshalJSON(item)
+	}
+	return out
+}
+
+// EmailListParams filters emails.list. Zero fields are left out.
+type EmailListParams struct {
+	// Status keeps emails in any of these statuses.
+	Status []string
+	// From keeps emails from this sender.
+	From string
+	// BroadcastID keeps the emails of one broadcast.
+	BroadcastID string
+	// ScheduledFrom and ScheduledTo bound the scheduled time.
+	ScheduledFrom *time.Time
+	ScheduledTo   *time.Time
+	// Limit is the page size; 0 leaves it to the API.
+	Limit int
+	// Cursor continues from a previous page's NextCursor.
+	Cursor string
+}
+
+func (p *EmailListParams) query() url.Values {
+	q := url.Values{}
+	if p == nil {
+		return q
+	}
+	if len(p.Status) > 0 {
+		q.Set("status", strings.Join(p.Status, ","))
+	}
+	if p.From != "" {
+		q.Set("from", p.From)
+	}
+	if p.BroadcastID != "" {
+		q.Set("broadcastId", p.BroadcastID)
+	}
+	if p.ScheduledFrom != nil {
+		q.Set("scheduledFrom", formatInstant(*p.ScheduledFrom))
+	}
+	if p.ScheduledTo != nil {
+		q.Set("scheduledTo", formatInstant(*p.ScheduledTo))
+	}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.Cursor != "" {
+		q.Set("cursor", p.Cursor)
+	}
+	return q
+}
+
+// Send sends one email (POST /emails). It carries an Idempotency-Key, the
+// caller's (WithIdempotencyKey) or one generated for this call, and is
+// retried with that same key, so a retry replays rather than sends twice.
+func (s *EmailsService) Send(ctx context.Context, params *EmailParams, opts ...RequestOption) (*Email, error) {
+	if params == nil {
+		return nil, fmt.Errorf("%w: Emails.Send: nil params", ErrInvalidRequest)
+	}
+	var e Email
+	err := s.c.do(ctx, &request{call: "emails.send", method: methodPost, path: "/emails", body: params, send: true, opts: opts}, &e)
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// SendBatch sends several emails in one request (POST /emails/batch, body
+// {"emails":[...]}), under one Idempotency-Key for the whole batch.
+func (s *EmailsService) SendBatch(ctx context.Context, emails []*EmailParams, opts ...RequestOption) (*BatchResult, error) {
+	if len(emails) == 0 {
+		return nil, fmt.Errorf("%w: Emails.SendBatch: no emails", ErrInvalidRequest)
+	}
+	for i, e := range emails {
+		if e == nil {
+			return nil, fmt.Errorf("%w: Emails.SendBatch: emails[%d] is nil", ErrInvalidRequest, i)
+		}
+	}
+	body := struct {
+		Emails []*EmailParams `json:"emails"`
+	}{emails}
+	var b BatchResult
+	err := s.c.do(ctx, &request{call: "emails.send_batch", method: methodPost, path: "/emails/batch", body: body, send: true, opts: opts}, &b)
+	if err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// Get reads one email (GET /emails/:id).
+func (s *EmailsService) Get(ctx context.Context, id string) (*Email, error) {
+	return s.email(ctx, "emails.get", methodGet, id, "", nil)
+}
+
+// Cancel cancels a scheduled email (POST /emails/:id/cancel, no body). It
+// sets a named state, so it is retried; it carries no idempotency key.
+func (s *EmailsService) Cancel(ctx context.Context, id string) (*Email, error) {
+	return s.email(ctx, "emails.cancel", methodPost, id, "/cancel", nil)
+}
+
+// Reschedule moves a scheduled email to at (PATCH /emails/:id with
+// {"scheduledAt": at}). The time is in the body, so a retry sets the same
+// time again; it carries no idempotency key.
+func (s *EmailsService) Reschedule(ctx context.Context, id string, at time.Time) (*Email, error) {
+	if at.IsZero() {
+		return nil, fmt.Errorf("%w: Emails.Reschedule: zero time", ErrInvalidRequest)
+	}
+	body := map[string]string{"scheduledAt": formatInstant(at)}
+	return s.email(ctx, "emails.reschedule", methodPatch, id, "", body)
+}
+
+func (s *EmailsService) email(ctx context.Context, call, method, id, suffix string, body any) (*Email, error) {
+	seg, err := escapeID(id)
+	if err != nil {
+		return nil, err
+	}
+	var e Email
+	if err := s.c.do(ctx, &request{call: call, method: method, path: "/emails/" + seg + suffix, body: body}, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// List reads one page of emails (GET /emails). params may be nil.
+func (s *EmailsService) List(ctx context.Context, params *EmailListParams) (*EmailList, error) {
+	var l EmailList
+	if err := s.c.do(ctx, &request{call: "emails.list", method: methodGet, path: "/emails", query: params.query()}, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// All iterates over every email matching params, page after page from
+// params.Cursor. It stops after the last page, when no next cursor is given,
+// or when a cursor repeats (a server bug that would otherwise loop forever).
+// An error is yielded once, and ends the iteration.
+func (s *EmailsService) All(ctx context.Context, params *EmailListParams) iter.Seq2[*Email, error] {
+	return func(yield func(*Email, error) bool) {
+		p := EmailListParams{}
+		if params != nil {
+			p = *params
+		}
+		seen := map[string]bool{}
+		for {
+			page, err := s.List(ctx, &p)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for i := range page.Data {
+				if !yield(&page.Data[i], nil) {
+					return
+				}
+			}
+			if !page.HasMore || page.NextCursor == "" || seen[page.NextCursor] {
+				return
+			}
+			seen[page.NextCursor] = true
+			p.Cursor = page.NextCursor
+		}
+	}
+}

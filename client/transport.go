@@ -1,0 +1,338 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// This file is the one place that knows how a call crosses the wire: the
+// headers, the idempotency key, the plain-http rule, the per-attempt timeout
+// and the retry loop. Resource files (emails.go, templates.go, broadcasts.go)
+// only describe requests and decode results.
+
+// maxResponseBody bounds how much of a response is read. API responses are
+// small JSON documents; the bound keeps a misbehaving server from exhausting
+// memory.
+const maxResponseBody = 32 << 20
+
+// retryStatuses are the statuses after which a repeatable call is retried.
+// 429 is among them only when it carries a Retry-After (this API sends none,
+// so in practice a rate limit is raised at once).
+var retryStatuses = map[int]bool{
+	http.StatusRequestTimeout:      true,
+	http.StatusTooManyRequests:     true,
+	http.StatusInternalServerError: true,
+	http.StatusBadGateway:          true,
+	http.StatusServiceUnavailable:  true,
+	http.StatusGatewayTimeout:      true,
+}
+
+// request is one call as the transport sees it.
+type request struct {
+	// call is the contract's name for the call ("emails.send"), which
+	// decides through repeatableCalls whether a write is retried. It is
+	// empty for raw requests.
+	call   string
+	method string
+	// path starts with '/' and has its ids escaped already.
+	path  string
+	query url.Values
+	// body is encoded as JSON; nil means no body (and no Content-Type).
+	body any
+	// send marks the four sends, which always carry an Idempotency-Key.
+	send bool
+	opts []RequestOption
+}
+
+// response is a 2xx response, fully read.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do runs r and decodes a 2xx body into out (when out is non-nil and the body
+// is not empty).
+func (c *Client) do(ctx context.Context, r *request, out any) error {
+	resp, err := c.roundTrip(ctx, r)
+	if err != nil {
+		return err
+	}
+	if out == nil || len(bytes.TrimSpace(resp.body)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(resp.body, out); err != nil {
+		return fmt.Errorf("openemail: decoding %s %s response: %w", r.method, r.path, err)
+	}
+	return nil
+}
+
+// roundTrip sends r, retrying as the contract allows, and returns the final
+// 2xx response or the error that ended the call.
+func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
+	o, err := applyRequestOptions(r.opts)
+	if err != nil {
+		return nil, err
+	}
+
+	target := r.path
+	if len(r.query) > 0 {
+		target += "?" + r.query.Encode()
+	}
+	u, err := c.base.resolve(target)
+	if err != nil {
+		return nil, err
+	}
+	// Checked on every request, not only at New: whatever changes between
+	// construction and now, the key must never go over plain http to a host
+	// off this machine.
+	if !secureOrigin(u) {
+		return nil, fmt.Errorf("%w (%s)", ErrInsecureBaseURL, u.Host)
+	}
+
+	var body []byte
+	if r.body != nil {
+		body, err = json.Marshal(r.body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: encoding body: %w", ErrInvalidRequest, err)
+		}
+	}
+
+	header := make(http.Header, 6)
+	header.Set("Accept", "application/json")
+	header.Set("User-Agent", c.cfg.userAgent)
+	if body != nil {
+		header.Set("Content-Type", "application/json")
+	}
+	header.Set("Authorization", "Bearer "+c.cfg.apiKey.reveal())
+
+	// The key is made once here, before the first attempt, so every retry
+	// of this call carries the same one and the API replays rather than
+	// sends again; the next call makes a new key.
+	idemKey := ""
+	switch {
+	case o.hasIdempotencyKey:
+		idemKey = o.idempotencyKey
+	case r.send:
+		if idemKey, err = newIdempotencyKey(); err != nil {
+			return nil, err
+		}
+	}
+	if idemKey != "" {
+		header.Set("Idempotency-Key", idemKey)
+	}
+
+	repeatable := c.isRepeatable(r, o)
+	method := r.method
+	logURL := u.Scheme + "://" + u.Host + u.EscapedPath() // never the query
+	log := c.cfg.logger.With(
+		slog.String("call", callLabel(r, o)),
+		slog.String("method", method),
+		slog.String("path", u.EscapedPath()),
+	)
+	if idemKey != "" {
+		log = log.With(slog.String("idempotency_key", idemKey))
+	}
+
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, c.networkError(method, logURL, err)
+		}
+		log.LogAttrs(ctx, slog.LevelDebug, "openemail: attempt", slog.Int("attempt", attempt+1), slog.Bool("repeatable", repeatable))
+		started := time.Now()
+
+		resp, err := c.attempt(ctx, method, u.String(), body, header)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The caller's cancellation or deadline: never retried.
+				if !errors.Is(err, ctx.Err()) {
+					err = fmt.Errorf("%w: %w", ctx.Err(), err)
+				}
+				return nil, c.networkError(method, logURL, err)
+			}
+			nerr := c.networkError(method, logURL, err)
+			if !repeatable || attempt >= c.cfg.maxRetries {
+				log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, giving up", slog.Int("attempt", attempt+1), slog.String("error", nerr.Error()))
+				return nil, nerr
+			}
+			wait := backoff(attempt + 1)
+			log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, retrying", slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.String("error", nerr.Error()))
+			if err := c.wait(ctx, wait); err != nil {
+				return nil, c.networkError(method, logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, nerr.Error()))
+			}
+			continue
+		}
+
+		log.LogAttrs(ctx, slog.LevelDebug, "openemail: response", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("elapsed", time.Since(started)))
+
+		if resp.status >= 200 && resp.status <= 299 {
+			if len(bytes.TrimSpace(resp.body)) > 0 && !json.Valid(resp.body) {
+				// The work may have been done; retrying cannot tell.
+				return nil, unrecognisedSuccess(resp.status, resp.header, resp.body)
+			}
+			return resp, nil
+		}
+
+		wait, hasWait := retryAfterFrom(resp.header, c.cfg.now())
+		apiErr := c.redactAPIError(parseAPIError(resp.status, resp.header, resp.body, wait))
+		if !repeatable || attempt >= c.cfg.maxRetries || !retryStatuses[resp.status] {
+			return nil, apiErr
+		}
+		switch {
+		case hasWait && wait > maxRetryAfter:
+			// Asked to stop, not to sleep.
+			return nil, apiErr
+		case !hasWait && resp.status == http.StatusTooManyRequests:
+			return nil, apiErr
+		case !hasWait:
+			wait = backoff(attempt + 1)
+		}
+		log.LogAttrs(ctx, slog.LevelDebug, "openemail: retrying", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("wait", wait), slog.Bool("retry_after", hasWait))
+		if err := c.wait(ctx, wait); err != nil {
+			return nil, c.networkError(method, logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, apiErr.Error()))
+		}
+	}
+}
+
+// isRepeatable decides whether this call may be retried: every GET; a named
+// call by the contract's table; a raw request when marked with Repeatable or
+// named with ForCall.
+func (c *Client) isRepeatable(r *request, o *requestOptions) bool {
+	if r.method == http.MethodGet {
+		return true
+	}
+	if r.call != "" {
+		rep, _ := IsRepeatable(r.call)
+		return rep
+	}
+	if o.call != "" {
+		rep, _ := IsRepeatable(o.call)
+		return rep
+	}
+	return o.repeatable
+}
+
+func callLabel(r *request, o *requestOptions) string {
+	switch {
+	case r.call != "":
+		return r.call
+	case o.call != "":
+		return o.call
+	}
+	return "raw"
+}
+
+// attempt sends one request under its own timeout and reads the whole body
+// before the timeout's context is released, so a stalled body counts against
+// the attempt, not against nothing.
+func (c *Client) attempt(ctx context.Context, method, target string, body []byte, header http.Header) (*response, error) {
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if c.cfg.timeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
+	}
+	defer cancel()
+
+	var rb io.Reader
+	if body != nil {
+		rb = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(actx, method, target, rb)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	req.Header = header.Clone()
+	if body != nil {
+		// net/http resends a request on its own when a reused connection
+		// fails after the request went out, if the request looks idempotent
+		// to it: a GET, or anything carrying an Idempotency-Key. That would
+		// be an attempt outside this loop, uncounted by WithMaxRetries and
+		// made even with retries off. Refusing to rewind the body stops it;
+		// a resend before anything was read from the body (a stale
+		// connection that took nothing) still happens, as it is safe.
+		// Body-less requests cannot be guarded this way; of those only GETs,
+		// which are retried anyway, and raw keyed requests without a body
+		// are affected.
+		req.GetBody = refuseResend
+	}
+
+	resp, err := c.cfg.httpClient.Do(req)
+	if err != nil {
+		return nil, c.explainTimeout(ctx, actx, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	if err != nil {
+		return nil, c.explainTimeout(ctx, actx, fmt.Errorf("reading response body: %w", err))
+	}
+	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
+}
+
+// errTransportResend is what net/http reports instead of resending a request
+// whose body it had already sent (see attempt).
+var errTransportResend = errors.New("connection failed after the request was sent")
+
+func refuseResend() (io.ReadCloser, error) { return nil, errTransportResend }
+
+// explainTimeout marks an error caused by the per-attempt timeout rather than
+// by the caller's context.
+func (c *Client) explainTimeout(ctx, actx context.Context, err error) error {
+	if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
+		return &attemptTimeoutError{timeout: c.cfg.timeout, err: err}
+	}
+	return err
+}
+
+// wait sleeps d with the configured sleep and reports the caller's
+// cancellation, even when a custom sleep ignored it.
+func (c *Client) wait(ctx context.Context, d time.Duration) error {
+	if err := c.cfg.sleep(ctx, d); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// networkError builds a NetworkError whose text has the API key scrubbed:
+// errors from a caller's http.RoundTripper are not ours to trust.
+func (c *Client) networkError(method, u string, err error) *NetworkError {
+	ne := &NetworkError{Op: method, URL: u, Err: err}
+	if text := causeText(err); c.containsKey(text) {
+		ne.msg = c.scrub(text)
+	}
+	return ne
+}
+
+// redactAPIError removes the API key from anything the server echoed back.
+func (c *Client) redactAPIError(e *APIError) *APIError {
+	e.Message = c.scrub(e.Message)
+	e.Param = c.scrub(e.Param)
+	e.DocURL = c.scrub(e.DocURL)
+	e.RequestID = c.scrub(e.RequestID)
+	for i := range e.Fields {
+		e.Fields[i].Error = c.scrub(e.Fields[i].Error)
+	}
+	if key := c.cfg.apiKey.reveal(); key != "" && bytes.Contains(e.Body, []byte(key)) {
+		e.Body = bytes.ReplaceAll(e.Body, []byte(key), []byte(redacted))
+	}
+	return e
+}
+
+func (c *Client) containsKey(s string) bool {
+	key := c.cfg.apiKey.reveal()
+	return key != "" && strings.Contains(s, key)
+}
+
+func (c *Client) scrub(s string) string {
+	if !c.containsKey(s) {
+		return s
+	}
+	return strings.ReplaceAll(s, c.cfg.apiKey.reveal(), redacted)
+}

@@ -1,0 +1,142 @@
+// Command openemail-fake serves the fake OpenEmail API (package fakeapi) as a
+// process, for docker-compose, the demo and integration tests that drive a
+// fake in another process. Run it with --help for every knob.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sendonce/sendonce/fakeapi"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, _ := newCommand(os.Getenv, os.Stdout, os.Stderr)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		os.Exit(1)
+	}
+}
+
+const longHelp = `openemail-fake serves a fake of the OpenEmail HTTP API: the stand-in for the
+real API in tests, the demo and docker-compose. Sends are idempotent as the API
+makes them (Idempotency-Key claimed before delivery; a repeat replays with
+"replayed": true; another body under the key is 422 idempotency_key_reuse), and
+every message actually delivered is written to a ledger tests can read.
+
+It prints "openemail-fake listening on URL (seed N)" on stdout once it accepts
+requests, logs one line per request on stderr (API keys only as their
+oe_test_/oe_live_ prefix), and shuts down gracefully on SIGINT or SIGTERM.
+
+Every flag can also be set by its environment variable (shown with the flag);
+a flag given on the command line wins.
+
+API (base URL as printed, no /v1; Authorization: Bearer oe_test_… or oe_live_…):
+  POST /emails, POST /emails/batch, POST /templates/{id}/send, POST /broadcasts
+  GET /emails, GET /emails/{id}, PATCH /emails/{id}, POST /emails/{id}/cancel
+  GET /broadcasts, GET /broadcasts/{id}, POST /broadcasts/{id}/cancel
+
+Control endpoints (no key needed):
+  GET  /_fake/deliveries[?to=addr]  the delivery ledger
+  GET  /_fake/requests              every API request: time, method, path, key,
+                                    status, fault fired, Retry-After sent
+  GET  /_fake/faults                the fault rules and seed
+  POST /_fake/faults                replace them: {"faults":["rule",…],"seed":n}
+  POST /_fake/reset                 forget everything, restore the startup rules
+  GET  /_fake/health                {"ok":true}
+
+Fault rules (--fault, OPENEMAIL_FAKE_FAULTS, POST /_fake/faults, or per request
+in an X-Fake-Fault header):
+
+  kind[=value][:option=value]...     (';' works as the separator too)
+
+  kinds:
+    error_before[=STATUS]   answer STATUS (default 503) before handling; nothing stored or sent
+    rate_limit              answer 429 with no Retry-After
+    retry_after=VALUE       answer 429 (or status=S) with Retry-After: VALUE before handling;
+                            VALUE: seconds as written (2, 1.5, 120) or an HTTP-date:
+                            date, date+5s, date-5s
+    latency=DURATION        sleep before handling (ends early if the client gives up)
+    error_after[=STATUS]    deliver and store, then answer STATUS (default 503)
+    drop_after              deliver and store, then close the connection with no answer
+    latency_after=DURATION  deliver and store, then sleep before answering
+  options:
+    to=TEXT     some recipient (to/cc/bcc, any email of a batch) contains TEXT
+    key=TEXT    the Idempotency-Key contains TEXT (colons in TEXT are fine)
+    path=GLOB   the request path matches: /emails, /emails/*, /templates/*/send
+    method=M    the request method is M
+    times=N     fire at most N times per Idempotency-Key (unkeyed requests share a count)
+    p=P         fire with probability P (seeded by --seed, so runs repeat)
+    status=S    the status of error_before, error_after or retry_after
+
+  Several rules: repeat --fault, or separate them with commas.`
+
+const examples = `  openemail-fake
+  openemail-fake --addr 0.0.0.0:8025 --seed 42 --log-format json
+  openemail-fake --fault 'drop_after:p=0.2' --fault 'error_before=503:times=2:to=flaky@'
+  openemail-fake --fault 'retry_after=120:status=503:path=/emails/batch' --latency 50ms
+  OPENEMAIL_FAKE_FAULTS='latency_after=30s:key=invoice:,rate_limit:p=0.05' openemail-fake
+  curl -H 'X-Fake-Fault: error_before=503;times=2' -H 'Idempotency-Key: k1' …   # per request`
+
+// newCommand builds the command; getenv, stdout and stderr are injected so
+// tests can run it in-process.
+func newCommand(getenv func(string) string, stdout, stderr io.Writer) (*cobra.Command, *options) {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:          "openemail-fake",
+		Short:        "Serve a fake OpenEmail API with an idempotency ledger and fault injection",
+		Long:         longHelp,
+		Example:      examples,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd, getenv)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), stdout, stderr)
+		},
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	o.register(cmd.Flags())
+	return cmd, o
+}
+
+// run serves until ctx ends, then shuts down gracefully.
+func (o *options) run(ctx context.Context, stdout, stderr io.Writer) error {
+	logger, err := o.newLogger(stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.config(logger)
+	if err != nil {
+		return err
+	}
+	srv := fakeapi.New(cfg)
+	url, err := srv.Start(o.addr)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	fmt.Fprintf(stdout, "openemail-fake listening on %s (seed %d)\n", url, srv.Seed())
+
+	<-ctx.Done()
+	logger.Info("shutting down", "timeout", o.shutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		logger.Warn("requests still in flight were cut off", "timeout", o.shutdownTimeout.String())
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package fakeapi
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults applied by New to the zero fields of a Config.
+const (
+	DefaultKeyWindow         = 24 * time.Hour
+	DefaultMaxBodyBytes      = 10 << 20
+	DefaultSchedulerInterval = 100 * time.Millisecond
+)
+
+// Config configures a Server. The zero value is a working fake: any oe_test_
+// or oe_live_ key, a 24 h idempotency window, 10 MiB bodies, no faults.
+type Config struct {
+	// APIKeys, when not empty, is the only set of API keys accepted; any other
+	// well-formed key is refused with 401 invalid_api_key. When empty, every
+	// key of the form oe_test_… or oe_live_… is accepted.
+	APIKeys []string
+
+	// KeyWindow is how long an idempotency key is remembered after it was
+	// claimed. After it, the same key sends again. Default 24 h.
+	KeyWindow time.Duration
+
+	// MaxBodyBytes is the largest request body accepted; a larger one is
+	// answered 413. Default 10 MiB.
+	MaxBodyBytes int64
+
+	// Faults are the fault rules applied from the start (and again after
+	// POST /_fake/reset). New panics on an invalid rule; build rules from
+	// text with ParseFault or ParseFaults to get an error instead.
+	Faults []Fault
+
+	// Seed seeds the random numbers behind probabilistic faults (p=…). Zero
+	// picks a seed, which Server.Seed reports and New logs, so any run can be
+	// repeated by passing that seed back.
+	Seed int64
+
+	// Now is the fake's clock, used for idempotency expiry, scheduled sends,
+	// timestamps and Retry-After dates. Default time.Now. Tests inject a
+	// clock they can move.
+	Now func() time.Time
+
+	// SchedulerInterval is how often a background loop promotes scheduled
+	// sends that have come due (reads promote lazily as well). Default 100 ms.
+	SchedulerInterval time.Duration
+
+	// Logger receives one line per request and the chosen seed. API keys are
+	// never logged, only their oe_test_/oe_live_ prefix. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.KeyWindow <= 0 {
+		c.KeyWindow = DefaultKeyWindow
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.SchedulerInterval <= 0 {
+		c.SchedulerInterval = DefaultSchedulerInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

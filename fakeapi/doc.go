@@ -1,0 +1,232 @@
+// Package fakeapi is a fake OpenEmail HTTP API: the project's stand-in for the
+// real one, as stripe-mock is for Stripe. Tests, the demo and docker-compose run
+// against it, and the integration suite kills workers in the middle of sends and
+// then reads its delivery ledger to prove that every email went out exactly once.
+//
+// Its value is faithfulness. It follows the contract documents
+// (shared/openemail-api.md and shared/retry-contract.md), never a client's
+// convenience, and shares no code with the client package: where a client breaks
+// the wire contract (a bare string for "to", [] where an object belongs, an
+// idempotency key the API refuses), the fake refuses it as the API would.
+//
+// # Starting one
+//
+// In a test, NewTest starts a fake on a loopback port and closes it when the
+// test ends:
+//
+//	srv := fakeapi.NewTest(t, fakeapi.Config{})
+//	// point the code under test at srv.URL(), with an API key such as oe_test_x
+//	// ... run it ...
+//	if err := srv.WaitDeliveries(ctx, 1); err != nil { t.Fatal(err) }
+//	deliveries := srv.DeliveriesTo("ann@example.com")
+//
+// Elsewhere: srv := New(cfg); url, err := srv.Start("127.0.0.1:0"); defer
+// srv.Close(). Handler returns the fake as an http.Handler to mount yourself. As a
+// separate process, run cmd/openemail-fake; everything below is then reachable
+// over HTTP under /_fake/.
+//
+// # Endpoints
+//
+// Paths have no /v1 prefix, as in the API.
+//
+//	POST  /emails                  send one email                 (Idempotency-Key)
+//	POST  /emails/batch            send {"emails":[…]}            (Idempotency-Key)
+//	POST  /templates/{id}/send     send a template (id or slug)   (Idempotency-Key)
+//	POST  /broadcasts              create = send a broadcast      (Idempotency-Key)
+//	GET   /emails/{id}             an email
+//	GET   /emails                  list: status (comma list), from, limit, cursor
+//	PATCH /emails/{id}             reschedule: {"scheduledAt": instant}
+//	POST  /emails/{id}/cancel      cancel a scheduled email (no body)
+//	GET   /broadcasts              list: audienceId, limit, cursor
+//	GET   /broadcasts/{id}         a broadcast
+//	POST  /broadcasts/{id}/cancel  cancel a scheduled broadcast (no body)
+//
+// A send answers 200 with the created resource and "replayed": false, or, for a
+// replay, the stored resource in its current state with "replayed": true. An
+// email is {"id":"em_…","status","from","to","cc","bcc","subject","templateId",
+// "scheduledAt","createdAt","sentAt","cancelledAt"}; a broadcast is
+// {"id":"bc_…","status","from","subject","audienceIds","scheduledAt",
+// "createdAt","sentAt","cancelledAt"}; a batch is {"data":[email…],"sent":n,
+// "failed":0,"replayed":bool}. The contract names only id, status, replayed
+// and the batch fields; the rest is the fake's choice. Instants are
+// UTC with milliseconds (2030-01-02T15:04:05.000Z). Lists use the envelope
+// {"data":[…],"hasMore":bool,"nextCursor":string|null}, newest first; limit is 1
+// to 100 (default 20).
+//
+// Any other path is 404 and a known path under another method is 405 (with
+// Allow), both in the error shape below. Everything else the real API offers
+// (webhooks, domains, templates CRUD, …) is not faked.
+//
+// # Authentication and errors
+//
+// Every API request needs "Authorization: Bearer oe_test_…" or "Bearer
+// oe_live_…" (restricted to Config.APIKeys when that is set); otherwise 401
+// authentication_error with code missing_api_key, invalid_authorization_header
+// or invalid_api_key. Authentication comes before routing, so an unknown path
+// without a key is 401, not 404. Keys are never logged or recorded, only their
+// prefix ("oe_test_…").
+//
+// Every answer carries an x-request-id header (req_…), and every error has the
+// body
+//
+//	{"error":{"type":"…","code":"…","message":"…","param":"…"|null,"requestId":"req_…"}}
+//
+// with "fields":[{"key","error"}] added to validation errors. The codes:
+//
+//	400 invalid_request_error  invalid_json, invalid_idempotency_key, invalid_cursor,
+//	                           invalid_fault (bad X-Fake-Fault), unreadable_body
+//	401 authentication_error   missing_api_key, invalid_authorization_header, invalid_api_key
+//	404 not_found_error        not_found
+//	405 invalid_request_error  method_not_allowed
+//	409 conflict_error         email_already_sent, broadcast_already_sent, email_cancelled
+//	413 invalid_request_error  request_too_large (Config.MaxBodyBytes, default 10 MiB)
+//	422 validation_error       missing_field, invalid_field, invalid_address, missing_content,
+//	                           unsupported_field, idempotency_key_reuse
+//
+// # Idempotency
+//
+// The four sends take an Idempotency-Key, as the API does:
+//
+//   - A key is 1 to 255 characters of letters, digits, '_', '.', ':' and '-';
+//     anything else, including an empty header, is 400 invalid_idempotency_key.
+//   - A send without the header is accepted and simply sent: each such request
+//     sends again.
+//   - The key is claimed before anything is delivered. A repeat with the same key,
+//     the same endpoint and the same body (compared as canonical JSON: key order
+//     and whitespace do not matter) replays the stored resource in its current
+//     state with "replayed": true and the same id. Requests racing on one key
+//     never deliver twice: a later one waits for the first to finish, then
+//     replays.
+//   - The same key with another body or on another endpoint is 422
+//     idempotency_key_reuse, even if the new body would also be invalid.
+//   - A request refused before the claim (auth, a bad body, validation, a
+//     before-fault) stores nothing: the key stays free.
+//   - Keys are scoped per API key and forgotten Config.KeyWindow (default 24 h)
+//     after their claim, measured on Config.Now; after that the same key sends
+//     again.
+//
+// # Validation
+//
+// Refusals are 422 validation_error naming the parameter in param (for a batch,
+// "emails[2].to"; for a list item, "to[1]"):
+//
+//   - from is required and must be an address ("a@b.c" or "Name <a@b.c>");
+//   - to is required, a non-empty array of addresses; cc and bcc, when present,
+//     arrays of addresses. A bare string is refused: the SDKs always send arrays
+//     (openemail-api.md §7, item 9), so a bare string is a client bug;
+//   - an email needs content: a non-empty html or text, a draftId, or a template
+//     object; a template send gets its content (and subject) from the template
+//     and needs only from and to; a broadcast needs from, subject, content and an
+//     audience (audienceId and/or audienceIds);
+//   - scheduledAt is an RFC 3339 string; one not in the future means "send now";
+//   - headers, tags, tracking, template, values and the other object-only keys
+//     (and props/slots) must be JSON objects: an empty one is {}, never [];
+//   - an attachment is {"fileId"} or {"filename","content"} with base64 content;
+//   - a batch is validated whole: one bad email refuses the batch and nothing of
+//     it is sent, so "failed" is always 0.
+//
+// Unknown fields are accepted and ignored, as the SDKs pass them through.
+//
+// # Scheduled sends
+//
+// A send with scheduledAt in the future answers status "scheduled" and is not in
+// the ledger until it falls due on Config.Now. Due sends are promoted lazily
+// before every read (API reads, Deliveries, WaitDeliveries) and by a background
+// loop every Config.SchedulerInterval, so with an injected clock a test moves the
+// clock and reads. Statuses: scheduled → sent, or scheduled → cancelled.
+//
+// Cancel (POST …/cancel) of a scheduled message makes it cancelled for good; a
+// second cancel answers it unchanged (clients retry cancel, so a retry after a
+// lost answer must succeed); cancelling a sent one is 409 email_already_sent (or
+// broadcast_already_sent). PATCH /emails/{id} with {"scheduledAt"} moves a
+// scheduled email (a time not in the future sends it now); a sent email is 409
+// email_already_sent, a cancelled one 409 email_cancelled; any other field is
+// 422 unsupported_field.
+//
+// # Ledger and request log
+//
+// Every message actually delivered is a Delivery in the ledger: MessageID,
+// IdempotencyKey, Kind (email, batch, template, broadcast), To, Cc, Bcc, From,
+// Subject, TemplateID, DeliveredAt, RequestID and the canonical Payload. A batch
+// makes one per email; a broadcast one, with its audience ids as To. Read it with
+// Deliveries, DeliveriesTo or GET /_fake/deliveries[?to=addr], and wait for it
+// with WaitDeliveries, which blocks on a signal, not a poll.
+//
+// Every API request is a RequestRecord, added on arrival: time received and
+// answered, method, path, query, Idempotency-Key, key prefix, status answered
+// (0 while in flight or when dropped, 499 when the client went away first),
+// Dropped, Replayed, the fault rules that fired, and the Retry-After sent. Read it
+// with Requests or GET /_fake/requests; WaitRequests waits for requests to end.
+//
+// The control endpoints need no key, are never faulted and are not logged:
+//
+//	GET  /_fake/deliveries[?to=addr]   {"data":[Delivery…]}
+//	GET  /_fake/requests               {"data":[RequestRecord…]}
+//	GET  /_fake/faults                 {"faults":["rule",…],"seed":n}
+//	POST /_fake/faults                 {"faults":["rule",…],"seed":n}: replace the rules (seed optional)
+//	POST /_fake/reset                  forget everything: messages, keys, ledger, log, counts;
+//	                                   restore the configured rules; restart the RNG from the seed
+//	GET  /_fake/health                 {"ok":true}
+//
+// # Faults
+//
+// A fault rule is text:
+//
+//	kind[=value][;option=value]...
+//
+// ':' may stand for ';' where an option name follows it, so flags can read
+// "error_before=503:times=2:to=flaky@" while a colon inside a value
+// ("key=invoice:42") survives. Several rules are separated by commas or
+// newlines. Kinds, with what they do to a matching request:
+//
+//	error_before[=STATUS]   answer STATUS (default 503) before handling: nothing claimed, stored or sent
+//	rate_limit              answer 429 rate_limit_error with no Retry-After (as the API does)
+//	retry_after=VALUE       answer status (option, default 429) with Retry-After: VALUE, before handling;
+//	                        VALUE is seconds as written ("2", "1.5", "120" to ask for more than
+//	                        a minute) or an HTTP-date from the fake's clock: "date", "date+5s", "date-5s"
+//	latency=DURATION        sleep before handling; a client that gives up ends it, nothing is handled
+//	error_after[=STATUS]    handle (deliver and store), then answer STATUS (default 503): answer lost
+//	drop_after              handle, then close the connection with no answer (TCP reset)
+//	latency_after=DURATION  handle, then sleep before answering: the window to kill a worker in
+//
+// Options select requests and limit firing:
+//
+//	to=TEXT      any recipient (to/cc/bcc, any email of a batch) contains TEXT, case-insensitive
+//	key=TEXT     the Idempotency-Key contains TEXT
+//	path=GLOB    the path matches (path.Match): /emails, /emails/*, /templates/*/send
+//	method=M     the method is M
+//	times=N      fire at most N times, counted per API key and Idempotency-Key (requests
+//	             without a key share one count): "503 twice then success" per send
+//	p=P          fire with probability P, drawn from the RNG seeded by Config.Seed
+//	status=S     the status of error_before, error_after, retry_after
+//
+// After-kinds act only on successful answers. Latencies of several firing rules
+// add up; of the rules that decide the answer, the first to fire wins and later
+// ones neither fire nor spend their times count. times counts firings, so with
+// p a rule fires on at most N requests.
+//
+// Rules come from four places: Config.Faults (and the --fault flag of the command),
+// SetFaults at run time, POST /_fake/faults, and, for one request, the
+// X-Fake-Fault header (several rules comma-separated, or several headers). Header
+// rules are checked first. A header rule's times count is keyed by its text, so a
+// client that repeats the same header on every retry of a call sees "fail twice,
+// then succeed":
+//
+//	X-Fake-Fault: drop_after;times=1
+//	X-Fake-Fault: error_before=503;times=2
+//	X-Fake-Fault: latency_after=30s;key=invoice:
+//
+// and from flags or Go:
+//
+//	--fault 'drop_after:p=0.2' --fault 'error_before=503:times=2:to=flaky@'
+//	srv.SetFaults(fakeapi.Fault{Kind: fakeapi.FaultRetryAfter, RetryAfter: "120", Status: 503})
+//
+// Config.Seed makes probabilistic faults repeatable: the same seed and the same
+// sequence of requests give the same faults. A zero seed picks one, which Seed
+// returns and New logs, so a failing run can be replayed.
+//
+// A drop on a reused keep-alive connection is retried by net/http's Transport
+// on its own when the request carries an Idempotency-Key (it counts such
+// requests as replayable), so a Go client may see the replay instead of the
+// drop; use one connection per request to see the drop itself.
+package fakeapi

@@ -1,0 +1,63 @@
+package fakeapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestRacingRequestWaitsForClaimedKey holds the first send between claiming
+// its key and delivering, and shows a second request with the same key waits
+// for it and then replays rather than sending.
+func TestRacingRequestWaitsForClaimedKey(t *testing.T) {
+	s := New(Config{})
+	defer s.Close()
+	claimed, release, waiting := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var holdFirst, signalWait sync.Once
+	s.testHook = func(event string) {
+		switch event {
+		case "claimed":
+			holdFirst.Do(func() { close(claimed); <-release })
+		case "waiting":
+			signalWait.Do(func() { close(waiting) })
+		}
+	}
+	url, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() <-chan map[string]any {
+		out := make(chan map[string]any, 1)
+		go func() {
+			body := `{"from":"shop@example.com","to":["ann@example.com"],"text":"hi"}`
+			req, _ := http.NewRequest(http.MethodPost, url+"/emails", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer oe_test_x")
+			req.Header.Set("Idempotency-Key", "race")
+			var answer map[string]any
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				json.NewDecoder(resp.Body).Decode(&answer)
+				resp.Body.Close()
+			}
+			out <- answer
+		}()
+		return out
+	}
+
+	first := send()
+	<-claimed
+	second := send()
+	<-waiting
+	if n := len(s.Deliveries()); n != 0 {
+		t.Fatalf("%d deliveries while the first send holds its claim", n)
+	}
+	close(release)
+	a, b := <-first, <-second
+	if a["replayed"] != false || b["replayed"] != true || a["id"] == nil || a["id"] != b["id"] {
+		t.Fatalf("first %v, second %v", a, b)
+	}
+	if n := len(s.Deliveries()); n != 1 {
+		t.Fatalf("deliveries = %d, want 1", n)
+	}
+}

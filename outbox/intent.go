@@ -122,6 +122,15 @@ func (in *Intent) Validate() error {
 		}
 		return invalid("payload", reason)
 	}
+	if raw, ok := body["scheduledAt"]; ok && !bytes.Equal(raw, []byte("null")) {
+		var at string
+		if json.Unmarshal(raw, &at) != nil {
+			return invalid("payload.scheduledAt", "must be an RFC 3339 time string")
+		}
+		if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
+			return invalid("payload.scheduledAt", fmt.Sprintf("%q is not an RFC 3339 time", at))
+		}
+	}
 	switch kind {
 	case KindEmail:
 		return checkEmail(body, "payload.", true)

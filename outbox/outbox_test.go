@@ -228,6 +228,7 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 		{"empty batch", outbox.Intent{Key: "k", Kind: outbox.KindBatch, Payload: json.RawMessage(`{"emails":[]}`)}, "payload.emails"},
 		{"bad batch item", outbox.Intent{Key: "k", Kind: outbox.KindBatch, Payload: json.RawMessage(`{"emails":[` + invoiceBody + `,{"from":"a@x.io"}]}`)}, "payload.emails[1].to"},
 		{"broadcast without audience", outbox.Intent{Key: "k", Kind: outbox.KindBroadcast, Payload: json.RawMessage(`{"from":"a@x.io"}`)}, "payload.audienceId"},
+		{"unparseable scheduledAt", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io","text":"x","scheduledAt":"tomorrow"}`)}, "payload.scheduledAt"},
 		{"oversized", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io","text":"` + strings.Repeat("x", outbox.MaxPayloadBytes) + `"}`)}, "payload"},
 	}
 	ctx := context.Background()

@@ -1,0 +1,48 @@
+// Package outbox writes and reads sendonce's send intents: emails, batches,
+// template sends and broadcasts waiting to be sent through the OpenEmail API.
+//
+// An application enqueues an intent in the same transaction as the business
+// data that causes it, so the invoice row and its email commit or roll back
+// together. Enqueue inserts the intent's row into sendonce_outbox and its
+// River job (InsertTx) in that transaction; River workers (package worker)
+// send it after commit, exactly once as far as the recipient can tell:
+//
+//	tx, err := pool.Begin(ctx)
+//	if err != nil { ... }
+//	defer tx.Rollback(ctx)
+//	if _, err := tx.Exec(ctx, `INSERT INTO invoices (id, customer) VALUES ($1, $2)`, "inv_4192", "ada@example.com"); err != nil { ... }
+//	_, err = ob.Enqueue(ctx, tx, outbox.Intent{
+//		Key:     "invoice:inv_4192", // from the cause of the send, never a clock
+//		Payload: json.RawMessage(`{"from":"billing@example.com","to":["ada@example.com"],"subject":"Your invoice","text":"…"}`),
+//	})
+//	if err != nil { ... }
+//	return tx.Commit(ctx)
+//
+// # Idempotency keys
+//
+// The key is what the OpenEmail API deduplicates on: it claims the key
+// before it delivers, so a send retried after a crash is replayed, never
+// repeated. Keys follow the API's rule (1 to 255 characters of letters,
+// digits, "_", ".", ":" and "-"). An intent enqueued without a key gets one
+// generated and stored, so every attempt reuses it. Enqueueing a key that is
+// already there with the same kind, template and payload returns the
+// existing intent (Existing) and inserts no second job; with a different
+// payload it fails with a *KeyReuseError, the mirror of the API's 422
+// idempotency_key_reuse, before any network call. Invalid intents fail with
+// an *InvalidError naming the field, and nothing is written: the caller's
+// transaction stays usable.
+//
+// # Producers in other languages
+//
+// A plain INSERT INTO sendonce_outbox (idempotency_key, kind, payload, ...)
+// works too: a trigger validates the row with the same rules (and refuses a
+// bad one with a message naming the problem) and notifies the workers, whose
+// sweeper gives the row a River job within about a second (see Sweep).
+//
+// # States
+//
+// pending → sending → sent, or failed (see LastError), or canceled (Cancel,
+// only before any attempt). Retry puts a failed intent back to pending with
+// the same key. The worker moves intents with Claim, MarkSent, MarkFailed
+// and MarkPending; Get, List and ReadStats read them.
+package outbox

@@ -1,0 +1,56 @@
+// Package worker drains the sendonce outbox: a River worker that sends one
+// intent through the OpenEmail client with the intent's stored idempotency
+// key, and records what became of it on the intent's row.
+//
+// # One intent, one outcome
+//
+// SendWorker.Work claims the intent (pending or sending → sending, one more
+// attempt, the first attempt's time stamped), makes the API call, and maps
+// the outcome:
+//
+//   - success, fresh or replayed → sent, with the message id and whether
+//     the API replayed an earlier delivery;
+//   - a permanent API error (400, 401, 403, 404, 409, 422, …) or a payload
+//     that cannot become a request → failed with the API's status, code and
+//     message, and the job is cancelled (river.JobCancel): no retry;
+//   - a rate limit, or a Retry-After the client would not wait (over a
+//     minute) → the job is snoozed for exactly the asked time
+//     (river.JobSnooze), at most MaxSnoozes times;
+//   - a network error or a 5xx after the client's own retries → back to
+//     pending, and River retries the job with backoff; after MaxAttempts
+//     attempts → failed.
+//
+// # The replay window
+//
+// The API honours an idempotency key only for a limited time (24 h at the
+// email APIs we know). A send attempted again after that could be delivered
+// a second time. So no retry or snooze may reach past ReplayWindow (default
+// 23 h) measured from the intent's first attempt: an intent that would is
+// parked as failed, with a reason that says so, for an operator to look at.
+//
+// # Crashes
+//
+// A worker killed at any instant loses nothing: its job stays running in
+// River until the rescuer hands it to another worker, which claims the
+// intent again (still in sending) and sends it with the same key. If the
+// first attempt had reached the API, the API replays it: the intent is
+// recorded as sent with Replayed true, and the recipient gets one email.
+//
+// A success is written to the row before River completes the job with its
+// batching completer. If the process dies between the two, the job runs
+// again, finds the intent sent and completes without calling the API: as
+// safe as completing the job in the row's transaction (river.JobCompleteTx),
+// without a transaction per job on the hot path.
+//
+// # Running it
+//
+// Worker bundles a River client working the send queue with a sweeper that
+// gives jobs to rows inserted by plain SQL (the table's trigger notifies it;
+// it also sweeps every second):
+//
+//	c, _ := client.New() // OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL
+//	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 100})
+//	if err != nil { ... }
+//	if err := w.Start(ctx); err != nil { ... }
+//	defer w.Stop(shutdownCtx) // in-flight sends finish, or are cancelled when shutdownCtx ends
+package worker

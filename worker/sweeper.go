@@ -1,0 +1,76 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// sweeper gives River jobs to rows inserted by plain SQL. It listens on the
+// table trigger's channel, so such a row is picked up at once, and also
+// sweeps every interval, so a missed notification (a dropped connection, a
+// restarted database) only delays a send.
+type sweeper struct {
+	pool     *pgxpool.Pool
+	outbox   *outbox.Outbox
+	interval time.Duration
+	logger   *slog.Logger
+}
+
+func (s *sweeper) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := s.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.logger.Warn("sweeper: lost its connection, reconnecting", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.interval):
+		}
+	}
+}
+
+// listen holds one connection with LISTEN on it and sweeps on every
+// notification or interval, until the connection fails or ctx ends.
+func (s *sweeper) listen(ctx context.Context) error {
+	s.sweep(ctx)
+	pooled, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection that has been LISTENing is not handed back to the pool.
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel); err != nil {
+		return err
+	}
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, s.interval)
+		_, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		s.sweep(ctx)
+	}
+}
+
+func (s *sweeper) sweep(ctx context.Context) {
+	n, err := s.outbox.Sweep(ctx)
+	if err != nil && ctx.Err() == nil {
+		s.logger.Warn("sweeper: sweep failed", "error", err)
+		return
+	}
+	if n > 0 {
+		s.logger.Info("sweeper: scheduled intents inserted by SQL", "count", n)
+	}
+}

@@ -1,0 +1,168 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// Defaults for Config.
+const (
+	DefaultConcurrency   = 100
+	DefaultJobTimeout    = 5 * time.Minute
+	DefaultFetchCooldown = 20 * time.Millisecond
+	DefaultSweepInterval = time.Second
+)
+
+// Config configures a Worker.
+type Config struct {
+	// Client sends the intents. Required.
+	Client *client.Client
+	// Queue is the River queue worked (default outbox.DefaultQueue).
+	Queue string
+	// Concurrency is how many sends run at once in this process (default
+	// 100). Sends wait on the network, so this can be far above the cores.
+	Concurrency int
+	// JobTimeout bounds one attempt, the client's own retries included
+	// (default 5 min: three 30 s attempts and up to two 60 s Retry-After
+	// waits fit in it).
+	JobTimeout time.Duration
+	// RescueAfter is how long a job may stay running before River's
+	// rescuer takes it for dead (its worker crashed) and runs it again;
+	// it must exceed JobTimeout (default JobTimeout + 1 min). After a
+	// crash, this is how soon the interrupted sends are replayed.
+	RescueAfter time.Duration
+	// FetchCooldown is the least time between two fetches of jobs (default
+	// 20 ms; River's own default of 100 ms caps throughput near
+	// Concurrency×10 per second).
+	FetchCooldown time.Duration
+	// FetchPollInterval is how often to look for jobs when no notification
+	// arrives (River's default, 1 s, when zero).
+	FetchPollInterval time.Duration
+	// SweepInterval is how often rows inserted by plain SQL are looked for
+	// besides the trigger's notifications (default 1 s).
+	SweepInterval time.Duration
+	// Send tunes the outcome mapping.
+	Send SendConfig
+	// Logger receives the worker's and River's logs.
+	Logger *slog.Logger
+}
+
+// Worker drains the outbox: a River client working the send queue, and a
+// sweeper for rows inserted without a job.
+type Worker struct {
+	River  *river.Client[pgx.Tx]
+	Outbox *outbox.Outbox
+
+	sweeper *sweeper
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
+}
+
+// New builds a Worker over the application's database. Start it with Start.
+func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("worker: Config.Client is required")
+	}
+	queue := cfg.Queue
+	if queue == "" {
+		queue = outbox.DefaultQueue
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	jobTimeout := cfg.JobTimeout
+	if jobTimeout <= 0 {
+		jobTimeout = DefaultJobTimeout
+	}
+	rescueAfter := cfg.RescueAfter
+	if rescueAfter <= 0 {
+		rescueAfter = jobTimeout + time.Minute
+	}
+	if rescueAfter <= jobTimeout {
+		return nil, fmt.Errorf("worker: rescue-after (%s) must exceed job-timeout (%s)", rescueAfter, jobTimeout)
+	}
+	concurrency := cfg.Concurrency
+	if concurrency <= 0 {
+		concurrency = DefaultConcurrency
+	}
+	cooldown := cfg.FetchCooldown
+	if cooldown <= 0 {
+		cooldown = DefaultFetchCooldown
+	}
+	sweepInterval := cfg.SweepInterval
+	if sweepInterval <= 0 {
+		sweepInterval = DefaultSweepInterval
+	}
+
+	sendCfg := cfg.Send
+	if sendCfg.Logger == nil {
+		sendCfg.Logger = logger
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, NewSendWorker(pool, cfg.Client, &sendCfg)); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:               map[string]river.QueueConfig{queue: {MaxWorkers: concurrency}},
+		Workers:              workers,
+		JobTimeout:           jobTimeout,
+		RescueStuckJobsAfter: rescueAfter,
+		FetchCooldown:        cooldown,
+		FetchPollInterval:    cfg.FetchPollInterval,
+		Logger:               logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: river client: %w", err)
+	}
+	ob, err := outbox.New(pool, &outbox.Config{Queue: queue})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return &Worker{
+		River:   rc,
+		Outbox:  ob,
+		sweeper: &sweeper{pool: pool, outbox: ob, interval: sweepInterval, logger: logger},
+	}, nil
+}
+
+// Start starts fetching and sending, and the sweeper.
+func (w *Worker) Start(ctx context.Context) error {
+	if err := w.River.Start(ctx); err != nil {
+		return fmt.Errorf("worker: start river: %w", err)
+	}
+	sweepCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = cancel
+	w.done.Go(func() { w.sweeper.run(sweepCtx) })
+	return nil
+}
+
+// Stop stops fetching new jobs and waits for the sends in flight to
+// finish; when ctx ends first, the sends still running are cancelled (their
+// jobs go back to River without losing anything: a cancelled send is
+// retried with the same key). It returns once everything has stopped.
+func (w *Worker) Stop(ctx context.Context) error {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	err := w.River.Stop(ctx)
+	if err != nil && ctx.Err() != nil {
+		hardCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = w.River.StopAndCancel(hardCtx)
+	}
+	w.done.Wait()
+	return err
+}

@@ -1,0 +1,110 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/worker"
+)
+
+// TestWorkerEndToEnd drains a real outbox with a real River client:
+// committed intents are delivered once, rolled-back ones never, scheduled
+// ones not before their time, and rows inserted by plain SQL are picked up.
+func TestWorkerEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := pgtest.NewDB(t)
+	fake := fakeapi.NewTest(t, fakeapi.Config{})
+	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			w.Stop(context.Background())
+		}
+	}()
+
+	body := func(to string) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"from":"billing@example.com","to":[%q],"subject":"Invoice","text":"x"}`, to))
+	}
+	for i := range 20 {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Outbox.Enqueue(ctx, tx, outbox.Intent{Key: fmt.Sprintf("invoice:%d", i), Payload: body(fmt.Sprintf("c%d@example.com", i))}); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 0 {
+			err = tx.Rollback(ctx) // four invoices fail: their emails must never go out
+		} else {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendAt := time.Now().Add(1500 * time.Millisecond)
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := w.Outbox.Enqueue(ctx, tx, outbox.Intent{Key: "reminder:1", Payload: body("later@example.com"), SendAt: sendAt})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('php:order:1', 'email', $1)`,
+		string(body("sql@example.com"))); err != nil {
+		t.Fatal(err)
+	}
+
+	// 16 committed invoices, the scheduled reminder and the SQL row.
+	if err := fake.WaitDeliveries(ctx, 18); err != nil {
+		t.Fatalf("waiting for 18 deliveries: %v (have %d)", err, len(fake.Deliveries()))
+	}
+	stopped = true
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	perKey := map[string]int{}
+	for _, d := range fake.Deliveries() {
+		perKey[d.IdempotencyKey]++
+		if d.IdempotencyKey == "reminder:1" && d.DeliveredAt.Before(sendAt) {
+			t.Errorf("scheduled intent delivered at %s, before its time %s", d.DeliveredAt, sendAt)
+		}
+	}
+	for i := range 20 {
+		key := fmt.Sprintf("invoice:%d", i)
+		want := 1
+		if i%5 == 0 {
+			want = 0
+		}
+		if perKey[key] != want {
+			t.Errorf("%s delivered %d times, want %d", key, perKey[key], want)
+		}
+	}
+	if perKey["php:order:1"] != 1 || len(fake.Deliveries()) != 18 {
+		t.Errorf("deliveries %v", perKey)
+	}
+	st, err := outbox.ReadStats(ctx, pool)
+	if err != nil || st.Counts[outbox.StateSent] != 18 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgtest"
+)
+
+// buildBinary builds the command once per test binary.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sendonce")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestBinary checks what only a real process shows: exit statuses, and
+// SIGTERM stopping `work` cleanly.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	t.Parallel()
+	bin := buildBinary(t)
+	dbURL := pgtest.NewDBURL(t)
+	fake := fakeapi.NewTest(t, fakeapi.Config{})
+	environ := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"DATABASE_URL=" + dbURL,
+		"OPENEMAIL_API_KEY=" + testAPIKey,
+		"OPENEMAIL_BASE_URL=" + fake.URL(),
+	}
+
+	// Bad input: exit 1, one line, nothing on stdout.
+	cmd := exec.Command(bin, "enqueue", "--key", "bin:1")
+	cmd.Env = environ
+	cmd.Stdin = strings.NewReader(`{"from": nope}`)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	wantError(t, result{exitStatus(err), stdout.String(), stderr.String()}, 1, "malformed JSON")
+
+	// A usage error: exit 2.
+	cmd = exec.Command(bin, "list", "--state", "lost")
+	cmd.Env = environ
+	stdout.Reset()
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	wantError(t, result{exitStatus(err), stdout.String(), stderr.String()}, 2, "--state")
+
+	// work: send one, then SIGTERM → exit 0.
+	cmd = exec.Command(bin, "enqueue", "--key", "bin:2")
+	cmd.Env = environ
+	cmd.Stdin = strings.NewReader(emailBody("bin@example.com"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("enqueue: %v\n%s", err, out)
+	}
+	cmd = exec.Command(bin, "work", "--http-addr", "127.0.0.1:0", "--fetch-poll-interval", "50ms", "--log-format", "json")
+	cmd.Env = environ
+	stdoutPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdoutPipe)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "sendonce work: queue=sendonce ") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("no startup line: %q\n%s", lines.Text(), stderr.String())
+	}
+	ctx := t.Context()
+	if err := fake.WaitDeliveries(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		for lines.Scan() {
+		}
+		waited <- cmd.Wait()
+	}()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("work after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("work did not stop on SIGTERM\n%s", stderr.String())
+	}
+	logs := stderr.String()
+	if !strings.Contains(logs, `"msg":"stopped"`) {
+		t.Errorf("no JSON \"stopped\" log line:\n%s", logs)
+	}
+	if strings.Contains(logs, "LEAKCHECK") || strings.Contains(logs, "BODYMARKER") {
+		t.Errorf("the API key or a body leaked into the logs:\n%s", logs)
+	}
+}
+
+func exitStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}

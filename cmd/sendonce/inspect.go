@@ -1,0 +1,251 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// statusOutput is status's --json answer.
+type statusOutput struct {
+	Counts               map[outbox.State]int64 `json:"counts"`
+	OldestPendingSeconds float64                `json:"oldestPendingSeconds"`
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Count intents by state and age the oldest pending one",
+		Long: `status counts the outbox's intents in each state (pending, sending, sent, failed,
+canceled) and gives the age of the oldest intent that is due and not yet sent.
+A growing age means the worker is not keeping up, or not running.`,
+		Example: `  sendonce status
+  sendonce status --json | jq .counts.failed`,
+		Args: noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			pool, err := a.connect(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			st, err := outbox.ReadStats(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(a.stdout, statusOutput{Counts: st.Counts,
+					OldestPendingSeconds: math.Round(st.OldestPending.Seconds()*1000) / 1000})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			for _, s := range outbox.States {
+				fmt.Fprintf(tw, "%s\t%d\n", s, st.Counts[s])
+			}
+			oldest := "none"
+			if st.OldestPending > 0 {
+				oldest = st.OldestPending.Round(time.Second).String()
+			}
+			fmt.Fprintf(tw, "oldest pending\t%s\n", oldest)
+			return tw.Flush()
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func (a *app) showCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show KEY",
+		Short: "Show one intent by its idempotency key",
+		Long: `show prints one intent: its state, attempts, the API's message id once sent,
+the last error, and its times. The payload (the message) is printed with
+--json only.`,
+		Example: `  sendonce show invoice:inv_4192
+  sendonce show invoice:inv_4192 --json`,
+		Args: keyArg,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			pool, err := a.connect(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			rec, err := outbox.Get(cmd.Context(), pool, args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(a.stdout, rec)
+			}
+			printRecord(a.stdout, rec)
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the intent as JSON, payload included")
+	return cmd
+}
+
+func (a *app) listCommand() *cobra.Command {
+	var (
+		asJSON bool
+		state  string
+		limit  int
+		after  int64
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--state S] [--limit N] [--after ID]",
+		Short: "List intents in id order, optionally of one state",
+		Long: `list prints intents in id order, a page at a time: --limit caps the page, and
+--after ID continues after the last id of the previous page (printed as a hint
+when the page is full).`,
+		Example: `  sendonce list --state failed
+  sendonce list --limit 500 --after 1200 --json`,
+		Args: noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			st := outbox.State(strings.ToLower(state))
+			if st != "" && !st.Valid() {
+				return usagef("unknown --state %q: want pending, sending, sent, failed or canceled", state)
+			}
+			if limit < 1 || limit > 10_000 {
+				return usagef("--limit %d: want 1 to 10000", limit)
+			}
+			if after < 0 {
+				return usagef("--after %d: want an id, 0 or more", after)
+			}
+			pool, err := a.connect(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			recs, err := outbox.List(cmd.Context(), pool, outbox.ListParams{State: st, AfterID: after, Limit: limit})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if recs == nil {
+					recs = []*outbox.Record{}
+				}
+				return printJSON(a.stdout, recs)
+			}
+			if len(recs) == 0 {
+				fmt.Fprintln(a.stdout, "no intents")
+				return nil
+			}
+			printTable(a.stdout, recs)
+			if len(recs) == limit {
+				fmt.Fprintf(a.stdout, "more may follow: --after %d\n", recs[len(recs)-1].ID)
+			}
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the intents as a JSON array, payloads included")
+	f.StringVar(&state, "state", "", "only intents in this state: pending, sending, sent, failed or canceled")
+	f.IntVar(&limit, "limit", 100, "at most this many intents (1 to 10000)")
+	f.Int64Var(&after, "after", 0, "only intents with an id above this one (to page)")
+	return cmd
+}
+
+func (a *app) cancelCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "cancel KEY",
+		Short: "Cancel an intent whose send has not started",
+		Long: `cancel cancels a pending intent on which no send attempt has been made, so
+nothing can have reached the API, and cancels its River job with it. Any other
+intent (being sent, sent, failed, or pending after an attempt that may have
+reached the API) is refused and left as it was.`,
+		Example: `  sendonce cancel welcome:user_17`,
+		Args:    keyArg,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			pool, err := a.connect(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			ob, err := outbox.New(pool, nil)
+			if err != nil {
+				return err
+			}
+			rec, err := ob.Cancel(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(a.stdout, rec)
+			}
+			fmt.Fprintf(a.stdout, "canceled %s\n", summary(rec))
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the canceled intent as JSON")
+	return cmd
+}
+
+// retryOutput is retry's --json answer.
+type retryOutput struct {
+	Intent *outbox.Record `json:"intent"`
+	// MayDeliverTwice is true when the intent had been parked because its
+	// replay window ran out: an earlier attempt may have reached the API.
+	MayDeliverTwice bool `json:"mayDeliverTwice"`
+}
+
+func (a *app) retryCommand() *cobra.Command {
+	var (
+		asJSON bool
+		queue  string
+	)
+	cmd := &cobra.Command{
+		Use:   "retry KEY",
+		Short: "Send a failed intent again, with the same key",
+		Long: `retry puts a failed intent back to pending with the same idempotency key and a
+new River job, and restarts its attempt count and replay window.
+
+A send that failed with a permanent API error (a bad address, an archived
+template) never reached the API: fix the cause, then retry. An intent parked
+because its replay window ran out is different: an earlier attempt may have
+reached the API, and if the API no longer remembers the key, a retry can
+deliver it a second time. retry prints a warning on stderr for those.`,
+		Example: `  sendonce retry invoice:inv_4192`,
+		Args:    keyArg,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if queue == "" {
+				return usagef("--queue must not be empty")
+			}
+			pool, err := a.connect(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			ob, err := outbox.New(pool, &outbox.Config{Queue: queue})
+			if err != nil {
+				return err
+			}
+			rec, err := ob.Retry(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			twice := strings.Contains(strings.ToLower(rec.LastError), "replay window")
+			if twice {
+				fmt.Fprintf(a.stderr, "sendonce: warning: %s had been parked because its replay window ran out: "+
+					"an earlier attempt may have reached the API, and if the API no longer remembers the key, "+
+					"this retry may deliver it a second time\n", rec.Key)
+			}
+			if asJSON {
+				return printJSON(a.stdout, retryOutput{Intent: rec, MayDeliverTwice: twice})
+			}
+			fmt.Fprintf(a.stdout, "retried %s\n", summary(rec))
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the intent as JSON")
+	cmd.Flags().StringVar(&queue, "queue", outbox.DefaultQueue, "River queue of the new send job; the worker must work the same queue")
+	bindEnv(cmd.Flags(), "queue", "SENDONCE_QUEUE")
+	return cmd
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+func TestShowListStatusCancelRetry(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDBURL(t)
+	env := dbEnv(dbURL)
+	pool := poolFor(t, dbURL)
+	for _, key := range []string{"a:1", "a:2", "a:3"} {
+		wantOK(t, sendonce(t, env, emailBody(key+"@example.com"), "enqueue", "--key", key))
+	}
+
+	// show
+	r := sendonce(t, env, "", "show", "a:1")
+	wantOK(t, r)
+	for _, want := range []string{"key:", "a:1", "state:", "pending", "payload:"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show: no %q in %q", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "BODYMARKER") {
+		t.Errorf("show without --json printed the message body: %q", r.stdout)
+	}
+	r = sendonce(t, env, "", "show", "a:1", "--json")
+	wantOK(t, r)
+	var rec outbox.Record
+	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || rec.Key != "a:1" || rec.State != outbox.StatePending {
+		t.Errorf("show --json: %v %s", err, r.stdout)
+	}
+	wantError(t, sendonce(t, env, "", "show", "nope:1"), 1, `no intent with key "nope:1"`)
+	wantError(t, sendonce(t, env, "", "show"), 2, "show needs one argument")
+
+	// cancel
+	r = sendonce(t, env, "", "cancel", "a:2", "--json")
+	wantOK(t, r)
+	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || rec.State != outbox.StateCanceled {
+		t.Errorf("cancel --json: %v %s", err, r.stdout)
+	}
+	wantError(t, sendonce(t, env, "", "cancel", "a:2"), 1, "cannot cancel", "already canceled")
+	wantError(t, sendonce(t, env, "", "cancel", "nope:1"), 1, "no intent with key")
+
+	// status
+	r = sendonce(t, env, "", "status", "--json")
+	wantOK(t, r)
+	var st statusOutput
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status --json: %v %s", err, r.stdout)
+	}
+	if st.Counts[outbox.StatePending] != 2 || st.Counts[outbox.StateCanceled] != 1 || st.Counts[outbox.StateSent] != 0 ||
+		st.OldestPendingSeconds <= 0 {
+		t.Errorf("status --json: %+v", st)
+	}
+	r = sendonce(t, env, "", "status")
+	wantOK(t, r)
+	for _, want := range []string{"pending", "canceled", "oldest pending"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status: no %q in %q", want, r.stdout)
+		}
+	}
+
+	// list
+	r = sendonce(t, env, "", "list", "--state", "pending", "--json")
+	wantOK(t, r)
+	var recs []outbox.Record
+	if err := json.Unmarshal([]byte(r.stdout), &recs); err != nil || len(recs) != 2 || recs[0].Key != "a:1" || recs[1].Key != "a:3" {
+		t.Errorf("list --state pending --json: %v %s", err, r.stdout)
+	}
+	r = sendonce(t, env, "", "list", "--limit", "1", "--after", "0")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "a:1") || strings.Contains(r.stdout, "a:3") || !strings.Contains(r.stdout, "--after") {
+		t.Errorf("list --limit 1: %q", r.stdout)
+	}
+	r = sendonce(t, env, "", "list", "--state", "failed", "--json")
+	wantOK(t, r)
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("empty list --json: %q", r.stdout)
+	}
+	wantError(t, sendonce(t, env, "", "list", "--state", "lost"), 2, `unknown --state "lost"`)
+	wantError(t, sendonce(t, env, "", "list", "--limit", "0"), 2, "--limit")
+
+	// retry: only failed intents; a warning when the replay window ran out.
+	wantError(t, sendonce(t, env, "", "retry", "a:1"), 1, "cannot retry", "pending")
+	ctx := context.Background()
+	if err := outbox.MarkFailed(ctx, pool, "a:1", "422 validation_error: bad address (param to)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.MarkFailed(ctx, pool, "a:3", "replay window exceeded: first attempt at 2030-01-01T00:00:00Z, window 23h0m0s; parked rather than risk a second delivery"); err != nil {
+		t.Fatal(err)
+	}
+	r = sendonce(t, env, "", "retry", "a:1")
+	wantOK(t, r)
+	if !strings.HasPrefix(r.stdout, "retried a:1 ") || r.stderr != "" {
+		t.Errorf("retry a:1: %s", r)
+	}
+	r = sendonce(t, env, "", "retry", "a:3", "--json")
+	wantOK(t, r)
+	var ro retryOutput
+	if err := json.Unmarshal([]byte(r.stdout), &ro); err != nil || !ro.MayDeliverTwice || ro.Intent.State != outbox.StatePending {
+		t.Errorf("retry --json: %v %s", err, r.stdout)
+	}
+	if !strings.HasPrefix(r.stderr, "sendonce: warning: a:3 ") || !strings.Contains(r.stderr, "second time") {
+		t.Errorf("retry after the replay window: no warning on stderr: %q", r.stderr)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'pending'`); n != 2 {
+		t.Errorf("%d pending after the retries, want 2", n)
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	dbURL := emptyDatabase(t)
+	env := dbEnv(dbURL)
+	env[`OPENEMAIL_API_KEY`] = testAPIKey
+
+	// Before migrating, the other commands say what to do.
+	wantError(t, sendonce(t, env, "", "status"), 1, "sendonce migrate")
+	wantError(t, sendonce(t, env, "", "work", "--http-addr", ""), 1, "needs migrating", "sendonce migrate")
+
+	r := sendonce(t, env, "", "migrate")
+	wantOK(t, r)
+	if !strings.HasPrefix(r.stdout, "applied ") || !strings.Contains(r.stdout, "River migrations") || !strings.Contains(r.stdout, "sendonce migrations") {
+		t.Errorf("first migrate: %q", r.stdout)
+	}
+	r = sendonce(t, env, "", "migrate")
+	wantOK(t, r)
+	if r.stdout != "already up to date\n" {
+		t.Errorf("second migrate: %q", r.stdout)
+	}
+	wantOK(t, sendonce(t, env, "", "status"))
+}

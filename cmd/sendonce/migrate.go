@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sendonce/sendonce/migrations"
+)
+
+func (a *app) migrateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply River's and sendonce's pending migrations to the database",
+		Long: `migrate applies River's migrations and then sendonce's to the database, each only
+if not already applied, under an advisory lock, so several processes starting
+at once migrate one at a time. Running it again is a no-op that prints
+"already up to date". "sendonce work" refuses to start until it has run.`,
+		Example: `  sendonce migrate --database-url postgres://app@localhost/app`,
+		Args:    noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			pool, err := a.connect(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			res, err := migrations.Up(cmd.Context(), pool)
+			if err != nil {
+				return fmt.Errorf("migrate: %w", err)
+			}
+			if !res.Applied() {
+				fmt.Fprintln(a.stdout, "already up to date")
+				return nil
+			}
+			var parts []string
+			if len(res.River) > 0 {
+				parts = append(parts, "River migrations "+joinInts(res.River))
+			}
+			if len(res.Sendonce) > 0 {
+				parts = append(parts, "sendonce migrations "+joinInts(res.Sendonce))
+			}
+			fmt.Fprintf(a.stdout, "applied %s\n", strings.Join(parts, ", "))
+			return nil
+		}),
+	}
+}
+
+func joinInts[T int | int64](vs []T) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, " ")
+}

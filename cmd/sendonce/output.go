@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// summary is an intent on one line: key, id, kind and state, and what
+// happened to it.
+func summary(r *outbox.Record) string {
+	s := fmt.Sprintf("%s (id %d, kind %s, state %s", r.Key, r.ID, r.Kind, r.State)
+	if r.SendAt != nil && r.State == outbox.StatePending {
+		s += ", send at " + stamp(*r.SendAt)
+	}
+	if r.MessageID != "" {
+		s += ", message " + r.MessageID
+	}
+	if r.Replayed {
+		s += ", replayed"
+	}
+	return s + ")"
+}
+
+// printRecord writes an intent field by field. The payload (the message
+// itself) is left to --json.
+func printRecord(w io.Writer, r *outbox.Record) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	row("key", r.Key)
+	row("id", fmt.Sprint(r.ID))
+	row("kind", string(r.Kind))
+	row("template", r.TemplateID)
+	row("state", string(r.State))
+	row("attempts", fmt.Sprint(r.Attempts))
+	row("message id", r.MessageID)
+	if r.State == outbox.StateSent {
+		row("replayed", fmt.Sprint(r.Replayed))
+	}
+	row("last error", r.LastError)
+	if r.SendAt != nil {
+		row("send at", stamp(*r.SendAt))
+	}
+	if r.JobID != nil {
+		row("river job", fmt.Sprint(*r.JobID))
+	}
+	row("created", stamp(r.CreatedAt))
+	if r.FirstAttemptAt != nil {
+		row("first attempt", stamp(*r.FirstAttemptAt))
+	}
+	row("updated", stamp(r.UpdatedAt))
+	if r.SentAt != nil {
+		row("sent", stamp(*r.SentAt))
+	}
+	row("payload", fmt.Sprintf("%d bytes (see --json)", len(r.Payload)))
+	tw.Flush()
+}
+
+// printTable writes intents one per line.
+func printTable(w io.Writer, recs []*outbox.Record) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKEY\tKIND\tSTATE\tATTEMPTS\tUPDATED\tLAST ERROR")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Key, r.Kind, r.State, r.Attempts,
+			stamp(r.UpdatedAt), clip(r.LastError, 60))
+	}
+	tw.Flush()
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"riverqueue.com/riverui"
+
+	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/httpserver"
+	"github.com/sendonce/sendonce/internal/metrics"
+	"github.com/sendonce/sendonce/migrations"
+	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/worker"
+)
+
+const workLong = `work runs the worker: it sends every committed intent through the OpenEmail API
+with the intent's idempotency key, retrying failures with the same key (so a
+retry replays rather than repeats) until the intent is sent or parked as
+failed. Any number of workers may run against one database.
+
+The API key is read from OPENEMAIL_API_KEY only (oe_live_… or oe_test_…);
+there is no flag, because flags show in ps. It is never printed or logged.
+work refuses to start when the key is missing or malformed, or when the
+database needs migrating (run "sendonce migrate").
+
+On SIGINT or SIGTERM, work stops fetching, lets the sends in flight finish for
+up to --shutdown-grace (cutting off the rest, whose jobs go back to the queue
+and are retried with the same key), and exits 0. A second signal kills it.
+
+An HTTP listener on --http-addr (loopback by default; empty disables it)
+serves:
+  /healthz   200 "ok" while the process runs
+  /readyz    200 when the database answers, 503 and the reason otherwise
+  /metrics   Prometheus metrics (sendonce_*, Go and process collectors)
+  /riverui/  the River UI: jobs, queues, retries
+The River UI can cancel and retry jobs. When --ui-token is set, it needs the
+token, as "Authorization: Bearer TOKEN" or as the password of HTTP basic
+authentication (any user name; a browser prompts for it). On an address that
+is not loopback, work refuses to start without a token.
+
+Every flag can also be set by its environment variable (shown with the flag);
+a flag given on the command line wins.`
+
+const workExamples = `  OPENEMAIL_API_KEY=oe_live_… DATABASE_URL=postgres://app@db/app sendonce work
+  sendonce work --concurrency 300 --fetch-cooldown 5ms --log-format json
+  SENDONCE_UI_TOKEN=$(cat /run/secrets/ui-token) sendonce work --http-addr 0.0.0.0:9464
+  OPENEMAIL_BASE_URL=http://127.0.0.1:8025 OPENEMAIL_API_KEY=oe_test_x sendonce work   # against openemail-fake`
+
+type workOptions struct {
+	concurrency       int
+	queue             string
+	jobTimeout        time.Duration
+	rescueAfter       time.Duration
+	apiTimeout        time.Duration
+	apiBaseURL        string
+	maxRetries        int
+	maxAttempts       int
+	replayWindow      time.Duration
+	maxSnoozes        int
+	rateLimitWait     time.Duration
+	fetchCooldown     time.Duration
+	fetchPollInterval time.Duration
+	sweepInterval     time.Duration
+	shutdownGrace     time.Duration
+	httpAddr          string
+	uiToken           string
+}
+
+func (a *app) workCommand() *cobra.Command {
+	o := &workOptions{}
+	cmd := &cobra.Command{
+		Use:     "work",
+		Short:   "Run the worker: send every committed intent exactly once",
+		Long:    workLong,
+		Example: workExamples,
+		Args:    noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			return a.work(cmd.Context(), o)
+		}),
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.concurrency, "concurrency", worker.DefaultConcurrency, "sends in flight at once in this process")
+	f.StringVar(&o.queue, "queue", outbox.DefaultQueue, "River queue to work")
+	f.DurationVar(&o.jobTimeout, "job-timeout", worker.DefaultJobTimeout, "bound on one attempt, the client's own retries included")
+	f.DurationVar(&o.rescueAfter, "rescue-after", 0,
+		"how long a job may stay running before it is taken for dead and run again (default job-timeout + 1m)")
+	f.DurationVar(&o.apiTimeout, "api-timeout", client.DefaultTimeout, "bound on each HTTP attempt to the API (0: none)")
+	f.StringVar(&o.apiBaseURL, "api-base-url", "", "OpenEmail API base URL (default "+client.DefaultBaseURL+")")
+	f.IntVar(&o.maxRetries, "max-retries", client.DefaultMaxRetries, "extra HTTP attempts the client makes within one attempt")
+	f.IntVar(&o.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "attempts before an intent is parked as failed (snoozes do not count)")
+	f.DurationVar(&o.replayWindow, "replay-window", worker.DefaultReplayWindow,
+		"from the first attempt, how long retries may go on; keep it under the API's idempotency window (24h)")
+	f.IntVar(&o.maxSnoozes, "max-snoozes", worker.DefaultMaxSnoozes, "rate-limit snoozes before an intent is parked as failed")
+	f.DurationVar(&o.rateLimitWait, "rate-limit-wait", worker.DefaultRateLimitWait, "snooze after a 429 that named no wait")
+	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")
+	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", time.Second, "how often to look for jobs when no notification arrives")
+	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often to look for rows inserted by plain SQL")
+	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGINT/SIGTERM, how long sends in flight may take to finish")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics and /riverui; empty disables")
+	f.StringVar(&o.uiToken, "ui-token", "",
+		"token the River UI requires (required when --http-addr is not loopback); prefer the environment variable: flags show in ps")
+	for flag, env := range map[string]string{
+		"concurrency":         "SENDONCE_CONCURRENCY",
+		"queue":               "SENDONCE_QUEUE",
+		"job-timeout":         "SENDONCE_JOB_TIMEOUT",
+		"rescue-after":        "SENDONCE_RESCUE_AFTER",
+		"api-timeout":         "SENDONCE_API_TIMEOUT",
+		"api-base-url":        client.EnvBaseURL,
+		"max-retries":         "SENDONCE_MAX_RETRIES",
+		"max-attempts":        "SENDONCE_MAX_ATTEMPTS",
+		"replay-window":       "SENDONCE_REPLAY_WINDOW",
+		"max-snoozes":         "SENDONCE_MAX_SNOOZES",
+		"rate-limit-wait":     "SENDONCE_RATE_LIMIT_WAIT",
+		"fetch-cooldown":      "SENDONCE_FETCH_COOLDOWN",
+		"fetch-poll-interval": "SENDONCE_FETCH_POLL_INTERVAL",
+		"sweep-interval":      "SENDONCE_SWEEP_INTERVAL",
+		"shutdown-grace":      "SENDONCE_SHUTDOWN_GRACE",
+		"http-addr":           "SENDONCE_HTTP_ADDR",
+		"ui-token":            "SENDONCE_UI_TOKEN",
+	} {
+		bindEnv(f, flag, env)
+	}
+	return cmd
+}
+
+// check refuses option values that cannot work, before anything starts.
+func (o *workOptions) check() error {
+	switch {
+	case o.concurrency < 1:
+		return usagef("--concurrency %d: want 1 or more", o.concurrency)
+	case o.queue == "":
+		return usagef("--queue must not be empty")
+	case o.jobTimeout <= 0:
+		return usagef("--job-timeout %s: want a positive duration", o.jobTimeout)
+	case o.rescueAfter < 0 || (o.rescueAfter > 0 && o.rescueAfter <= o.jobTimeout):
+		return usagef("--rescue-after %s must exceed --job-timeout %s", o.rescueAfter, o.jobTimeout)
+	case o.apiTimeout < 0:
+		return usagef("--api-timeout %s: want 0 or more", o.apiTimeout)
+	case o.maxRetries < 0:
+		return usagef("--max-retries %d: want 0 or more", o.maxRetries)
+	case o.maxAttempts < 1:
+		return usagef("--max-attempts %d: want 1 or more", o.maxAttempts)
+	case o.replayWindow <= 0:
+		return usagef("--replay-window %s: want a positive duration", o.replayWindow)
+	case o.maxSnoozes < 1:
+		return usagef("--max-snoozes %d: want 1 or more", o.maxSnoozes)
+	case o.rateLimitWait <= 0:
+		return usagef("--rate-limit-wait %s: want a positive duration", o.rateLimitWait)
+	case o.fetchCooldown <= 0:
+		return usagef("--fetch-cooldown %s: want a positive duration", o.fetchCooldown)
+	case o.fetchPollInterval < o.fetchCooldown:
+		return usagef("--fetch-poll-interval %s must be at least --fetch-cooldown %s", o.fetchPollInterval, o.fetchCooldown)
+	case o.sweepInterval <= 0:
+		return usagef("--sweep-interval %s: want a positive duration", o.sweepInterval)
+	case o.shutdownGrace < 0:
+		return usagef("--shutdown-grace %s: want 0 or more", o.shutdownGrace)
+	case o.httpAddr != "" && !httpserver.IsLoopback(o.httpAddr) && o.uiToken == "":
+		return usagef("--http-addr %s is not loopback: set --ui-token (or SENDONCE_UI_TOKEN) so the River UI is not open to the network", o.httpAddr)
+	}
+	return nil
+}
+
+// poolSize is the connections the worker needs for a concurrency: sends
+// hold one only to claim and record an intent, and River needs a few of its
+// own (fetching, notifications, leadership, completion, maintenance, the
+// sweeper's listener).
+func poolSize(concurrency int) int { return concurrency/4 + 10 }
+
+func (a *app) work(ctx context.Context, o *workOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	log := a.logger
+	m := metrics.New()
+
+	// The API client: the key from the environment only, every HTTP attempt
+	// counted, and enough idle connections kept for every send in flight.
+	key := a.getenv(client.EnvAPIKey)
+	if key == "" {
+		return fmt.Errorf("%s is not set: work needs an OpenEmail API key (oe_live_… or oe_test_…) in the environment", client.EnvAPIKey)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = o.concurrency
+	opts := []client.Option{
+		client.WithAPIKey(key),
+		client.WithTimeout(o.apiTimeout),
+		client.WithMaxRetries(o.maxRetries),
+		client.WithHTTPClient(&http.Client{Transport: m.InstrumentTransport(transport)}),
+		client.WithLogger(log),
+	}
+	if o.apiBaseURL != "" {
+		opts = append(opts, client.WithBaseURL(o.apiBaseURL))
+	}
+	c, err := client.New(opts...)
+	switch {
+	case errors.Is(err, client.ErrInvalidAPIKey):
+		return fmt.Errorf("%s is not a valid OpenEmail API key: want one starting oe_live_ or oe_test_", client.EnvAPIKey)
+	case err != nil:
+		return err
+	}
+
+	pool, err := a.connect(ctx, poolSize(o.concurrency))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	pending, err := migrations.Pending(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("cannot check migrations: %w", err)
+	}
+	if pending {
+		return migrations.ErrPending
+	}
+	m.WatchOutbox(pool, 5*time.Second, log)
+
+	w, err := worker.New(pool, &worker.Config{
+		Client:            c,
+		Queue:             o.queue,
+		Concurrency:       o.concurrency,
+		JobTimeout:        o.jobTimeout,
+		RescueAfter:       o.rescueAfter,
+		FetchCooldown:     o.fetchCooldown,
+		FetchPollInterval: o.fetchPollInterval,
+		SweepInterval:     o.sweepInterval,
+		Send: worker.SendConfig{
+			ReplayWindow:  o.replayWindow,
+			MaxAttempts:   o.maxAttempts,
+			MaxSnoozes:    o.maxSnoozes,
+			RateLimitWait: o.rateLimitWait,
+			Observer:      m,
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	// The worker and the UI live until the shutdown below, not until the
+	// signal: cancelling River's context would cut off the sends in flight.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+
+	var (
+		srv     *http.Server
+		ops     *httpserver.Handler
+		srvDone = make(chan error, 1)
+		addr    = "off"
+	)
+	if o.httpAddr != "" {
+		ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(w.River, nil),
+			Prefix:    httpserver.UIPrefix,
+			Logger:    log,
+		})
+		if err != nil {
+			return fmt.Errorf("river ui: %w", err)
+		}
+		if err := ui.Start(runCtx); err != nil {
+			return fmt.Errorf("river ui: %w", err)
+		}
+		ops = httpserver.New(httpserver.Options{
+			Ready:   func(ctx context.Context) error { return ready(ctx, pool, a.databaseURL) },
+			Metrics: m.Handler(),
+			RiverUI: ui,
+			UIToken: o.uiToken,
+		})
+		ln, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
+			return fmt.Errorf("cannot listen on --http-addr: %w", err)
+		}
+		addr = "http://" + ln.Addr().String()
+		srv = &http.Server{Handler: ops, ReadHeaderTimeout: 10 * time.Second}
+		go func() { srvDone <- srv.Serve(ln) }()
+	}
+
+	if err := w.Start(runCtx); err != nil {
+		if srv != nil {
+			_ = srv.Close()
+		}
+		return err
+	}
+	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s\n",
+		o.queue, o.concurrency, addr, apiHost(c.BaseURL()))
+
+	var srvErr error
+	select {
+	case <-ctx.Done():
+	case srvErr = <-srvDone:
+		// The listener died under us: stop as for a signal, then fail.
+		log.Error("http listener failed; shutting down", "error", srvErr)
+	}
+	log.Info("shutting down: no new sends; waiting for the sends in flight", "grace", o.shutdownGrace.String())
+	if ops != nil {
+		ops.SetDraining()
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownGrace)
+	defer cancel()
+	stopErr := w.Stop(stopCtx)
+	if stopCtx.Err() != nil {
+		log.Warn("shutdown grace ran out: sends still in flight were cancelled and go back to the queue")
+	}
+	if srv != nil {
+		httpCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(httpCtx)
+	}
+	if stopErr != nil {
+		return fmt.Errorf("stop: %w", stopErr)
+	}
+	log.Info("stopped")
+	if srvErr != nil {
+		return fmt.Errorf("http listener: %w", srvErr)
+	}
+	return nil
+}
+
+// ready reports whether the database answers.
+func ready(ctx context.Context, pool *pgxpool.Pool, dsn string) error {
+	if err := pool.Ping(ctx); err != nil {
+		return errors.New("database unreachable: " + errorLine(err, dsnSecrets(dsn)...))
+	}
+	return nil
+}
+
+// apiHost is the host of the API's base URL, for the startup line.
+func apiHost(base string) string {
+	if u, err := url.Parse(base); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return base
+}

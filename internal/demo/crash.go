@@ -1,0 +1,265 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	pollEvery = 100 * time.Millisecond
+	// firstWorkerLimit bounds the wait for worker 1 to reach the kill.
+	firstWorkerLimit = 45 * time.Second
+	// recoveryLimit bounds the wait for every intent to settle after it.
+	recoveryLimit = 75 * time.Second
+)
+
+// runResult is what happened to the workers, for the report.
+type runResult struct {
+	Killed bool
+	// Interrupted are the keys the API had delivered but the outbox had not
+	// recorded when worker 1 died: the sends the kill cut in half.
+	Interrupted []string
+	// Recovery is from the kill until every intent was settled.
+	Recovery time.Duration
+}
+
+// runWorkers is step 4: worker 1 sends until the kill lands in a window,
+// worker 2 finishes, then stops on SIGTERM.
+func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
+	total := len(d.plan.committed())
+	res := &runResult{}
+	d.section(4, "Workers: sending, a crash, a restart")
+	args := workerArgs()
+	d.say("A worker is a separate process, sendonce work, here with short timeouts (in production")
+	d.say("they are minutes):")
+	for i, line := range wrapFlags(args, 70) {
+		if i == 0 {
+			d.say("  sendonce work %s", line)
+		} else {
+			d.say("                %s", line)
+		}
+	}
+
+	w1, err := d.startWorker(1)
+	if err != nil {
+		return nil, err
+	}
+	d.say("Worker 1 (pid %d) is sending. It gets SIGKILL once a third of the emails are out and", w1.pid)
+	d.say("some email sits in the window: delivered by the API, not yet marked sent in the outbox.")
+
+	b := d.newBar(total, "worker 1")
+	deadline := time.Now().Add(firstWorkerLimit)
+	var c counts
+	for {
+		if err := d.tick(ctx, w1, deadline, "worker 1 to reach the kill"); err != nil {
+			b.close()
+			return nil, err
+		}
+		if c, err = d.readCounts(ctx); err != nil {
+			b.close()
+			return nil, err
+		}
+		b.set(c.Sent)
+		if c.Settled >= total {
+			break
+		}
+		if c.Sent*3 < total {
+			continue
+		}
+		window, err := d.deliveredUnrecorded(ctx)
+		if err != nil {
+			b.close()
+			return nil, err
+		}
+		if len(window) > 0 {
+			w1.kill()
+			res.Killed = true
+			break
+		}
+	}
+	killedAt := time.Now()
+	b.close()
+
+	if !res.Killed {
+		d.say("Every email went out before one could be caught in the window: nothing to kill this time.")
+		return res, d.stopLast(w1)
+	}
+
+	// Let the fake API finish with the dead worker's requests, so its
+	// ledger is final for them before it is compared with the outbox.
+	waitCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_ = d.fake.WaitRequests(waitCtx, len(d.fake.Requests()))
+	cancel()
+	if res.Interrupted, err = d.deliveredUnrecorded(ctx); err != nil {
+		return nil, err
+	}
+	if c, err = d.readCounts(ctx); err != nil {
+		return nil, err
+	}
+	d.say("SIGKILL: worker 1 (pid %d) is dead, %d of %d emails recorded sent.", w1.pid, c.Sent, total)
+	if n := len(res.Interrupted); n > 0 {
+		d.say("The API had delivered %d more that the outbox never heard of:", n)
+		d.say("  %s", sample(res.Interrupted, 3))
+		d.say("Their intents stay in state \"sending\", their River jobs in \"running\".")
+	} else {
+		d.say("The sends it had in flight had not reached the API yet; they stay \"sending\".")
+	}
+
+	leader, lease, err := d.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w2, err := d.startWorker(2)
+	if err != nil {
+		return nil, err
+	}
+	d.say("Worker 2 (pid %d) starts and at once sends what nobody had started. The interrupted", w2.pid)
+	d.say("jobs wait for River's rescuer, which reclaims jobs running longer than --rescue-after")
+	switch {
+	case d.otherLeader:
+		d.say("(%s) and runs only on River's leader: here another River client of this database,", rescueAfter)
+		d.say("on its own --rescue-after.")
+	case lease > 0:
+		d.say("(%s) and runs only on River's leader. Dead worker 1 was the leader: its lease lapses", rescueAfter)
+		d.say("in %s, and then worker 2 takes over.", lease.Round(time.Second))
+	default:
+		d.say("(%s) and runs only on River's leader, which worker 2 is about to become.", rescueAfter)
+	}
+
+	b = d.newBar(total, "worker 2")
+	b.set(c.Sent)
+	deadline = time.Now().Add(recoveryLimit)
+	var leaderSaid, replaySaid bool
+	for c.Settled < total {
+		if err := d.tick(ctx, w2, deadline, "every intent to be sent after the kill"); err != nil {
+			b.close()
+			return nil, err
+		}
+		if c, err = d.readCounts(ctx); err != nil {
+			b.close()
+			return nil, err
+		}
+		b.set(c.Sent)
+		if !leaderSaid {
+			now, _, err := d.leader(ctx)
+			if err != nil {
+				b.close()
+				return nil, err
+			}
+			if now != "" && now != leader {
+				b.println("+%s  worker 2 is River's leader now; its rescuer hands the interrupted jobs back.",
+					round(time.Since(killedAt)))
+				leaderSaid = true
+			}
+		}
+		if !replaySaid && len(res.Interrupted) > 0 && c.Replayed >= len(res.Interrupted) {
+			b.println("+%s  worker 2 sent the %d interrupted intents again, with their keys: the API answered",
+				round(time.Since(killedAt)), len(res.Interrupted))
+			b.println("        with the messages it had delivered (replayed: true) and sent nothing new.")
+			replaySaid = true
+		}
+		if c.Replayed < len(res.Interrupted) && c.Sent >= total-len(res.Interrupted) {
+			b.describe("worker 2, waiting for the rescuer")
+		} else {
+			b.describe("worker 2")
+		}
+	}
+	b.close()
+	res.Recovery = time.Since(killedAt)
+	d.say("All %d intents sent, %s after the kill.", total, round(res.Recovery))
+	return res, d.stopLast(w2)
+}
+
+// tick waits for the next poll, and fails when ctx ends, the deadline has
+// passed or the worker has died.
+func (d *demo) tick(ctx context.Context, w *workerProc, deadline time.Time, what string) error {
+	t := time.NewTimer(pollEvery)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.done:
+		return w.died()
+	case <-t.C:
+	}
+	if time.Now().After(deadline) {
+		c, _ := d.readCounts(ctx)
+		return fmt.Errorf("demo: gave up waiting for %s: %d of %d intents sent; worker %d's last lines:\n%s",
+			what, c.Sent, len(d.plan.committed()), w.n, w.logs.tail())
+	}
+	return nil
+}
+
+// stopLast stops the last worker the way an operator would: SIGTERM, which
+// lets the sends in flight finish.
+func (d *demo) stopLast(w *workerProc) error {
+	killed, err := w.stop(20 * time.Second)
+	switch {
+	case killed:
+		return fmt.Errorf("demo: %w: worker %d (pid %d) ignored SIGTERM for 20s and was killed; its last lines:\n%s",
+			errWorkerExit, w.n, w.pid, w.logs.tail())
+	case err != nil:
+		return fmt.Errorf("demo: %w: worker %d (pid %d) exited with %v on SIGTERM; its last lines:\n%s",
+			errWorkerExit, w.n, w.pid, err, w.logs.tail())
+	}
+	d.say("Worker %d got SIGTERM, finished its sends and exited 0.", w.n)
+	return nil
+}
+
+// leader returns the id of River's current leader and how long its lease
+// still runs; an empty id when nobody holds one.
+func (d *demo) leader(ctx context.Context) (string, time.Duration, error) {
+	var id string
+	var secs float64
+	err := d.pool.QueryRow(ctx, `SELECT leader_id, extract(epoch FROM expires_at - now())::float8
+		FROM river_leader WHERE expires_at > now() LIMIT 1`).Scan(&id, &secs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("demo: read River's leader: %w", err)
+	}
+	return id, time.Duration(secs * float64(time.Second)), nil
+}
+
+// wrapFlags joins command-line flags into lines of at most width
+// characters, keeping each flag with its value.
+func wrapFlags(args []string, width int) []string {
+	var lines []string
+	line := ""
+	for i := 0; i < len(args); i++ {
+		item := args[i]
+		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+			i++
+			item += " " + args[i]
+		}
+		if line != "" && len(line)+1+len(item) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += item
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+// sample names up to n of keys.
+func sample(keys []string, n int) string {
+	if len(keys) == 0 {
+		return "none"
+	}
+	if len(keys) <= n {
+		return strings.Join(keys, ", ")
+	}
+	return strings.Join(keys[:n], ", ") + ", …"
+}

@@ -1,0 +1,18 @@
+package demo
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWrapFlagsKeepsValuesWithTheirFlags(t *testing.T) {
+	lines := wrapFlags(workerArgs(), 70)
+	if strings.Join(lines, " ") != strings.Join(workerArgs(), " ") {
+		t.Fatalf("wrapFlags lost or reordered flags: %q", lines)
+	}
+	for _, l := range lines {
+		if len(l) > 70 || !strings.HasPrefix(l, "--") {
+			t.Errorf("line %q: longer than 70, or not starting with a flag", l)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sendonce/sendonce/fakeapi"
+)
+
+const (
+	// apiLatency is the fake API's think time before every send, about a
+	// real API's, so the progress bar has something to show.
+	apiLatency = 20 * time.Millisecond
+	// slowAnswer is how long the fake API holds the answer of a slow send
+	// after delivering it. It must stay under the workers' --api-timeout.
+	slowAnswer = time.Second
+)
+
+// startFake is step 2: the fake OpenEmail API in this process, with a slow
+// answer for the slow invoices' first send (times=1, so a replay is
+// answered at once).
+func (d *demo) startFake() error {
+	faults := []fakeapi.Fault{{Kind: fakeapi.FaultLatency, Delay: apiLatency, Path: "/emails"}}
+	for _, inv := range d.plan.slow() {
+		faults = append(faults, fakeapi.Fault{Kind: fakeapi.FaultLatencyAfter, Delay: slowAnswer, Key: inv.Key(), Times: 1})
+	}
+	srv := fakeapi.New(fakeapi.Config{Faults: faults, Seed: d.opts.Seed})
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("demo: start the fake OpenEmail API: %w", err)
+	}
+	d.fake = srv
+	d.onCleanup("closed the fake API", func() error { srv.Close(); return nil })
+
+	d.section(2, "A fake OpenEmail API")
+	d.say("Listening on %s, in this process. Like the real API it remembers idempotency", url)
+	d.say("keys: a repeated key gets the stored message back (replayed: true) and nothing is sent.")
+	d.say("It keeps a ledger of what it delivers, which the report counts. To give the crash below")
+	d.say("a target, it answers 1 send in %d only %s after delivering it (fault latency_after):", slowEvery, slowAnswer)
+	d.say("the email is out, but its worker has not yet written \"sent\" down.")
+	return nil
+}
+
+// deliveredUnrecorded returns the keys the fake API has delivered whose
+// intents are not yet marked sent: sends in the window between the API's
+// delivery and the outbox's record of it.
+func (d *demo) deliveredUnrecorded(ctx context.Context) ([]string, error) {
+	var delivered []string
+	for _, dl := range d.fake.Deliveries() {
+		delivered = append(delivered, dl.IdempotencyKey)
+	}
+	if len(delivered) == 0 {
+		return nil, nil
+	}
+	rows, err := d.pool.Query(ctx, `SELECT idempotency_key FROM sendonce_outbox
+		WHERE idempotency_key = ANY($1) AND state <> 'sent' ORDER BY id`, delivered)
+	if err != nil {
+		return nil, fmt.Errorf("demo: read the outbox: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("demo: read the outbox: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("demo: read the outbox: %w", err)
+	}
+	return out, nil
+}

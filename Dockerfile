@@ -18,10 +18,12 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/sendonce ./cmd/openemail-fake
 
-# Distroless: no shell, no package manager, a non-root user; CA certificates
-# for the real API's https.
-FROM gcr.io/distroless/static-debian12:nonroot
+# A slim Debian with CA certificates (for the real API's https) and a
+# non-root user; the binaries are static.
+FROM debian:12-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/sendonce /out/openemail-fake /usr/local/bin/
-USER nonroot:nonroot
+USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/sendonce"]
 CMD ["--help"]

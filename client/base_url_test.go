@@ -210,3 +210,25 @@ func TestEscapeID(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckBaseURL(t *testing.T) {
+	for base, wantErr := range map[string]bool{
+		"http://127.0.0.1:8025":   false,
+		"http://localhost:8025":   false,
+		"https://api.example.com": false,
+		"http://fake-api:8025":    true,
+		"http://10.0.0.7":         true,
+	} {
+		c, err := New(WithAPIKey("oe_test_checkbase00000000"), WithBaseURL(base))
+		if err != nil {
+			t.Fatalf("%s: %v", base, err)
+		}
+		err = c.CheckBaseURL()
+		if gotErr := errors.Is(err, ErrInsecureBaseURL); gotErr != wantErr {
+			t.Errorf("%s: CheckBaseURL() = %v, want insecure=%v", base, err, wantErr)
+		}
+		if err != nil && strings.Contains(err.Error(), "checkbase") {
+			t.Errorf("%s: error shows the key: %v", base, err)
+		}
+	}
+}

@@ -40,6 +40,17 @@ func New(opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// CheckBaseURL reports, with an error wrapping ErrInsecureBaseURL, whether
+// every call would be refused because the base URL is plain http to a host
+// off this machine. The rule is enforced on each request; a long-running
+// caller (a worker) checks it once at start to fail fast instead.
+func (c *Client) CheckBaseURL() error {
+	if !secureOrigin(c.base.u) {
+		return fmt.Errorf("%w (%s)", ErrInsecureBaseURL, c.base.u.Host)
+	}
+	return nil
+}
+
 // BaseURL returns the normalised base URL requests go to.
 func (c *Client) BaseURL() string { return c.base.String() }
 

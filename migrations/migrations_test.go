@@ -38,7 +38,7 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 func TestPendingOnEmptyDatabase(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewDB(t)
-	if _, err := pool.Exec(ctx, "DROP TABLE sendonce_outbox; DROP FUNCTION sendonce_outbox_check, sendonce_outbox_notify, sendonce_check_email; DROP TABLE "+migrations.TableName); err != nil {
+	if _, err := pool.Exec(ctx, "DROP TABLE sendonce_outbox; DROP FUNCTION sendonce_outbox_check, sendonce_outbox_notify, sendonce_check_email, sendonce_is_timestamp; DROP TABLE "+migrations.TableName); err != nil {
 		t.Fatal(err)
 	}
 	pending, err := migrations.Pending(ctx, pool)

@@ -29,7 +29,7 @@ func (e *KeyReuseError) Error() string {
 	if e.Index >= 0 {
 		prefix = fmt.Sprintf("sendonce: intent %d", e.Index)
 	}
-	return fmt.Sprintf("%s: idempotency key %q is already used by an intent with a different payload (idempotency_key_reuse)", prefix, e.Key)
+	return fmt.Sprintf("%s: idempotency key %q is already used by an intent with a different kind, template or payload (idempotency_key_reuse)", prefix, e.Key)
 }
 
 // Is makes errors.Is(err, ErrKeyReuse) true.

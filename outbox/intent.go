@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -114,13 +115,14 @@ func (in *Intent) Validate() error {
 	if len(in.Payload) > MaxPayloadBytes {
 		return invalid("payload", fmt.Sprintf("%d bytes, over the 1 MiB limit", len(in.Payload)))
 	}
+	if !json.Valid(in.Payload) {
+		var v any
+		err := json.Unmarshal(in.Payload, &v)
+		return invalid("payload", "malformed JSON: "+strings.TrimPrefix(fmt.Sprint(err), "json: "))
+	}
 	var body map[string]json.RawMessage
 	if err := json.Unmarshal(in.Payload, &body); err != nil || body == nil {
-		reason := "must be a JSON object"
-		if err != nil {
-			reason = "malformed JSON: " + err.Error()
-		}
-		return invalid("payload", reason)
+		return invalid("payload", "must be a JSON object, not "+jsonType(in.Payload))
 	}
 	if raw, ok := body["scheduledAt"]; ok && !bytes.Equal(raw, []byte("null")) {
 		var at string
@@ -152,6 +154,12 @@ func (in *Intent) Validate() error {
 	case KindBroadcast:
 		if !nonEmptyString(body["from"]) {
 			return invalid("payload.from", "a broadcast needs a sender")
+		}
+		if !nonEmptyString(body["subject"]) {
+			return invalid("payload.subject", "a broadcast needs a subject")
+		}
+		if !nonEmptyString(body["html"]) && !nonEmptyString(body["text"]) {
+			return invalid("payload.html", `a broadcast needs content: "html" or "text"`)
 		}
 		var ids []string
 		if !nonEmptyString(body["audienceId"]) && (json.Unmarshal(body["audienceIds"], &ids) != nil || len(ids) == 0) {
@@ -208,6 +216,24 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 		return invalid(prefix+"html", `needs content: "html" or "text"`)
 	}
 	return nil
+}
+
+// jsonType names the type of a valid JSON text, for messages.
+func jsonType(raw json.RawMessage) string {
+	switch t := bytes.TrimSpace(raw); {
+	case len(t) == 0:
+		return "empty"
+	case t[0] == '[':
+		return "an array"
+	case t[0] == '"':
+		return "a string"
+	case t[0] == 'n':
+		return "null"
+	case t[0] == 't' || t[0] == 'f':
+		return "a boolean"
+	default:
+		return "a number"
+	}
 }
 
 func nonEmptyString(raw json.RawMessage) bool {

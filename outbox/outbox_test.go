@@ -218,6 +218,7 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 		{"unknown kind", outbox.Intent{Key: "k", Kind: "sms", Payload: json.RawMessage(invoiceBody)}, "kind"},
 		{"malformed json", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":`)}, "payload"},
 		{"array payload", outbox.Intent{Key: "k", Payload: json.RawMessage(`[1]`)}, "payload"},
+		{"string payload", outbox.Intent{Key: "k", Payload: json.RawMessage(`"hello"`)}, "payload"},
 		{"no from", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"to":["a@x.io"],"text":"x"}`)}, "payload.from"},
 		{"no to", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","text":"x"}`)}, "payload.to"},
 		{"empty to", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":[],"text":"x"}`)}, "payload.to"},
@@ -227,7 +228,9 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 		{"template id on email", outbox.Intent{Key: "k", TemplateID: "t", Payload: json.RawMessage(invoiceBody)}, "template_id"},
 		{"empty batch", outbox.Intent{Key: "k", Kind: outbox.KindBatch, Payload: json.RawMessage(`{"emails":[]}`)}, "payload.emails"},
 		{"bad batch item", outbox.Intent{Key: "k", Kind: outbox.KindBatch, Payload: json.RawMessage(`{"emails":[` + invoiceBody + `,{"from":"a@x.io"}]}`)}, "payload.emails[1].to"},
-		{"broadcast without audience", outbox.Intent{Key: "k", Kind: outbox.KindBroadcast, Payload: json.RawMessage(`{"from":"a@x.io"}`)}, "payload.audienceId"},
+		{"broadcast without audience", outbox.Intent{Key: "k", Kind: outbox.KindBroadcast, Payload: json.RawMessage(`{"from":"a@x.io","subject":"s","text":"x"}`)}, "payload.audienceId"},
+		{"broadcast without subject", outbox.Intent{Key: "k", Kind: outbox.KindBroadcast, Payload: json.RawMessage(`{"from":"a@x.io","text":"x","audienceId":"a"}`)}, "payload.subject"},
+		{"broadcast without content", outbox.Intent{Key: "k", Kind: outbox.KindBroadcast, Payload: json.RawMessage(`{"from":"a@x.io","subject":"s","audienceId":"a"}`)}, "payload.html"},
 		{"unparseable scheduledAt", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io","text":"x","scheduledAt":"tomorrow"}`)}, "payload.scheduledAt"},
 		{"oversized", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io","text":"` + strings.Repeat("x", outbox.MaxPayloadBytes) + `"}`)}, "payload"},
 	}
@@ -240,7 +243,7 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 			if !errors.As(err, &inv) || inv.Field != tc.field {
 				t.Fatalf("error %v, want an InvalidError about %s", err, tc.field)
 			}
-			if !strings.Contains(err.Error(), tc.field) {
+			if !strings.Contains(err.Error(), tc.field) || strings.Contains(err.Error(), "Go value") {
 				t.Fatalf("message %q does not name %s", err, tc.field)
 			}
 		})
@@ -268,6 +271,9 @@ func TestPlainSQLInsert(t *testing.T) {
 		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"from":"a@x.io","to":[""],"text":"x"}')`, `"to" must hold only non-empty`},
 		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', jsonb_build_object('from','a@x.io','to','b@x.io','text', repeat('x', 1048577)))`, "over the 1 MiB limit"},
 		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"from":')`, "invalid input syntax for type json"},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"from":"a@x.io","to":"b@x.io","text":"x","scheduledAt":"tomorrow"}')`, `"scheduledAt" tomorrow is not an RFC 3339 time`},
+		{`INSERT INTO sendonce_outbox (idempotency_key, payload) VALUES ('k', '{"from":"a@x.io","to":"b@x.io","text":"x","scheduledAt":"2026-13-45T10:00:00Z"}')`, "is not an RFC 3339 time"},
+		{`INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('k', 'broadcast', '{"from":"a@x.io","text":"x","audienceId":"a"}')`, `needs "subject"`},
 	}
 	for _, b := range bad {
 		_, err := pool.Exec(ctx, b.sql)
@@ -277,7 +283,7 @@ func TestPlainSQLInsert(t *testing.T) {
 	}
 
 	if _, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload)
-		VALUES ('php:order:77', 'email', $1)`, invoiceBody); err != nil {
+		VALUES ('php:order:77', 'email', $1)`, strings.Replace(invoiceBody, "{", `{"scheduledAt":"2030-01-02T03:04:05.678+01:00",`, 1)); err != nil {
 		t.Fatal(err)
 	}
 	n, err := ob.Sweep(ctx)

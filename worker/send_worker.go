@@ -184,7 +184,7 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[outbox.SendArgs]) 
 	var apiErr *client.APIError
 	isAPI := errors.As(sendErr, &apiErr)
 	switch {
-	case errors.Is(sendErr, errUnsendable), client.IsPermanent(sendErr):
+	case errors.Is(sendErr, errUnsendable), errors.Is(sendErr, client.ErrInsecureBaseURL), client.IsPermanent(sendErr):
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultFailed, APILatency: elapsed})
 		return w.park(ctx, log, rec, "", reason)
 

@@ -357,3 +357,19 @@ func TestNextRetry(t *testing.T) {
 		}
 	}
 }
+
+func TestInsecureBaseURLFailsAtOnce(t *testing.T) {
+	h := newHarness(t, SendConfig{})
+	c, err := client.New(client.WithAPIKey(testKey), client.WithBaseURL("http://mail.example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.worker.client = c
+	h.enqueue(outbox.Intent{Key: "k:insecure", Payload: emailBody("ada@example.com")})
+	if err := h.work("k:insecure", 1, ""); !errors.As(err, new(*river.JobCancelError)) {
+		t.Fatalf("error %v, want JobCancel: no retry can fix the base URL", err)
+	}
+	if rec := h.get("k:insecure"); rec.State != outbox.StateFailed || !strings.Contains(rec.LastError, "plain http") {
+		t.Fatalf("record %+v", rec)
+	}
+}

@@ -206,6 +206,9 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	case err != nil:
 		return err
 	}
+	if err := c.CheckBaseURL(); err != nil {
+		return fmt.Errorf("%w: use https, or a loopback address for a local fake API", err)
+	}
 
 	pool, err := a.connect(ctx, poolSize(o.concurrency))
 	if err != nil {

@@ -198,6 +198,7 @@ func TestWorkRefusesToStart(t *testing.T) {
 		{"bad env value", with("SENDONCE_CONCURRENCY", "lots"), nil, 2, []string{"SENDONCE_CONCURRENCY"}},
 		{"bad duration", base, []string{"--job-timeout", "soon"}, 2, []string{"job-timeout"}},
 		{"no database", with("DATABASE_URL", ""), nil, 2, []string{"DATABASE_URL"}},
+		{"plain http off loopback", with("OPENEMAIL_BASE_URL", "http://fake-api:8025"), nil, 1, []string{"plain http", "fake-api"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := sendonce(t, tc.env, "", append([]string{"work"}, tc.args...)...)

@@ -57,6 +57,14 @@ BEGIN
         RAISE EXCEPTION 'sendonce: payload is % bytes, over the 1 MiB limit', octet_length(NEW.payload::text)
             USING ERRCODE = 'check_violation';
     END IF;
+    IF NEW.payload ? 'scheduledAt' AND NEW.payload->'scheduledAt' <> 'null'::jsonb THEN
+        IF jsonb_typeof(NEW.payload->'scheduledAt') <> 'string'
+           OR NEW.payload->>'scheduledAt' !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$'
+           OR NOT sendonce_is_timestamp(NEW.payload->>'scheduledAt') THEN
+            RAISE EXCEPTION 'sendonce: payload "scheduledAt" % is not an RFC 3339 time', left(NEW.payload->>'scheduledAt', 60)
+                USING ERRCODE = 'check_violation';
+        END IF;
+    END IF;
     IF NEW.kind = 'template' AND coalesce(NEW.template_id, '') = '' THEN
         RAISE EXCEPTION 'sendonce: kind template needs template_id' USING ERRCODE = 'check_violation';
     END IF;
@@ -84,12 +92,31 @@ BEGIN
         IF coalesce(NEW.payload->>'from', '') = '' THEN
             RAISE EXCEPTION 'sendonce: broadcast payload needs "from"' USING ERRCODE = 'check_violation';
         END IF;
+        IF coalesce(NEW.payload->>'subject', '') = '' THEN
+            RAISE EXCEPTION 'sendonce: broadcast payload needs "subject"' USING ERRCODE = 'check_violation';
+        END IF;
+        IF coalesce(NEW.payload->>'html', '') = '' AND coalesce(NEW.payload->>'text', '') = '' THEN
+            RAISE EXCEPTION 'sendonce: broadcast payload needs content: "html" or "text"' USING ERRCODE = 'check_violation';
+        END IF;
         IF coalesce(NEW.payload->>'audienceId', '') = '' AND
            (jsonb_typeof(NEW.payload->'audienceIds') IS DISTINCT FROM 'array' OR jsonb_array_length(NEW.payload->'audienceIds') = 0) THEN
             RAISE EXCEPTION 'sendonce: broadcast payload needs "audienceId" or a non-empty "audienceIds"' USING ERRCODE = 'check_violation';
         END IF;
     END IF;
     RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+
+-- sendonce_is_timestamp reports whether a text casts to timestamptz.
+-- +goose StatementBegin
+CREATE FUNCTION sendonce_is_timestamp(t text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM t::timestamptz;
+    RETURN true;
+EXCEPTION WHEN others THEN
+    RETURN false;
 END
 $$;
 -- +goose StatementEnd
@@ -164,3 +191,4 @@ DROP TABLE sendonce_outbox;
 DROP FUNCTION sendonce_outbox_notify();
 DROP FUNCTION sendonce_outbox_check();
 DROP FUNCTION sendonce_check_email(jsonb, text, boolean);
+DROP FUNCTION sendonce_is_timestamp(text);

@@ -1,0 +1,179 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/pgcluster"
+)
+
+// shared is the PostgreSQL server of the scenarios that do not crash it:
+// TEST_DATABASE_URL or DATABASE_URL when set (as `make test` does), else a
+// throwaway cluster of the suite's own, stopped by TestMain. Every scenario
+// gets a database of its own on it.
+var shared struct {
+	mu      sync.Mutex
+	url     string
+	cluster *pgcluster.Cluster
+	err     error
+}
+
+func sharedServer(t testing.TB) string {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.url == "" && shared.err == nil {
+		for _, name := range []string{"TEST_DATABASE_URL", "DATABASE_URL"} {
+			if v := os.Getenv(name); v != "" {
+				shared.url = v
+				break
+			}
+		}
+		if shared.url == "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c, err := pgcluster.Start(ctx, pgcluster.Options{})
+			if err != nil {
+				shared.err = err
+			} else {
+				shared.cluster, shared.url = c, c.URL
+			}
+		}
+	}
+	if shared.err != nil {
+		t.Fatalf("no PostgreSQL server: %v", shared.err)
+	}
+	return shared.url
+}
+
+func stopSharedServer() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.cluster != nil {
+		shared.cluster.Stop()
+		shared.cluster = nil
+	}
+}
+
+// ownCluster starts a durable PostgreSQL cluster for one scenario alone
+// (the one that crashes it). Durable: with fsync and synchronous commit off,
+// a crash would lose commits the workers were told had happened, and the
+// scenario would be testing PostgreSQL's settings instead of sendonce.
+func ownCluster(t testing.TB) *pgcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("start PostgreSQL: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Logf("stop PostgreSQL: %v", err)
+		}
+	})
+	return c
+}
+
+// newDatabase creates an empty database on the server and migrates it
+// with `sendonce migrate`. When the test ends, after its processes are
+// gone, every table is dumped as text for the secrets check and the
+// database is dropped. It returns the database's URL and a pool for the
+// test's own reads.
+func newDatabase(t testing.TB, serverURL, label string) (string, *pgxpool.Pool) {
+	t.Helper()
+	name := fmt.Sprintf("sendonce_it_%s_%08x", label, rand.Uint32())
+	if err := execSQL(serverURL, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := execSQL(serverURL, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	dbURL := withDatabase(serverURL, name)
+
+	mustRun(t, "migrate", env{DatabaseURL: dbURL}, nil, "migrate")
+
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	t.Cleanup(func() { dumpDatabase(t, pool, label) })
+	return dbURL, pool
+}
+
+// dumpDatabase keeps every row of every table of the database as text
+// (errors, metadata and payloads included) for the secrets check.
+func dumpDatabase(t testing.TB, pool *pgxpool.Pool, label string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tables, err := queryStrings(ctx, pool,
+		`SELECT quote_ident(table_schema) || '.' || quote_ident(table_name) FROM information_schema.tables
+		 WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_type = 'BASE TABLE'`)
+	if err != nil {
+		t.Errorf("dump %s: %v", label, err)
+		return
+	}
+	var b strings.Builder
+	rows := 0
+	for _, table := range tables {
+		lines, err := queryStrings(ctx, pool, "SELECT t::text FROM "+table+" t")
+		if err != nil {
+			t.Errorf("dump %s: %v", table, err)
+			continue
+		}
+		for _, l := range lines {
+			b.WriteString(table + " " + l + "\n")
+		}
+		rows += len(lines)
+	}
+	keepText(t.Name()+"/database dump", b.String())
+	t.Logf("kept %d rows of %d tables of %s for the secrets check", rows, len(tables), label)
+}
+
+func queryStrings(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) ([]string, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func execSQL(serverURL, sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+func withDatabase(serverURL, name string) string {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return serverURL
+	}
+	u.Path = "/" + name
+	return u.String()
+}

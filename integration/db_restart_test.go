@@ -1,0 +1,99 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDBRestart stops PostgreSQL hard (immediate shutdown: no checkpoint,
+// connections cut) while two workers drain the outbox, and starts it again
+// on the same port. The same worker processes must reconnect by themselves
+// and finish the work, sending nothing twice and losing nothing, and must
+// pick up intents enqueued after the restarts, through River and through
+// the sweeper (whose LISTEN connection the crash cut).
+func TestDBRestart(t *testing.T) {
+	setup(t)
+	start := time.Now()
+	rng := rngFor("db-restart")
+	n := 200 * suite.scale
+	crashes := 2 * suite.scale
+	late := 20 // enqueued after the last restart, half by SQL, half by Go
+
+	cluster := ownCluster(t)
+	srv := newFake(t, "db-restart", mustFaults(t, "latency=150ms;method=POST")...)
+	dbURL, pool := newDatabase(t, cluster.URL, "dbrestart")
+	e := processEnv(dbURL, srv)
+
+	intents := makeIntents(rng, fmt.Sprintf("dbr-%d", suite.seed), n+late)
+	early, lateIntents := intents[:n], intents[n:]
+	enqueueGo(t, pool, early)
+	recipients := 0
+	for _, in := range early {
+		recipients += len(in.Recipients)
+	}
+
+	opts := workerOptions{Concurrency: 4, JobTimeout: 2 * time.Second, RescueAfter: 3 * time.Second}
+	workers := []*proc{startWorker(t, "worker0", e, opts), startWorker(t, "worker1", e, opts)}
+	pids := []int{workers[0].pid(), workers[1].pid()}
+
+	ctx := context.Background()
+	var downs []string
+	for k := range crashes {
+		// Crash at an event (a share of the deliveries made), stay down for
+		// a drawn while: the outage's length is the random part.
+		threshold := recipients * (k + 1) / (crashes + 2)
+		waitFor(t, 60*time.Second, fmt.Sprintf("crash %d: %d deliveries", k+1, threshold), func() (bool, string) {
+			d := len(srv.Deliveries())
+			return d >= threshold, fmt.Sprintf("%d delivered", d)
+		})
+		down := 500*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))
+		if err := cluster.Crash(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("crash %d: PostgreSQL stopped (immediate) at %d deliveries; down for %s", k+1, len(srv.Deliveries()), ms(down))
+		time.Sleep(down) // the outage itself, not a synchronisation
+		if err := cluster.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		downs = append(downs, ms(down))
+		for _, w := range workers {
+			if !w.running() {
+				t.Fatalf("%s exited during the outage: %v\n%s", w.name, w.err, w.output())
+			}
+		}
+	}
+
+	// New work after the restarts: the workers must have their
+	// connections, their River notifications and their sweeper back.
+	waitFor(t, 30*time.Second, "the database to answer again", func() (bool, string) {
+		err := pool.Ping(ctx)
+		return err == nil, fmt.Sprint(err)
+	})
+	enqueueSQL(t, pool, lateIntents[:late/2])
+	enqueueGo(t, pool, lateIntents[late/2:])
+
+	waitAllSent(t, pool, n+late, 3*time.Minute, func() string {
+		return fmt.Sprintf("fake: %d delivered", len(srv.Deliveries()))
+	})
+
+	for i, w := range workers {
+		if !w.running() || w.pid() != pids[i] {
+			t.Errorf("%s is not the process that was running before the crashes", w.name)
+		}
+		if code := w.terminate(20 * time.Second); code != 0 {
+			t.Errorf("%s: exit %d after SIGTERM, want 0\n%s", w.name, code, w.output())
+		}
+	}
+
+	l := checkLedger(srv, intents)
+	l.report(t)
+	checkKeys(t, srv, intents)
+	rows := outboxRows(t, pool)
+
+	summary(t, "db-restart: seed=%d intents=%d crashes=%d downtime=%s workers=%d worker_restarts=0 deliveries=%d duplicates=%d lost=%d replayed=%d elapsed=%s",
+		suite.seed, n+late, crashes, strings.Join(downs, "/"), len(workers), l.Deliveries, l.Duplicates, l.Lost,
+		countReplayed(rows), time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,104 @@
+// Package integration is sendonce's end-to-end proof: it builds the
+// sendonce command, runs it as real processes against a real PostgreSQL
+// server and the fake OpenEmail API (package fakeapi, in the test process),
+// and checks what happened against the fake's delivery ledger, the only
+// witness that counts: every intent delivered, none twice.
+//
+// The package holds tests only; this file is its README.
+//
+// # Running it
+//
+//	go test -race -count=1 ./integration/            # about 1.5 minutes on 2 cores
+//	go test -race -count=1 ./integration/ -v         # with every step logged
+//	go test ./integration/ -run TestFaults -seed 42  # one scenario, one seed
+//	SENDONCE_SOAK=1 go test -timeout 60m ./integration/   # a longer soak
+//
+// It needs the PostgreSQL server binaries (initdb, pg_ctl: on PATH or under
+// /usr/lib/postgresql/*/bin). The scenarios that leave the server running
+// use TEST_DATABASE_URL (or DATABASE_URL) when set, as `make test` does, and
+// otherwise a throwaway cluster of their own; each makes a database of its
+// own there and migrates it with `sendonce migrate`. The scenario that
+// crashes PostgreSQL always starts a cluster of its own. `go test -short`
+// skips the package.
+//
+// The command is built once per run with `go build ./cmd/sendonce`, without
+// the race detector (that is for the test binary; the command runs as it
+// ships). The suite reads every source file of the module, so go test's
+// cache reruns it whenever any of them changes, the command's included.
+//
+// # Seeds, sizes and slack
+//
+// Every random choice (kill instants, which worker dies, the mix of intent
+// kinds, the fake's probabilistic faults) comes from one seed, printed at
+// the start and in every summary line. Repeat a run with
+//
+//	go test ./integration/ -seed N      or      SENDONCE_SEED=N go test ./integration/
+//
+// A soak multiplies intents, kills and crashes: -soak or SENDONCE_SOAK=1
+// multiplies by 10, SENDONCE_SOAK=N by N. Give it a longer -timeout.
+//
+// Waits the retry contract names are checked from the fake's request log,
+// lower bounds exactly, upper bounds with a scheduling slack of 400 ms
+// (-slack or SENDONCE_SLACK).
+//
+// # The scenarios
+//
+// One file each:
+//
+//   - crash_replay_test.go: two workers drain 200 intents (emails, batches,
+//     template sends and broadcasts; enqueued by `sendonce enqueue`, plain
+//     SQL and the Go API) while the fake holds each answer back after
+//     delivering (latency_after). Four times, on reaching a random number of
+//     deliveries with an answer still pending, a worker gets SIGKILL and is
+//     restarted. River's rescuer reruns the killed jobs once the dead
+//     leader's lease runs out; every send whose answer a kill cut off must
+//     come back as a replay (outbox replayed = true), and the ledger must
+//     show each recipient exactly once.
+//   - many_workers_test.go: three workers on one outbox; every intent sent
+//     once, each claimed once, one River job each, and each worker did some
+//     of the work (by River's attempted_by and by each process's own logs).
+//   - faults_test.go: intents grouped by recipient meet dropped connections
+//     and 5xx after delivery, 5xx and timeouts before it, Retry-After in
+//     seconds and as an HTTP-date (429 and 503), a 429 without Retry-After,
+//     retries spent, and random faults. Besides exactly-once delivery, the
+//     request log must show the same key on every attempt, backoff retry n
+//     after [cap/2, cap] with cap = min(0.5s·2^(n-1), 8s), Retry-After
+//     honoured exactly, no retry within the call after a bare 429 (the next
+//     request comes from the snoozed job, after --rate-limit-wait), and an
+//     outbox attempt count that matches the River-level retries seen.
+//   - db_restart_test.go: PostgreSQL (durable: fsync on) is stopped with
+//     `pg_ctl stop -m immediate` twice while two workers drain, and started
+//     again on its port. The same processes must reconnect by themselves,
+//     finish, and send intents enqueued afterwards by SQL and by Go.
+//   - bad_input_test.go: 38 kinds of bad input through `sendonce enqueue`
+//     and 26 through plain SQL inserts, each refused with a message naming
+//     the problem (one line on stderr for the command), and the outbox,
+//     River's jobs, the fake's ledger and its request log unchanged.
+//   - secrets_test.go: runs the command where a key could leak (401s,
+//     malformed and missing keys, plain http off the machine, debug logs,
+//     stored errors, every inspect command) and then scans everything every
+//     process of the run printed and every row every scenario stored for the
+//     API key. TestMain scans again after the last test.
+//
+// The harness is in main_test.go (flags, build, summaries), cluster_test.go
+// (PostgreSQL, databases, dumps), processes_test.go (process groups, output
+// capture, worker flags), fake_test.go (the fake API and the key) and
+// checks_test.go (intents, polling, ledger checks).
+//
+// # What it prints
+//
+// Each scenario ends with one summary line, such as
+//
+//	crash-replay: seed=123 intents=200 kills=4 restarts=4 interrupted=31 deliveries=223 duplicates=0 lost=0 replayed=31 elapsed=28s
+//
+// go test hides a passing package's output unless -v is given, so the
+// lines are printed after the last test: to stdout with -v or on failure,
+// and otherwise to the stderr of the go command running the test binary,
+// which puts them in the plain `go test ./...` output too.
+//
+// Nothing is synchronised by sleeping: the suite waits for events (a number
+// of deliveries, answers still pending, outbox states, a River client's
+// start) with deadlines. The one sleep is a database outage's length.
+// Worker processes run in process groups of their own and are killed, group
+// and all, when their test ends.
+package integration

@@ -1,7 +1,7 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test test-short bench soak build lint
+.PHONY: demo test bench build
 
 ## demo: the main job on its embedded default (throwaway PostgreSQL, fake API)
 demo:
@@ -11,6 +11,12 @@ demo:
 test:
 	$(GO) vet ./...
 	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 20m ./...
+
+## bench: throughput, latency and memory against a throwaway durable PostgreSQL
+## (or BENCH_DATABASE_URL / DATABASE_URL); prints the table and writes BENCHMARKS.md.
+## BENCHFLAGS=-quick for one smaller run; see `go run ./internal/cmd/bench -h`.
+bench:
+	$(GO) run ./internal/cmd/bench $(BENCHFLAGS)
 
 ## build: the two binaries into ./bin
 build:

@@ -1,0 +1,48 @@
+// Package bench measures sendonce against a real, durable PostgreSQL: how
+// fast a backlog drains next to raw River, how close a worker comes to the
+// ideal when the API is slow, how fast applications can enqueue next to a
+// plain INSERT, how long an email takes from commit to delivery, and how
+// much memory the worker process needs. `make bench` runs it all through
+// the command internal/cmd/bench and writes the table to BENCHMARKS.md.
+//
+// # Why it looks the way it does
+//
+// The figures are meant to be comparable across machines and honest on a
+// shared one. So every measurement runs in the same process against the
+// same database, one after another, with its baseline measured right
+// beside it (raw River for the drain, a plain INSERT for the enqueue, the
+// ideal concurrency ÷ latency for the latency-bound drain), and the ratio is
+// taken run by run. Every figure is the median of several runs with its
+// spread (min–max). Scenario 0 measures the machine itself (PostgreSQL's
+// single-row commits per second), because almost everything else is bound
+// by commits or by the CPU they share with the worker.
+//
+// Each scenario is one file and one type implementing Scenario:
+//
+//	commits.go  0. PostgreSQL's commits per second, the machine's yardstick
+//	drain.go    1. drain throughput, full path vs raw River no-op jobs
+//	latency.go  2. latency-bound drain: efficiency against concurrency ÷ latency
+//	enqueue.go  3. Enqueue / EnqueueMany vs plain INSERT
+//	e2e.go      4. commit → delivered latency at a steady rate
+//	memory.go   5. peak RSS of `sendonce work` at concurrency 500
+//
+// The machinery they share: env.go (the database: a throwaway durable
+// cluster unless BENCH_DATABASE_URL or DATABASE_URL names a server, and a
+// database of the benchmark's own on it), drainer.go (timed drains of the
+// outbox and of raw River), intents.go (payloads and the fake API),
+// cpu.go (processor time per job, of this process and of the database),
+// samples.go and table.go (medians and the table), report.go
+// (BENCHMARKS.md).
+//
+// # Running a scenario by hand
+//
+//	env, err := bench.Open(ctx, bench.EnvOptions{})
+//	if err != nil { ... }
+//	defer env.Close()
+//	res, err := bench.DrainOutbox(ctx, env, bench.DrainParams{N: 10_000, Concurrency: 100})
+//	fmt.Printf("%.0f intents/s\n", res.Rate())
+//
+// The package's Go benchmarks (go test -bench . ./internal/bench) time
+// the enqueue paths alone, on the test suite's throwaway database, which
+// runs without fsync: they compare code, not machines.
+package bench

@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/sendonce/sendonce/worker"
+)
+
+// EndToEnd is scenario 4: the time from the commit of the application's
+// transaction to the email's delivery at the API, at a steady moderate
+// rate with a worker already running, as an application would see it.
+type EndToEnd struct {
+	rate      float64       // intents per second offered
+	dur       time.Duration // how long they are offered
+	producers int           // goroutines enqueueing, one transaction each intent
+	p50, p99  *Row
+	max       Samples
+	achieved  Samples
+	// Where the time goes, per run: River's queue wait (insert to fetch)
+	// and run time (the worker's Work: claim, HTTP call, mark sent).
+	waitP50, waitP99, runP50, runP99 Samples
+	poolConns                        int
+}
+
+// NewEndToEnd returns scenario 4; quick offers the rate for less time.
+func NewEndToEnd(quick bool) *EndToEnd {
+	s := &EndToEnd{rate: 200, dur: 10 * time.Second, producers: 8}
+	if quick {
+		s.dur = 4 * time.Second
+	}
+	measure := func(p string) string {
+		return fmt.Sprintf("%s, commit → delivered, %s/s for %s, worker defaults", p, Thousands(s.rate), s.dur)
+	}
+	s.p50 = &Row{Scenario: "4. End-to-end latency", Measure: measure("p50"), Unit: Millis}
+	s.p99 = &Row{Scenario: "4. End-to-end latency", Measure: measure("p99"), Unit: Millis,
+		Goal: Goal{Text: "< 250 ms", Check: Below(250)}}
+	return s
+}
+
+// Name is "e2e".
+func (s *EndToEnd) Name() string { return "e2e" }
+
+// Rows are p50 and p99.
+func (s *EndToEnd) Rows() []*Row { return []*Row{s.p50, s.p99} }
+
+// Run offers the rate once and records the percentiles.
+func (s *EndToEnd) Run(ctx context.Context, env *Env) error {
+	if err := env.Reset(ctx); err != nil {
+		return err
+	}
+	fake, err := StartFake(0, worker.DefaultConcurrency)
+	if err != nil {
+		return err
+	}
+	defer fake.Close()
+	workerPool, err := env.NewPool(ctx, env.PoolConns)
+	if err != nil {
+		return err
+	}
+	defer workerPool.Close()
+	w, err := worker.New(workerPool, &worker.Config{Client: fake.Client, Logger: discard})
+	if err != nil {
+		return err
+	}
+	events, unsubscribe := w.River.SubscribeConfig(&river.SubscribeConfig{
+		ChanSize: int(s.rate*s.dur.Seconds()) + 1000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+	defer unsubscribe()
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	s.poolConns = env.PoolConns
+	// A worker in production has long been running: let this one elect
+	// its leader and start listening for insert notifications first, or
+	// the first intents wait for River's one-second poll.
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(stopCtx)
+	}()
+
+	appPool, err := env.NewPool(ctx, s.producers)
+	if err != nil {
+		return err
+	}
+	defer appPool.Close()
+	ob, err := env.Outbox(appPool)
+	if err != nil {
+		return err
+	}
+
+	n := int(s.rate * s.dur.Seconds())
+	intents := Intents("e2e", n)
+	index := make(map[string]int, n)
+	for i, in := range intents {
+		index[in.Key] = i
+	}
+	committed := make([]time.Time, n)
+	errs := make([]error, s.producers)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for p := range s.producers {
+		wg.Go(func() {
+			for i := range next {
+				err := pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {
+					_, err := ob.Enqueue(ctx, tx, intents[i])
+					return err
+				})
+				if err != nil {
+					errs[p] = err
+					continue
+				}
+				committed[i] = time.Now()
+			}
+		})
+	}
+	// An open-loop schedule: intent i is offered at start + i/rate whether
+	// or not earlier ones are done, as independent requests to an
+	// application would arrive.
+	start := time.Now()
+	for i := range n {
+		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / s.rate * float64(time.Second)))))
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	offered := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("bench: enqueue: %w", err)
+		}
+	}
+
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := fake.Server.WaitDeliveries(waitCtx, n); err != nil {
+		return fmt.Errorf("bench: waiting for %d deliveries: %w", n, err)
+	}
+	var lat []time.Duration
+	for _, d := range fake.Server.Deliveries() {
+		i, ok := index[d.IdempotencyKey]
+		if !ok {
+			return fmt.Errorf("bench: unexpected delivery with key %q", d.IdempotencyKey)
+		}
+		lat = append(lat, d.DeliveredAt.Sub(committed[i]))
+	}
+	if len(lat) != n {
+		return fmt.Errorf("bench: %d deliveries for %d intents", len(lat), n)
+	}
+	p50, p99, pmax := Percentile(lat, 50), Percentile(lat, 99), Percentile(lat, 100)
+	var waits, runs []time.Duration
+	for len(waits) < n {
+		select {
+		case ev := <-events:
+			waits = append(waits, ev.JobStats.QueueWaitDuration)
+			runs = append(runs, ev.JobStats.RunDuration)
+		case <-waitCtx.Done():
+			return fmt.Errorf("bench: waiting for River's completion events: %w", waitCtx.Err())
+		}
+	}
+	s.waitP50.Add(ms(Percentile(waits, 50)))
+	s.waitP99.Add(ms(Percentile(waits, 99)))
+	s.runP50.Add(ms(Percentile(runs, 50)))
+	s.runP99.Add(ms(Percentile(runs, 99)))
+	env.Logf("e2e: %d intents at %.0f/s: p50 %s, p99 %s, max %s; River queue wait p50 %s p99 %s, run p50 %s p99 %s",
+		n, Rate(n, offered), p50, p99, pmax, Percentile(waits, 50), Percentile(waits, 99), Percentile(runs, 50), Percentile(runs, 99))
+	s.p50.Value.Add(ms(p50))
+	s.p99.Value.Add(ms(p99))
+	s.max.Add(ms(pmax))
+	s.achieved.Add(Rate(n, offered))
+	return nil
+}
+
+// settle is how long the worker runs before intents are offered.
+const settle = time.Second
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Notes describe the measurement.
+func (s *EndToEnd) Notes() []string {
+	return []string{fmt.Sprintf("**4. End-to-end latency.** A worker with its defaults (concurrency %d, fetch cooldown %s, "+
+		"pool of %d) runs against the fake API (no added latency); after it has run for %s, %d goroutines enqueue intents on an open-loop "+
+		"schedule of %s/s for %s, each with `Enqueue` in a transaction of its own; the commit time is taken when "+
+		"Commit returns, the delivery time is the fake's `Delivery.DeliveredAt` (same clock). Achieved rate %s/s (median); "+
+		"worst delivery %s (median of runs' maxima). Where the time goes, from River's job statistics (medians of runs): "+
+		"queue wait (insert to fetch) p50 %s, p99 %s; run (claim, API call, mark sent) p50 %s, p99 %s.",
+		worker.DefaultConcurrency, worker.DefaultFetchCooldown, s.poolConns, settle, s.producers, Thousands(s.rate), s.dur,
+		Thousands(s.achieved.Median()), Millis.Format(s.max.Median()),
+		Millis.Format(s.waitP50.Median()), Millis.Format(s.waitP99.Median()), Millis.Format(s.runP50.Median()), Millis.Format(s.runP99.Median()))}
+}

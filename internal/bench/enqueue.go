@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// Enqueue is scenario 3: how fast an application can write intents, one
+// connection, in three transaction shapes, each next to a plain INSERT of
+// the same rows in the same shape into PlainTable (the outbox's columns,
+// defaults, keys and indexes, without its triggers and without River
+// jobs): what the outbox adds over writing the rows at all.
+type Enqueue struct {
+	modes []*enqueueMode
+	runs  int
+}
+
+type enqueueMode struct {
+	perTx int  // intents per transaction
+	many  bool // one EnqueueMany per transaction, not Enqueue per intent
+	n     int  // intents per run
+	row   *Row
+}
+
+// NewEnqueue returns scenario 3; quick writes fewer intents.
+func NewEnqueue(quick bool) *Enqueue {
+	scale := 1
+	if quick {
+		scale = 4
+	}
+	mk := func(perTx int, many bool, n int, measure string) *enqueueMode {
+		n /= scale
+		return &enqueueMode{perTx: perTx, many: many, n: n, row: &Row{
+			Scenario:     "3. Enqueue",
+			Measure:      fmt.Sprintf("%s (%s intents, 1 connection)", measure, Thousands(float64(n))),
+			Unit:         PerSecond,
+			Baseline:     "plain INSERT",
+			BaselineUnit: PerSecond,
+			RatioUnit:    Times,
+		}}
+	}
+	s := &Enqueue{modes: []*enqueueMode{
+		mk(1, false, 2_000, "`Enqueue`, 1 per transaction"),
+		mk(100, false, 5_000, "`Enqueue` ×100 per transaction"),
+		mk(1000, true, 40_000, "`EnqueueMany` ×1,000 per transaction"),
+	}}
+	s.modes[2].row.Goal = Goal{Text: "≥ 20,000/s and ≥ 0.5× plain INSERT", Check: All(AtLeast(20_000), RatioAtLeast(0.5))}
+	return s
+}
+
+// Name is "enqueue".
+func (s *Enqueue) Name() string { return "enqueue" }
+
+// Rows are one per transaction shape.
+func (s *Enqueue) Rows() []*Row {
+	rows := make([]*Row, len(s.modes))
+	for i, m := range s.modes {
+		rows[i] = m.row
+	}
+	return rows
+}
+
+// Run times every shape once through the outbox and once as plain
+// INSERTs, in alternating order from run to run.
+func (s *Enqueue) Run(ctx context.Context, env *Env) error {
+	pool, err := env.NewPool(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ob, err := env.Outbox(pool)
+	if err != nil {
+		return err
+	}
+	plainFirst := s.runs%2 == 1
+	s.runs++
+	for _, m := range s.modes {
+		var viaOutbox, plain time.Duration
+		for i := range 2 {
+			if err := env.Reset(ctx); err != nil {
+				return err
+			}
+			intents := Intents(fmt.Sprintf("enq%d", m.perTx), m.n)
+			if (i == 0) == plainFirst {
+				plain, err = timeIt(func() error { return PlainInsert(ctx, pool, intents, m.perTx) })
+			} else {
+				viaOutbox, err = timeIt(func() error { return EnqueueIn(ctx, ob, intents, m.perTx, m.many) })
+			}
+			if err != nil {
+				return err
+			}
+		}
+		o, p := Rate(m.n, viaOutbox), Rate(m.n, plain)
+		env.Logf("enqueue %d per tx (many=%v): %s/s, plain INSERT %s/s", m.perTx, m.many, Thousands(o), Thousands(p))
+		m.row.Value.Add(o)
+		m.row.BaselineValue.Add(p)
+		m.row.Ratio.Add(o / p)
+	}
+	return nil
+}
+
+func timeIt(fn func() error) (time.Duration, error) {
+	t0 := time.Now()
+	err := fn()
+	return time.Since(t0), err
+}
+
+// EnqueueIn writes intents through the outbox, perTx per transaction: with
+// one EnqueueMany per transaction when many is set, else with Enqueue per
+// intent.
+func EnqueueIn(ctx context.Context, ob *outbox.Outbox, intents []outbox.Intent, perTx int, many bool) error {
+	for len(intents) > 0 {
+		chunk := intents[:min(perTx, len(intents))]
+		intents = intents[len(chunk):]
+		err := pgx.BeginFunc(ctx, ob.Pool(), func(tx pgx.Tx) error {
+			if many {
+				_, err := ob.EnqueueMany(ctx, tx, chunk)
+				return err
+			}
+			for _, in := range chunk {
+				if _, err := ob.Enqueue(ctx, tx, in); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("bench: enqueue: %w", err)
+		}
+	}
+	return nil
+}
+
+// PlainInsert writes the intents' rows into PlainTable, perTx per
+// transaction: one single-row INSERT per intent, except that a
+// transaction of more than 100 uses one multi-row INSERT from arrays, the
+// fastest plain form (as EnqueueMany does).
+func PlainInsert(ctx context.Context, pool *pgxpool.Pool, intents []outbox.Intent, perTx int) error {
+	const one = "INSERT INTO " + PlainTable + " (idempotency_key, kind, payload) VALUES ($1, $2, $3)"
+	const many = "INSERT INTO " + PlainTable + " (idempotency_key, kind, payload) " +
+		"SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])"
+	for len(intents) > 0 {
+		chunk := intents[:min(perTx, len(intents))]
+		intents = intents[len(chunk):]
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if perTx > 100 {
+				keys, kinds, payloads := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
+				for i, in := range chunk {
+					keys[i], kinds[i], payloads[i] = in.Key, string(in.Kind), string(in.Payload)
+				}
+				_, err := tx.Exec(ctx, many, keys, kinds, payloads)
+				return err
+			}
+			for _, in := range chunk {
+				if _, err := tx.Exec(ctx, one, in.Key, string(in.Kind), string(in.Payload)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("bench: plain insert: %w", err)
+		}
+	}
+	return nil
+}
+
+// Notes describe the measurement.
+func (s *Enqueue) Notes() []string {
+	return []string{"**3. Enqueue.** One goroutine on one connection writes email intents of about 300 bytes " +
+		"(unique keys, so every one is inserted) in transactions of 1, 100 and 1,000; the clock covers the " +
+		"transactions, commits included. The baseline writes the same rows in the same transaction shapes with " +
+		"plain SQL into `" + PlainTable + "`, a table created `LIKE sendonce_outbox INCLUDING ALL` (same columns, " +
+		"defaults, identity, unique key, indexes and checks; no triggers, no River job): single-row INSERTs for 1 and " +
+		"100 per transaction, one `INSERT … SELECT FROM unnest(…)` for 1,000. The outbox also inserts a River job per " +
+		"intent, looks up existing keys, validates in Go and in its trigger, and returns the stored rows."}
+}

@@ -229,7 +229,7 @@ func resolveConfig(opts []Option) (*config, *baseURL, error) {
 		return nil, nil, err
 	}
 
-	hc := &http.Client{}
+	hc := &http.Client{Transport: defaultTransport()}
 	if c.httpClient != nil {
 		copied := *c.httpClient
 		hc = &copied
@@ -237,6 +237,21 @@ func resolveConfig(opts []Option) (*config, *baseURL, error) {
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	c.httpClient = hc
 	return c, base, nil
+}
+
+// defaultIdleConnsPerHost is how many idle connections to the API the
+// default transport keeps. Go's default of 2 makes a client shared by many
+// goroutines (a worker sending 100 emails at once) open a new connection,
+// and a new TLS session, for almost every request.
+const defaultIdleConnsPerHost = 256
+
+// defaultTransport is http.DefaultTransport with room for that many idle
+// connections, used when the caller gives no HTTP client of its own.
+func defaultTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = defaultIdleConnsPerHost
+	t.MaxIdleConnsPerHost = defaultIdleConnsPerHost
+	return t
 }
 
 func hasAPIKeyPrefix(key string) bool {

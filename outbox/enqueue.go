@@ -76,29 +76,17 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 		keys[i] = in.Key
 	}
 
-	results := make([]*EnqueueResult, len(prepared))
-	existing, err := o.findExisting(ctx, tx, prepared, keys)
-	if err != nil {
-		return nil, err
-	}
-	// fresh holds the index of the first intent of each new key.
-	var fresh []int
+	// Insert optimistically: a new key is the common case. Keys already
+	// stored are found by ON CONFLICT, and only then compared.
+	var fresh []int // the index of the first intent of each key
 	for i := range prepared {
-		if rec, ok := existing[prepared[i].Key]; ok {
-			if rec.err != nil {
-				return nil, &KeyReuseError{Key: prepared[i].Key, Index: i}
-			}
-			results[i] = &EnqueueResult{Record: rec.record, Existing: true}
-			continue
-		}
 		if byKey[prepared[i].Key] == i {
 			fresh = append(fresh, i)
 		}
 	}
-	if len(fresh) > 0 {
-		if err := o.insertFresh(ctx, tx, prepared, fresh, results); err != nil {
-			return nil, err
-		}
+	results := make([]*EnqueueResult, len(prepared))
+	if err := o.insert(ctx, tx, prepared, fresh, results); err != nil {
+		return nil, err
 	}
 	// A key given twice with the same payload answers the first one's row.
 	for i := range prepared {
@@ -150,9 +138,9 @@ func (o *Outbox) findExisting(ctx context.Context, tx pgx.Tx, in []Intent, keys 
 	return found, rows.Err()
 }
 
-// insertFresh inserts the River jobs and then the rows of the intents at
-// the given indexes, and fills in their results.
-func (o *Outbox) insertFresh(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, results []*EnqueueResult) error {
+// insert inserts the River jobs and then the rows of the intents at the
+// given indexes, and fills in their results.
+func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, results []*EnqueueResult) error {
 	params := make([]river.InsertManyParams, len(idx))
 	batch := make([]Intent, len(idx))
 	for n, i := range idx {
@@ -197,7 +185,7 @@ func (o *Outbox) insertFresh(ctx context.Context, tx pgx.Tx, in []Intent, idx []
 		return fmt.Errorf("outbox: insert intents: %w", err)
 	}
 	if len(inserted) < len(batch) {
-		return o.settleRaces(ctx, tx, in, idx, jobIDs, inserted, results)
+		return o.settleExisting(ctx, tx, in, idx, jobIDs, inserted, results)
 	}
 	for _, i := range idx {
 		results[i] = &EnqueueResult{Record: inserted[in[i].Key]}
@@ -205,22 +193,22 @@ func (o *Outbox) insertFresh(ctx context.Context, tx pgx.Tx, in []Intent, idx []
 	return nil
 }
 
-// settleRaces handles keys that another transaction committed between our
-// look-up and our insert: their jobs are deleted again, and each answers
-// like any existing key would.
-func (o *Outbox) settleRaces(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, jobIDs []int64, inserted map[string]*Record, results []*EnqueueResult) error {
+// settleExisting handles the keys that were already stored (or that a
+// concurrent transaction committed first): their new jobs are deleted
+// again, and each answers with the stored intent when it is the same
+// intent, or a *KeyReuseError when it is not.
+func (o *Outbox) settleExisting(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, jobIDs []int64, inserted map[string]*Record, results []*EnqueueResult) error {
 	var lost []Intent
 	var lostKeys []string
+	var lostJobs []int64
 	for n, i := range idx {
 		if rec, ok := inserted[in[i].Key]; ok {
 			results[i] = &EnqueueResult{Record: rec}
 			continue
 		}
-		if _, err := o.river.JobDeleteTx(ctx, tx, jobIDs[n]); err != nil {
-			return fmt.Errorf("outbox: delete duplicate job: %w", err)
-		}
 		lost = append(lost, in[i])
 		lostKeys = append(lostKeys, in[i].Key)
+		lostJobs = append(lostJobs, jobIDs[n])
 	}
 	existing, err := o.findExisting(ctx, tx, lost, lostKeys)
 	if err != nil {
@@ -230,11 +218,31 @@ func (o *Outbox) settleRaces(ctx context.Context, tx pgx.Tx, in []Intent, idx []
 		if results[i] != nil {
 			continue
 		}
-		rec, ok := existing[in[i].Key]
-		if !ok || rec.err != nil {
+		if rec, ok := existing[in[i].Key]; !ok || rec.err != nil {
+			// Nothing may stay written: take back this call's rows and jobs.
+			var ids []int64
+			for _, rec := range inserted {
+				ids = append(ids, rec.ID)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM sendonce_outbox WHERE id = ANY($1)`, ids); err != nil {
+				return fmt.Errorf("outbox: undo insert: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1)`, jobIDs); err != nil {
+				return fmt.Errorf("outbox: undo insert: %w", err)
+			}
 			return &KeyReuseError{Key: in[i].Key, Index: i}
 		}
-		results[i] = &EnqueueResult{Record: rec.record, Existing: true}
+	}
+	// These jobs were inserted by this transaction a moment ago, so no
+	// worker can see them: deleting the rows is all River's JobDeleteTx
+	// would do, in one statement instead of one per job.
+	if _, err := tx.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1)`, lostJobs); err != nil {
+		return fmt.Errorf("outbox: delete jobs of existing intents: %w", err)
+	}
+	for _, i := range idx {
+		if results[i] == nil {
+			results[i] = &EnqueueResult{Record: existing[in[i].Key].record, Existing: true}
+		}
 	}
 	return nil
 }

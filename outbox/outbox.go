@@ -52,7 +52,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if queue == "" {
 		queue = DefaultQueue
 	}
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	// An insert-only client announces inserted jobs to the workers with
+	// pg_notify, at most once per FetchCooldown per queue (100 ms by
+	// default); jobs inserted in between wait for the workers' next fetch.
+	// The shortest cooldown keeps commit-to-send latency low.
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: river client: %w", err)
 	}

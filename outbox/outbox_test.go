@@ -196,6 +196,30 @@ func TestEnqueueMany(t *testing.T) {
 		t.Fatalf("%d jobs, want 500", n)
 	}
 
+	// A reused key with another payload refuses the whole call, and takes
+	// back what the call had inserted.
+	reuse := []outbox.Intent{
+		{Key: "k:fresh", Payload: json.RawMessage(invoiceBody)},
+		{Key: "k:3", Payload: json.RawMessage(strings.Replace(invoiceBody, "ada@", "eve@", 1))},
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.EnqueueMany(ctx, tx, reuse)
+		if !errors.Is(err, outbox.ErrKeyReuse) || !strings.Contains(err.Error(), "intent 1") {
+			t.Errorf("reuse in a batch: %v", err)
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox WHERE idempotency_key = 'k:fresh'`).Scan(&n); err != nil || n != 0 {
+			t.Errorf("k:fresh stayed written (%d rows, %v)", n, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countJobs(t, pool, ""); n != 500 {
+		t.Fatalf("%d jobs after a refused batch, want 500", n)
+	}
+
 	// One bad intent refuses the whole call, naming its index.
 	bad := append([]outbox.Intent{}, intents[:3]...)
 	bad = append(bad, outbox.Intent{Key: "k:new", Payload: json.RawMessage(`{"from":"a@example.com","text":"x"}`)})
@@ -389,5 +413,35 @@ func TestListAndStats(t *testing.T) {
 	}
 	if st.OldestPending <= 0 {
 		t.Fatalf("oldest pending age %v, want > 0", st.OldestPending)
+	}
+}
+
+func TestClaimManyAndMarkSentMany(t *testing.T) {
+	ctx := context.Background()
+	pool, ob := setup(t)
+	for _, k := range []string{"m:1", "m:2", "m:3"} {
+		if _, err := enqueue(t, pool, ob, outbox.Intent{Key: k, Payload: json.RawMessage(invoiceBody)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outbox.Claim(ctx, pool, "m:3")
+	outbox.MarkSent(ctx, pool, "m:3", "msg_3", false)
+
+	claimed, err := outbox.ClaimMany(ctx, pool, []string{"m:1", "m:2", "m:3", "m:missing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed) != 2 || claimed["m:1"].State != outbox.StateSending || claimed["m:2"].Attempts != 1 || claimed["m:1"].FirstAttemptAt == nil {
+		t.Fatalf("claimed %v, want m:1 and m:2 sending", claimed)
+	}
+	err = outbox.MarkSentMany(ctx, pool, []outbox.Sent{{Key: "m:1", MessageID: "msg_1"}, {Key: "m:2", MessageID: "msg_2", Replayed: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"m:1": "msg_1", "m:2": "msg_2", "m:3": "msg_3"} {
+		rec, _ := outbox.Get(ctx, pool, key)
+		if rec.State != outbox.StateSent || rec.MessageID != want || rec.Replayed != (key == "m:2") || rec.SentAt == nil {
+			t.Errorf("%s: %+v", key, rec)
+		}
 	}
 }

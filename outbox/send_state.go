@@ -35,6 +35,70 @@ func Claim(ctx context.Context, db DB, key string) (rec *Record, ok bool, err er
 	return rec, true, nil
 }
 
+// ClaimMany is Claim for many intents in one statement, for a worker
+// claiming the intents of jobs that run at the same time. The result holds
+// the intents it claimed; a key it does not hold was not sendable (or does
+// not exist): ask Claim about it. Rows are locked in id order, so
+// concurrent calls cannot deadlock.
+func ClaimMany(ctx context.Context, db DB, keys []string) (map[string]*Record, error) {
+	rows, err := db.Query(ctx, `WITH l AS (
+			SELECT id FROM sendonce_outbox
+			WHERE idempotency_key = ANY($1) AND state IN ('pending', 'sending')
+			ORDER BY id FOR UPDATE),
+		u AS (
+			UPDATE sendonce_outbox o
+			SET state = 'sending', attempts = o.attempts + 1,
+				first_attempt_at = coalesce(o.first_attempt_at, now()), updated_at = now()
+			FROM l WHERE o.id = l.id
+			RETURNING o.*)
+		SELECT `+columns+` FROM u`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]*Record, len(keys))
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: claim: %w", err)
+		}
+		out[rec.Key] = rec
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	return out, nil
+}
+
+// Sent is one API answer for MarkSentMany.
+type Sent struct {
+	Key       string
+	MessageID string
+	Replayed  bool
+}
+
+// MarkSentMany is MarkSent for many intents in one statement, locking rows
+// in id order.
+func MarkSentMany(ctx context.Context, db DB, sent []Sent) error {
+	keys := make([]string, len(sent))
+	ids := make([]string, len(sent))
+	replayed := make([]bool, len(sent))
+	for i, s := range sent {
+		keys[i], ids[i], replayed[i] = s.Key, s.MessageID, s.Replayed
+	}
+	_, err := db.Exec(ctx, `UPDATE sendonce_outbox o
+		SET state = 'sent', message_id = m.message_id, replayed = m.replayed, last_error = NULL,
+			sent_at = now(), updated_at = now()
+		FROM unnest($1::text[], $2::text[], $3::bool[]) AS m(key, message_id, replayed),
+			(SELECT id FROM sendonce_outbox WHERE idempotency_key = ANY($1) AND state IN ('pending', 'sending')
+			 ORDER BY id FOR UPDATE) AS l
+		WHERE o.id = l.id AND o.idempotency_key = m.key`, keys, ids, replayed)
+	if err != nil {
+		return fmt.Errorf("outbox: mark sent: %w", err)
+	}
+	return nil
+}
+
 // MarkSent records the API's answer: the message id and whether the API
 // replayed an earlier delivery.
 func MarkSent(ctx context.Context, db DB, key, messageID string, replayed bool) error {

@@ -100,6 +100,11 @@ type SendWorker struct {
 	client *client.Client
 	cfg    SendConfig
 
+	// batch, when set (by Worker.Start), batches the claims and the
+	// records of sends running at the same time; without it each send
+	// makes its own statements.
+	batch *batcher
+
 	// afterSend, when set (by tests), runs after the API answered and
 	// before the outcome is recorded; an error from it stands for a crash
 	// in that window.
@@ -134,7 +139,7 @@ func (w *SendWorker) retryDelay(attempt int) time.Duration {
 // Work sends the intent named by the job and maps the outcome to a state.
 func (w *SendWorker) Work(ctx context.Context, job *river.Job[outbox.SendArgs]) error {
 	key := job.Args.Key
-	rec, ok, err := outbox.Claim(ctx, w.pool, key)
+	rec, ok, err := w.claim(ctx, key)
 	if errors.Is(err, outbox.ErrNotFound) {
 		return river.JobCancel(fmt.Errorf("no intent with key %q", key))
 	}
@@ -168,7 +173,7 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[outbox.SendArgs]) 
 	}
 
 	if sendErr == nil {
-		if err := outbox.MarkSent(ctx, w.pool, key, res.messageID, res.replayed); err != nil {
+		if err := w.markSent(ctx, outbox.Sent{Key: key, MessageID: res.messageID, Replayed: res.replayed}); err != nil {
 			return err
 		}
 		result := ResultSent
@@ -226,6 +231,20 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[outbox.SendArgs]) 
 		log.Warn("send failed, will retry", "reason", reason)
 		return errors.New(reason)
 	}
+}
+
+func (w *SendWorker) claim(ctx context.Context, key string) (*outbox.Record, bool, error) {
+	if w.batch != nil {
+		return w.batch.claim(ctx, key)
+	}
+	return outbox.Claim(ctx, w.pool, key)
+}
+
+func (w *SendWorker) markSent(ctx context.Context, s outbox.Sent) error {
+	if w.batch != nil {
+		return w.batch.markSent(ctx, s)
+	}
+	return outbox.MarkSent(context.WithoutCancel(ctx), w.pool, s.Key, s.MessageID, s.Replayed)
 }
 
 // park marks the intent failed and cancels its job: River must not retry

@@ -65,9 +65,11 @@ type Worker struct {
 	River  *river.Client[pgx.Tx]
 	Outbox *outbox.Outbox
 
-	sweeper *sweeper
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
+	sendWorker *SendWorker
+	pool       *pgxpool.Pool
+	sweeper    *sweeper
+	cancel     context.CancelFunc
+	done       sync.WaitGroup
 }
 
 // New builds a Worker over the application's database. Start it with Start.
@@ -111,8 +113,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if sendCfg.Logger == nil {
 		sendCfg.Logger = logger
 	}
+	sendWorker := NewSendWorker(pool, cfg.Client, &sendCfg)
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, NewSendWorker(pool, cfg.Client, &sendCfg)); err != nil {
+	if err := river.AddWorkerSafely(workers, sendWorker); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -132,20 +135,26 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return &Worker{
-		River:   rc,
-		Outbox:  ob,
-		sweeper: &sweeper{pool: pool, outbox: ob, interval: sweepInterval, logger: logger},
+		River:      rc,
+		Outbox:     ob,
+		sendWorker: sendWorker,
+		pool:       pool,
+		sweeper:    &sweeper{pool: pool, outbox: ob, interval: sweepInterval, logger: logger},
 	}, nil
 }
 
 // Start starts fetching and sending, and the sweeper.
 func (w *Worker) Start(ctx context.Context) error {
+	// The batcher and the sweeper live until Stop, past ctx: sends in
+	// flight when ctx ends still record their outcome.
+	bgCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.sendWorker.batch = newBatcher(bgCtx, w.pool)
 	if err := w.River.Start(ctx); err != nil {
+		cancel()
 		return fmt.Errorf("worker: start river: %w", err)
 	}
-	sweepCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
-	w.done.Go(func() { w.sweeper.run(sweepCtx) })
+	w.done.Go(func() { w.sweeper.run(bgCtx) })
 	return nil
 }
 
@@ -154,14 +163,15 @@ func (w *Worker) Start(ctx context.Context) error {
 // jobs go back to River without losing anything: a cancelled send is
 // retried with the same key). It returns once everything has stopped.
 func (w *Worker) Stop(ctx context.Context) error {
-	if w.cancel != nil {
-		w.cancel()
-	}
 	err := w.River.Stop(ctx)
 	if err != nil && ctx.Err() != nil {
 		hardCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err = w.River.StopAndCancel(hardCtx)
+	}
+	// Only now, with no send left running, stop the batcher and sweeper.
+	if w.cancel != nil {
+		w.cancel()
 	}
 	w.done.Wait()
 	return err

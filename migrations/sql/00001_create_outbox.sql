@@ -164,8 +164,16 @@ END
 $$;
 -- +goose StatementEnd
 
+-- Rows the Go API inserts arrive with their River job and were validated
+-- by the same rules in Go (outbox.Intent.Validate), so the check runs on
+-- rows inserted without a job, and on every change to what is sent.
 CREATE TRIGGER sendonce_outbox_check
-    BEFORE INSERT OR UPDATE OF idempotency_key, kind, payload, template_id ON sendonce_outbox
+    BEFORE INSERT ON sendonce_outbox
+    FOR EACH ROW WHEN (NEW.job_id IS NULL)
+    EXECUTE FUNCTION sendonce_outbox_check();
+
+CREATE TRIGGER sendonce_outbox_check_update
+    BEFORE UPDATE OF idempotency_key, kind, payload, template_id ON sendonce_outbox
     FOR EACH ROW EXECUTE FUNCTION sendonce_outbox_check();
 
 -- A row inserted by plain SQL (a producer in another language) has no River

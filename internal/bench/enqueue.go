@@ -179,5 +179,5 @@ func (s *Enqueue) Notes() []string {
 		"plain SQL into `" + PlainTable + "`, a table created `LIKE sendonce_outbox INCLUDING ALL` (same columns, " +
 		"defaults, identity, unique key, indexes and checks; no triggers, no River job): single-row INSERTs for 1 and " +
 		"100 per transaction, one `INSERT … SELECT FROM unnest(…)` for 1,000. The outbox also inserts a River job per " +
-		"intent, looks up existing keys, validates in Go and in its trigger, and returns the stored rows."}
+		"intent, validates in Go (its trigger checks only rows inserted without a job), and returns the stored rows."}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -24,7 +25,7 @@ func TestBadInput(t *testing.T) {
 	setup(t)
 	start := time.Now()
 	srv := newFake(t, "bad-input")
-	dbURL, pool := newDatabase(t, sharedServer(t), "badinput")
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "badinput")
 	e := processEnv(dbURL, srv)
 	ctx := context.Background()
 

@@ -2,12 +2,7 @@ package integration
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
-	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,55 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/pgcluster"
+	"github.com/sendonce/sendonce/internal/pgtest"
 )
-
-// shared is the PostgreSQL server of the scenarios that do not crash it:
-// TEST_DATABASE_URL or DATABASE_URL when set (as `make test` does), else a
-// throwaway cluster of the suite's own, stopped by TestMain. Every scenario
-// gets a database of its own on it.
-var shared struct {
-	mu      sync.Mutex
-	url     string
-	cluster *pgcluster.Cluster
-	err     error
-}
-
-func sharedServer(t testing.TB) string {
-	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.url == "" && shared.err == nil {
-		for _, name := range []string{"TEST_DATABASE_URL", "DATABASE_URL"} {
-			if v := os.Getenv(name); v != "" {
-				shared.url = v
-				break
-			}
-		}
-		if shared.url == "" {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			c, err := pgcluster.Start(ctx, pgcluster.Options{})
-			if err != nil {
-				shared.err = err
-			} else {
-				shared.cluster, shared.url = c, c.URL
-			}
-		}
-	}
-	if shared.err != nil {
-		t.Fatalf("no PostgreSQL server: %v", shared.err)
-	}
-	return shared.url
-}
-
-func stopSharedServer() {
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.cluster != nil {
-		shared.cluster.Stop()
-		shared.cluster = nil
-	}
-}
 
 // ownCluster starts a durable PostgreSQL cluster for one scenario alone
 // (the one that crashes it). Durable: with fsync and synchronous commit off,
@@ -92,16 +40,7 @@ func ownCluster(t testing.TB) *pgcluster.Cluster {
 // test's own reads.
 func newDatabase(t testing.TB, serverURL, label string) (string, *pgxpool.Pool) {
 	t.Helper()
-	name := fmt.Sprintf("sendonce_it_%s_%08x", label, rand.Uint32())
-	if err := execSQL(serverURL, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := execSQL(serverURL, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("drop database %s: %v", name, err)
-		}
-	})
-	dbURL := withDatabase(serverURL, name)
+	dbURL := pgtest.CreateDB(t, serverURL, "it_"+label)
 
 	mustRun(t, "migrate", env{DatabaseURL: dbURL}, nil, "migrate")
 
@@ -155,25 +94,4 @@ func queryStrings(ctx context.Context, db *pgxpool.Pool, sql string, args ...any
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-func execSQL(serverURL, sql string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
-	return err
-}
-
-func withDatabase(serverURL, name string) string {
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return serverURL
-	}
-	u.Path = "/" + name
-	return u.String()
 }

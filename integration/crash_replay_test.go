@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // TestCrashReplay kills workers with SIGKILL while the API holds answers
@@ -23,7 +24,7 @@ func TestCrashReplay(t *testing.T) {
 	const hold = 300 * time.Millisecond // the window: delivered, not yet answered
 
 	srv := newFake(t, "crash-replay", mustFaults(t, fmt.Sprintf("latency_after=%s;method=POST", hold))...)
-	dbURL, pool := newDatabase(t, sharedServer(t), "crash")
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "crash")
 	e := processEnv(dbURL, srv)
 
 	// Producers of all three kinds: the command line, plain SQL (no River

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // faultClass is a group of intents that meet the same faults, selected by
@@ -72,7 +73,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	srv := newFake(t, "faults", mustFaults(t, rules...)...)
-	dbURL, pool := newDatabase(t, sharedServer(t), "faults")
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "faults")
 	e := processEnv(dbURL, srv)
 	model := retryModel{
 		maxRetries:    2,

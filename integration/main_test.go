@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // Flags of the suite. Each has an environment twin, so a CI job or a
@@ -56,7 +58,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 
 	killAll()
-	stopSharedServer()
+	pgtest.Close()
 	if leaks := scanAllForSecrets(); len(leaks) > 0 {
 		// A scenario that ran after the secrets scenario (or a -run that
 		// skipped it) still gets its output checked.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // TestManyWorkers runs three worker processes on one outbox and checks that
@@ -22,7 +24,7 @@ func TestManyWorkers(t *testing.T) {
 	// A little latency before each send keeps every worker busy, so no
 	// one of them drains the outbox alone.
 	srv := newFake(t, "many-workers", mustFaults(t, "latency=60ms;method=POST")...)
-	dbURL, pool := newDatabase(t, sharedServer(t), "many")
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "many")
 	e := processEnv(dbURL, srv)
 
 	workers := make([]*proc, nWorkers)

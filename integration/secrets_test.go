@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // malformedKey is an API key of the wrong form. A command that refuses it
@@ -32,7 +33,7 @@ func TestSecrets(t *testing.T) {
 	setup(t)
 	start := time.Now()
 	ctx := context.Background()
-	dbURL, pool := newDatabase(t, sharedServer(t), "secrets")
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "secrets")
 
 	// A fake that knows another key: ours gets 401 invalid_api_key.
 	stranger := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{"oe_test_someoneElseEntirely"}, Seed: seedFor("secrets-401")})

@@ -38,15 +38,23 @@ var (
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 func Main(m *testing.M) {
 	code := m.Run()
+	Close()
+	os.Exit(code)
+}
+
+// Close drops the template and stops the cluster this process started, if
+// any. Main calls it; a TestMain of its own calls it after m.Run.
+func Close() {
 	mu.Lock()
+	defer mu.Unlock()
 	if template != "" {
 		dropDatabase(server, template)
+		template = ""
 	}
 	if cluster != nil {
 		cluster.Stop()
+		cluster, server = nil, ""
 	}
-	mu.Unlock()
-	os.Exit(code)
 }
 
 // ServerURL returns the URL of the server's maintenance database, starting
@@ -117,6 +125,20 @@ func NewDBURL(t testing.TB) string {
 	}
 	t.Cleanup(func() { dropDatabase(srv, name) })
 	return withDatabase(srv, name)
+}
+
+// CreateDB creates an empty database, not migrated, on the server at
+// serverURL (ServerURL, or a cluster of the test's own), for tests that
+// migrate it themselves (with the sendonce binary, say), and returns its
+// URL. The database is dropped when the test ends.
+func CreateDB(t testing.TB, serverURL, label string) string {
+	t.Helper()
+	name := fmt.Sprintf("sendonce_%s_%08x", label, rand.Uint32())
+	if err := exec(serverURL, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() { dropDatabase(serverURL, name) })
+	return withDatabase(serverURL, name)
 }
 
 func createTemplate(srv, name string) error {

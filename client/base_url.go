@@ -37,8 +37,9 @@ func parseBaseURL(raw string) (*baseURL, error) {
 		return nil, fmt.Errorf("%w: empty", ErrInvalidBaseURL)
 	}
 	if !hasScheme {
+		// http:// only for a local host, as the official SDKs do.
 		scheme := "https://"
-		if isLocalHostLiteral(hostOfSchemeless(s)) {
+		if u, err := url.Parse("http://" + s); err == nil && (isLoopbackHost(u.Hostname()) || isUnspecifiedHost(u.Hostname())) {
 			scheme = "http://"
 		}
 		s = scheme + s
@@ -88,129 +89,23 @@ func secureOrigin(u *url.URL) bool {
 	return u.Scheme == "https" || isLoopbackHost(u.Hostname())
 }
 
-// hostOfSchemeless extracts the host of "host[:port][/path]" or
-// "[v6]:port/path" before a scheme is known.
-func hostOfSchemeless(s string) string {
-	if i := strings.IndexAny(s, "/?#"); i >= 0 {
-		s = s[:i]
-	}
-	if strings.HasPrefix(s, "[") {
-		if i := strings.Index(s, "]"); i >= 0 {
-			return s[1:i]
-		}
-		return s
-	}
-	if strings.Count(s, ":") > 1 { // bare IPv6 such as ::1
-		return s
-	}
-	if i := strings.LastIndex(s, ":"); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
-// isLocalHostLiteral reports the hosts that get http:// when no scheme is
-// given: loopback and the unspecified addresses (which are then refused with
-// a helpful message rather than an https connection failure).
-func isLocalHostLiteral(host string) bool {
-	return isLoopbackHost(host) || isUnspecifiedHost(host)
-}
-
-// isLoopbackHost reports localhost, ::1, and any IPv4 address in 127.0.0.0/8
-// in any form inet_aton accepts (127.1, 0x7f.0.0.1, 2130706433), since those
-// all reach this machine.
+// isLoopbackHost reports localhost and the loopback addresses: 127.0.0.0/8
+// and ::1, in the forms net/netip parses. Other spellings of an IPv4 address
+// (127.1, 0x7f.0.0.1) are not recognised, so plain http to them is refused:
+// the rule errs towards keeping the key off the network.
 func isLoopbackHost(host string) bool {
 	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
-	if ip, ok := parseLooseIPv4(host); ok {
-		return ip>>24 == 127
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap().IsLoopback()
-	}
-	return false
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
-// isUnspecifiedHost reports 0.0.0.0 (in any inet_aton form) and ::.
+// isUnspecifiedHost reports 0.0.0.0 and ::.
 func isUnspecifiedHost(host string) bool {
-	host = strings.Trim(host, "[]")
-	if ip, ok := parseLooseIPv4(host); ok {
-		return ip == 0
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap().IsUnspecified()
-	}
-	return false
-}
-
-// parseLooseIPv4 parses an IPv4 address the way inet_aton does: one to four
-// parts, each decimal, octal (leading 0) or hex (0x), the last part filling
-// the remaining bytes. Hostnames canonicalise this way in browsers and URL
-// parsers, so "127.1" must count as loopback.
-func parseLooseIPv4(s string) (uint32, bool) {
-	if s == "" {
-		return 0, false
-	}
-	parts := strings.Split(s, ".")
-	if len(parts) > 4 {
-		return 0, false
-	}
-	vals := make([]uint64, len(parts))
-	for i, p := range parts {
-		v, ok := parseIPv4Part(p)
-		if !ok {
-			return 0, false
-		}
-		vals[i] = v
-	}
-	var ip uint64
-	for i := 0; i < len(vals)-1; i++ {
-		if vals[i] > 0xff {
-			return 0, false
-		}
-		ip |= vals[i] << (24 - 8*uint(i))
-	}
-	last := vals[len(vals)-1]
-	if last >= 1<<(8*uint(5-len(vals))) {
-		return 0, false
-	}
-	return uint32(ip | last), true
-}
-
-func parseIPv4Part(p string) (uint64, bool) {
-	if p == "" {
-		return 0, false
-	}
-	base := 10
-	switch {
-	case len(p) > 2 && (p[:2] == "0x" || p[:2] == "0X"):
-		base, p = 16, p[2:]
-	case len(p) > 1 && p[0] == '0':
-		base, p = 8, p[1:]
-	}
-	for i := 0; i < len(p); i++ {
-		if !isDigitInBase(p[i], base) {
-			return 0, false
-		}
-	}
-	v, err := strconv.ParseUint(p, base, 32)
-	if err != nil {
-		return 0, false
-	}
-	return v, true
-}
-
-func isDigitInBase(c byte, base int) bool {
-	switch base {
-	case 8:
-		return c >= '0' && c <= '7'
-	case 16:
-		return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-	default:
-		return c >= '0' && c <= '9'
-	}
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && a.Unmap().IsUnspecified()
 }
 
 // resolve appends a request path (with optional query) to the base and
@@ -235,34 +130,4 @@ func (b *baseURL) resolve(path string) (*url.URL, error) {
 	}
 	u.Fragment, u.RawFragment = "", ""
 	return u, nil
-}
-
-// escapeID percent-encodes an id for one path segment (RFC 3986 unreserved
-// characters and !*'() stay as they are), and refuses the empty id and
-// all-dots ids, which would name the collection or a parent instead.
-func escapeID(id string) (string, error) {
-	if strings.Trim(id, ".") == "" {
-		return "", fmt.Errorf("%w: id is empty or only dots", ErrInvalidRequest)
-	}
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if isUnreservedOrKept(c) {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
-	}
-	return b.String(), nil
-}
-
-func isUnreservedOrKept(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("-._~!*'()", c) >= 0
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -42,54 +41,44 @@ type Broadcast struct {
 
 // UnmarshalJSON decodes leniently, keeping the body in Raw.
 func (b *Broadcast) UnmarshalJSON(data []byte) error {
-	m := fieldsOf(data)
+	m, raw := decodeResponse(data)
 	*b = Broadcast{
-		ID:          getString(m, "id"),
-		Status:      getString(m, "status"),
-		AudienceID:  getString(m, "audienceId"),
-		AudienceIDs: getStrings(m, "audienceIds"),
-		Subject:     getString(m, "subject"),
-		ScheduledAt: getTime(m, "scheduledAt"),
-		CreatedAt:   getTime(m, "createdAt"),
-		Raw:         cloneRaw(data),
+		ID:          field[string](m, "id"),
+		Status:      field[string](m, "status"),
+		Replayed:    field[bool](m, "replayed"),
+		AudienceID:  field[string](m, "audienceId"),
+		AudienceIDs: field[Recipients](m, "audienceIds"),
+		Subject:     field[string](m, "subject"),
+		ScheduledAt: field[*time.Time](m, "scheduledAt"),
+		CreatedAt:   field[*time.Time](m, "createdAt"),
+		Raw:         raw,
 	}
-	b.Replayed, _ = getBool(m, "replayed")
 	return nil
 }
 
 // Send creates and sends (or schedules) a broadcast (POST /broadcasts; there
 // is no separate create). It carries an Idempotency-Key, reused by retries.
 func (s *BroadcastsService) Send(ctx context.Context, params *BroadcastParams, opts ...RequestOption) (*Broadcast, error) {
-	if params == nil {
-		return nil, fmt.Errorf("%w: Broadcasts.Send: nil params", ErrInvalidRequest)
-	}
-	var b Broadcast
-	err := s.c.do(ctx, &request{call: "broadcasts.send", method: methodPost, path: "/broadcasts", body: params, send: true, opts: opts}, &b)
+	body, err := encode("Broadcasts.Send", params)
 	if err != nil {
 		return nil, err
 	}
-	return &b, nil
+	return s.SendJSON(ctx, body, opts...)
+}
+
+// SendJSON is Send for a body already held as JSON, normalised as in
+// EmailsService.SendJSON.
+func (s *BroadcastsService) SendJSON(ctx context.Context, body json.RawMessage, opts ...RequestOption) (*Broadcast, error) {
+	return send[Broadcast](ctx, s.c, "broadcasts.send", "/broadcasts", body, opts)
 }
 
 // Get reads one broadcast (GET /broadcasts/:id).
 func (s *BroadcastsService) Get(ctx context.Context, id string) (*Broadcast, error) {
-	return s.broadcast(ctx, "broadcasts.get", methodGet, id, "")
+	return onID[Broadcast](ctx, s.c, "broadcasts.get", methodGet, "/broadcasts", id, "", nil)
 }
 
 // Cancel cancels a scheduled broadcast (POST /broadcasts/:id/cancel, no
 // body). It is retried; it carries no idempotency key.
 func (s *BroadcastsService) Cancel(ctx context.Context, id string) (*Broadcast, error) {
-	return s.broadcast(ctx, "broadcasts.cancel", methodPost, id, "/cancel")
-}
-
-func (s *BroadcastsService) broadcast(ctx context.Context, call, method, id, suffix string) (*Broadcast, error) {
-	seg, err := escapeID(id)
-	if err != nil {
-		return nil, err
-	}
-	var b Broadcast
-	if err := s.c.do(ctx, &request{call: call, method: method, path: "/broadcasts/" + seg + suffix}, &b); err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return onID[Broadcast](ctx, s.c, "broadcasts.cancel", methodPost, "/broadcasts", id, "/cancel", nil)
 }

@@ -60,8 +60,8 @@ func (c *Client) BaseURL() string { return c.base.String() }
 // receives the decoded 2xx body (a *json.RawMessage takes it as is).
 //
 // Retries follow the contract for raw requests: a GET is retried; any other
-// method is sent once unless marked with Repeatable, or named with ForCall and
-// repeatable by the contract's table. WithIdempotencyKey attaches the header.
+// method is sent once unless marked with Repeatable. WithIdempotencyKey
+// attaches the header.
 func (c *Client) Do(ctx context.Context, method, path string, body, out any, opts ...RequestOption) error {
 	method = strings.ToUpper(strings.TrimSpace(method))
 	if method == "" {

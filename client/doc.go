@@ -41,8 +41,7 @@ idempotency_key_reuse (see IsIdempotencyKeyReuse).
 Every GET is retried. A write is retried only when a second identical request
 cannot mean anything other than the first: the sends (thanks to the key),
 Emails.Cancel, Emails.Reschedule and Broadcasts.Cancel (each sets a named
-state, and carries no key). The contract's full table of calls is in code;
-IsRepeatable reports a call's verdict.
+state, and carries no key).
 
 A repeatable call is retried, up to WithMaxRetries extra attempts (default
 2), only after a network failure (timeouts included) or a 408, 500, 502, 503
@@ -60,12 +59,12 @@ during the wait before the next one, the call ends at once with a
 # Raw requests
 
 Client.Do reaches any endpoint. A GET is retried; any other method is sent
-once unless marked Repeatable, or named with ForCall and repeatable in the
-contract's table:
+once unless marked Repeatable, which a caller should do only for a call the
+retry contract's table retries (contacts.update here: it sets named fields):
 
 	var contact map[string]any
 	err := c.Do(ctx, "PATCH", "/contacts/ct_123", map[string]any{"firstName": "Ada"}, &contact,
-		client.ForCall("contacts.update"))
+		client.Repeatable())
 
 # Errors
 
@@ -83,16 +82,18 @@ New reads OPENEMAIL_API_KEY and OPENEMAIL_BASE_URL when WithAPIKey and
 WithBaseURL are not given (an empty variable counts as unset). The key must
 start oe_live_ or oe_test_. The base URL defaults to https://api.openemail.uk
 (no /v1). The key is never sent over plain http except to a loopback host
-(localhost, 127.0.0.0/8 in any form, ::1), so a local fake API works over
-http and a typo cannot leak the key. The key never appears in an error, a log
+(localhost, 127.0.0.0/8, ::1), so a local fake API works over http and a typo
+cannot leak the key. The key never appears in an error, a log
 line or a formatted Client.
 
 # Params and JSON
 
-EmailParams, TemplateSendParams and BroadcastParams encode exactly the body
-the API expects and decode it back without loss (unknown fields are kept in
-Extra), with deterministic output. That lets an outbox store the body as JSON
-in a transaction and a worker send it later, retrying with the same key and
-the same bytes.
+EmailParams, TemplateSendParams and BroadcastParams encode the body the API
+expects with encoding/json. A body already held as JSON, such as an outbox's
+stored payload, is sent with the SendJSON methods (Emails.SendJSON,
+Emails.SendBatchJSON, Templates.SendJSON, Broadcasts.SendJSON): as it is, but
+for the contract's wire rules (a single-string to, cc or bcc becomes an array;
+scheduledAt goes out in UTC with milliseconds), with the same key and retries
+as the typed sends and the same bytes on every attempt.
 */
 package client

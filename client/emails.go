@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,21 +44,21 @@ type Email struct {
 // UnmarshalJSON decodes leniently: fields of an unexpected type stay zero,
 // and Raw keeps everything.
 func (e *Email) UnmarshalJSON(data []byte) error {
-	m := fieldsOf(data)
+	m, raw := decodeResponse(data)
 	*e = Email{
-		ID:          getString(m, "id"),
-		Status:      getString(m, "status"),
-		From:        getString(m, "from"),
-		To:          getStrings(m, "to"),
-		Cc:          getStrings(m, "cc"),
-		Bcc:         getStrings(m, "bcc"),
-		Subject:     getString(m, "subject"),
-		BroadcastID: getString(m, "broadcastId"),
-		ScheduledAt: getTime(m, "scheduledAt"),
-		CreatedAt:   getTime(m, "createdAt"),
-		Raw:         cloneRaw(data),
+		ID:          field[string](m, "id"),
+		Status:      field[string](m, "status"),
+		Replayed:    field[bool](m, "replayed"),
+		From:        field[string](m, "from"),
+		To:          field[Recipients](m, "to"),
+		Cc:          field[Recipients](m, "cc"),
+		Bcc:         field[Recipients](m, "bcc"),
+		Subject:     field[string](m, "subject"),
+		BroadcastID: field[string](m, "broadcastId"),
+		ScheduledAt: field[*time.Time](m, "scheduledAt"),
+		CreatedAt:   field[*time.Time](m, "createdAt"),
+		Raw:         raw,
 	}
-	e.Replayed, _ = getBool(m, "replayed")
 	return nil
 }
 
@@ -77,10 +78,9 @@ type BatchResult struct {
 
 // UnmarshalJSON decodes leniently, keeping the body in Raw.
 func (b *BatchResult) UnmarshalJSON(data []byte) error {
-	m := fieldsOf(data)
-	*b = BatchResult{Sent: getInt(m, "sent"), Failed: getInt(m, "failed"), Raw: cloneRaw(data)}
-	b.Replayed, _ = getBool(m, "replayed")
-	b.Data = decodeEmails(m["data"])
+	m, raw := decodeResponse(data)
+	*b = BatchResult{Data: field[[]Email](m, "data"), Sent: field[int](m, "sent"), Failed: field[int](m, "failed"),
+		Replayed: field[bool](m, "replayed"), Raw: raw}
 	return nil
 }
 
@@ -100,26 +100,13 @@ type EmailList struct {
 // is inferred from nextCursor, and an empty cursor counts as none, as the
 // official SDKs do.
 func (l *EmailList) UnmarshalJSON(data []byte) error {
-	m := fieldsOf(data)
-	*l = EmailList{Data: decodeEmails(m["data"]), NextCursor: getString(m, "nextCursor"), Raw: cloneRaw(data)}
-	hasMore, ok := getBool(m, "hasMore")
-	if !ok {
-		hasMore = l.NextCursor != ""
+	m, raw := decodeResponse(data)
+	*l = EmailList{Data: field[[]Email](m, "data"), NextCursor: field[string](m, "nextCursor"), Raw: raw}
+	l.HasMore = l.NextCursor != ""
+	if hasMore := field[*bool](m, "hasMore"); hasMore != nil {
+		l.HasMore = *hasMore
 	}
-	l.HasMore = hasMore
 	return nil
-}
-
-func decodeEmails(raw json.RawMessage) []Email {
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		return nil
-	}
-	out := make([]Email, len(items))
-	for i, item := range items {
-		_ = out[i].UnmarshalJSON(item)
-	}
-	return out
 }
 
 // EmailListParams filters emails.list. Zero fields are left out.
@@ -144,27 +131,24 @@ func (p *EmailListParams) query() url.Values {
 	if p == nil {
 		return q
 	}
-	if len(p.Status) > 0 {
-		q.Set("status", strings.Join(p.Status, ","))
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
-	if p.From != "" {
-		q.Set("from", p.From)
-	}
-	if p.BroadcastID != "" {
-		q.Set("broadcastId", p.BroadcastID)
-	}
+	set("status", strings.Join(p.Status, ","))
+	set("from", p.From)
+	set("broadcastId", p.BroadcastID)
 	if p.ScheduledFrom != nil {
-		q.Set("scheduledFrom", formatInstant(*p.ScheduledFrom))
+		set("scheduledFrom", formatInstant(*p.ScheduledFrom))
 	}
 	if p.ScheduledTo != nil {
-		q.Set("scheduledTo", formatInstant(*p.ScheduledTo))
+		set("scheduledTo", formatInstant(*p.ScheduledTo))
 	}
 	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
+		set("limit", strconv.Itoa(p.Limit))
 	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
+	set("cursor", p.Cursor)
 	return q
 }
 
@@ -172,48 +156,52 @@ func (p *EmailListParams) query() url.Values {
 // caller's (WithIdempotencyKey) or one generated for this call, and is
 // retried with that same key, so a retry replays rather than sends twice.
 func (s *EmailsService) Send(ctx context.Context, params *EmailParams, opts ...RequestOption) (*Email, error) {
-	if params == nil {
-		return nil, fmt.Errorf("%w: Emails.Send: nil params", ErrInvalidRequest)
-	}
-	var e Email
-	err := s.c.do(ctx, &request{call: "emails.send", method: methodPost, path: "/emails", body: params, send: true, opts: opts}, &e)
+	body, err := encode("Emails.Send", params)
 	if err != nil {
 		return nil, err
 	}
-	return &e, nil
+	return s.SendJSON(ctx, body, opts...)
+}
+
+// SendJSON is Send for a body already held as JSON, such as an outbox's
+// stored payload: the same call, key and retries. The body is sent as it is
+// but for the contract's wire rules (a single-string to, cc or bcc becomes an
+// array; scheduledAt goes out in UTC with milliseconds). A body that is not a
+// JSON object is refused with ErrInvalidRequest before anything is sent.
+func (s *EmailsService) SendJSON(ctx context.Context, body json.RawMessage, opts ...RequestOption) (*Email, error) {
+	return send[Email](ctx, s.c, "emails.send", "/emails", body, opts)
 }
 
 // SendBatch sends several emails in one request (POST /emails/batch, body
 // {"emails":[...]}), under one Idempotency-Key for the whole batch.
 func (s *EmailsService) SendBatch(ctx context.Context, emails []*EmailParams, opts ...RequestOption) (*BatchResult, error) {
-	if len(emails) == 0 {
-		return nil, fmt.Errorf("%w: Emails.SendBatch: no emails", ErrInvalidRequest)
+	if len(emails) == 0 || slices.Contains(emails, nil) {
+		return nil, fmt.Errorf("%w: Emails.SendBatch: no emails, or a nil one", ErrInvalidRequest)
 	}
-	for i, e := range emails {
-		if e == nil {
-			return nil, fmt.Errorf("%w: Emails.SendBatch: emails[%d] is nil", ErrInvalidRequest, i)
-		}
-	}
-	body := struct {
+	body, err := encode("Emails.SendBatch", &struct {
 		Emails []*EmailParams `json:"emails"`
-	}{emails}
-	var b BatchResult
-	err := s.c.do(ctx, &request{call: "emails.send_batch", method: methodPost, path: "/emails/batch", body: body, send: true, opts: opts}, &b)
+	}{emails})
 	if err != nil {
 		return nil, err
 	}
-	return &b, nil
+	return s.SendBatchJSON(ctx, body, opts...)
+}
+
+// SendBatchJSON is SendBatch for a body {"emails":[...]} already held as
+// JSON; each email is normalised as in SendJSON.
+func (s *EmailsService) SendBatchJSON(ctx context.Context, body json.RawMessage, opts ...RequestOption) (*BatchResult, error) {
+	return send[BatchResult](ctx, s.c, "emails.send_batch", "/emails/batch", body, opts)
 }
 
 // Get reads one email (GET /emails/:id).
 func (s *EmailsService) Get(ctx context.Context, id string) (*Email, error) {
-	return s.email(ctx, "emails.get", methodGet, id, "", nil)
+	return onID[Email](ctx, s.c, "emails.get", methodGet, "/emails", id, "", nil)
 }
 
 // Cancel cancels a scheduled email (POST /emails/:id/cancel, no body). It
 // sets a named state, so it is retried; it carries no idempotency key.
 func (s *EmailsService) Cancel(ctx context.Context, id string) (*Email, error) {
-	return s.email(ctx, "emails.cancel", methodPost, id, "/cancel", nil)
+	return onID[Email](ctx, s.c, "emails.cancel", methodPost, "/emails", id, "/cancel", nil)
 }
 
 // Reschedule moves a scheduled email to at (PATCH /emails/:id with
@@ -224,28 +212,12 @@ func (s *EmailsService) Reschedule(ctx context.Context, id string, at time.Time)
 		return nil, fmt.Errorf("%w: Emails.Reschedule: zero time", ErrInvalidRequest)
 	}
 	body := map[string]string{"scheduledAt": formatInstant(at)}
-	return s.email(ctx, "emails.reschedule", methodPatch, id, "", body)
-}
-
-func (s *EmailsService) email(ctx context.Context, call, method, id, suffix string, body any) (*Email, error) {
-	seg, err := escapeID(id)
-	if err != nil {
-		return nil, err
-	}
-	var e Email
-	if err := s.c.do(ctx, &request{call: call, method: method, path: "/emails/" + seg + suffix, body: body}, &e); err != nil {
-		return nil, err
-	}
-	return &e, nil
+	return onID[Email](ctx, s.c, "emails.reschedule", methodPatch, "/emails", id, "", body)
 }
 
 // List reads one page of emails (GET /emails). params may be nil.
 func (s *EmailsService) List(ctx context.Context, params *EmailListParams) (*EmailList, error) {
-	var l EmailList
-	if err := s.c.do(ctx, &request{call: "emails.list", method: methodGet, path: "/emails", query: params.query()}, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return result[EmailList](ctx, s.c, &request{call: "emails.list", method: methodGet, path: "/emails", query: params.query()})
 }
 
 // All iterates over every email matching params, page after page from

@@ -287,26 +287,25 @@ var knownTypes = map[string]bool{
 	TypeValidation: true, TypeRateLimit: true, TypeAPI: true, TypeInvalidRequest: true,
 }
 
-// typeForStatus is the API's type for a status when the body names none.
+// typeByStatus is the API's type for a status when the body names none;
+// any other status is api_error from 500 up and invalid_request_error below.
+var typeByStatus = map[int]string{
+	http.StatusUnauthorized:        TypeAuthentication,
+	http.StatusForbidden:           TypePermission,
+	http.StatusNotFound:            TypeNotFound,
+	http.StatusConflict:            TypeConflict,
+	http.StatusUnprocessableEntity: TypeValidation,
+	http.StatusTooManyRequests:     TypeRateLimit,
+}
+
 func typeForStatus(status int) string {
-	switch {
-	case status == http.StatusUnauthorized:
-		return TypeAuthentication
-	case status == http.StatusForbidden:
-		return TypePermission
-	case status == http.StatusNotFound:
-		return TypeNotFound
-	case status == http.StatusConflict:
-		return TypeConflict
-	case status == http.StatusUnprocessableEntity:
-		return TypeValidation
-	case status == http.StatusTooManyRequests:
-		return TypeRateLimit
+	switch t, ok := typeByStatus[status]; {
+	case ok:
+		return t
 	case status >= 500:
 		return TypeAPI
-	default:
-		return TypeInvalidRequest
 	}
+	return TypeInvalidRequest
 }
 
 // maxMessageFromBody bounds how much of an unrecognised body becomes the
@@ -317,46 +316,19 @@ const maxMessageFromBody = 300
 // fallbacks of the official SDKs for every field the body does not give.
 func parseAPIError(status int, header http.Header, body []byte, retryAfter time.Duration) *APIError {
 	e := &APIError{Status: status, RetryAfter: retryAfter}
-	if len(body) > 0 {
-		e.Body = json.RawMessage(body)
+	if json.Valid(body) {
+		e.Body = body
 	}
-
-	var envelope struct {
-		Error *struct {
-			Type      any             `json:"type"`
-			Code      any             `json:"code"`
-			Message   any             `json:"message"`
-			Param     any             `json:"param"`
-			DocURL    any             `json:"docUrl"`
-			RequestID any             `json:"requestId"`
-			Fields    json.RawMessage `json:"fields"`
-		} `json:"error"`
+	m, _ := decodeResponse(body)
+	ee := field[map[string]json.RawMessage](m, "error")
+	if t := field[string](ee, "type"); knownTypes[t] {
+		e.Type = t
 	}
-	if json.Unmarshal(body, &envelope) != nil || envelope.Error == nil {
-		envelope.Error = nil
-		if !json.Valid(body) {
-			e.Body = nil // Body is a json.RawMessage; never store invalid JSON in it.
-		}
-	}
-
-	if ee := envelope.Error; ee != nil {
-		if t, _ := ee.Type.(string); knownTypes[t] {
-			e.Type = t
-		}
-		e.Code, _ = ee.Code.(string)
-		e.Message, _ = ee.Message.(string)
-		e.Param, _ = ee.Param.(string)
-		e.DocURL, _ = ee.DocURL.(string)
-		e.RequestID, _ = ee.RequestID.(string)
-		var fields []map[string]any
-		if json.Unmarshal(ee.Fields, &fields) == nil {
-			for _, f := range fields {
-				k, kok := f["key"].(string)
-				m, mok := f["error"].(string)
-				if kok && mok {
-					e.Fields = append(e.Fields, FieldError{Key: k, Error: m})
-				}
-			}
+	e.Code, e.Message, e.Param = field[string](ee, "code"), field[string](ee, "message"), field[string](ee, "param")
+	e.DocURL, e.RequestID = field[string](ee, "docUrl"), field[string](ee, "requestId")
+	for _, f := range field[[]map[string]json.RawMessage](ee, "fields") {
+		if k, msg := field[*string](f, "key"), field[*string](f, "error"); k != nil && msg != nil {
+			e.Fields = append(e.Fields, FieldError{Key: *k, Error: *msg})
 		}
 	}
 
@@ -367,7 +339,7 @@ func parseAPIError(status int, header http.Header, body []byte, retryAfter time.
 		e.Code = CodeUnrecognisedResponse
 	}
 	if e.Message == "" {
-		if text := strings.TrimSpace(string(body)); text != "" && envelope.Error == nil {
+		if text := strings.TrimSpace(string(body)); text != "" && ee == nil {
 			e.Message = truncateRunes(text, maxMessageFromBody)
 		} else {
 			e.Message = fmt.Sprintf("The API responded %d with a body this client did not recognise.", status)
@@ -392,12 +364,8 @@ func unrecognisedSuccess(status int, header http.Header, body []byte) *APIError 
 }
 
 func truncateRunes(s string, n int) string {
-	i := 0
-	for pos := range s {
-		if i == n {
-			return s[:pos]
-		}
-		i++
+	if r := []rune(s); len(r) > n {
+		return string(r[:n])
 	}
 	return s
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/sendonce/sendonce/client"
 )
 
-// Client.Do reaches endpoints this package does not wrap. Naming the call
-// with ForCall retries it exactly when the contract says: contacts.update
-// sets named fields and is retried; drafts.create would leave two drafts
-// and is sent once.
+// Client.Do reaches endpoints this package does not wrap. A write is sent
+// once unless marked Repeatable, which the retry contract allows for
+// contacts.update (it sets named fields) but not for drafts.create (a retry
+// would leave two drafts).
 func ExampleClient_Do() {
 	var attempts atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -33,11 +33,11 @@ func ExampleClient_Do() {
 	ctx := context.Background()
 
 	var contact struct{ ID, FirstName string }
-	err = c.Do(ctx, "PATCH", "/contacts/ct_1", map[string]string{"firstName": "Ada"}, &contact, client.ForCall("contacts.update"))
+	err = c.Do(ctx, "PATCH", "/contacts/ct_1", map[string]string{"firstName": "Ada"}, &contact, client.Repeatable())
 	fmt.Println(contact.ID, contact.FirstName, err, "attempts:", attempts.Load())
 
 	attempts.Store(0)
-	err = c.Do(ctx, "POST", "/drafts", map[string]string{"subject": "Draft"}, nil, client.ForCall("drafts.create"))
+	err = c.Do(ctx, "POST", "/drafts", map[string]string{"subject": "Draft"}, nil)
 	fmt.Println(err, "attempts:", attempts.Load())
 
 	// Output:

@@ -1,16 +1,12 @@
 package client
 
-import "fmt"
-
 // RequestOption adjusts one call: the idempotency key of a send, or how a
 // raw request (Client.Do) is classified for retries.
 type RequestOption func(*requestOptions) error
 
 type requestOptions struct {
-	idempotencyKey    string
-	hasIdempotencyKey bool
-	repeatable        bool
-	call              string
+	idempotencyKey string // never empty when set: the key is validated
+	repeatable     bool
 }
 
 // WithIdempotencyKey sends key as the Idempotency-Key instead of a generated
@@ -26,34 +22,19 @@ func WithIdempotencyKey(key string) RequestOption {
 		if err := ValidateIdempotencyKey(key); err != nil {
 			return err
 		}
-		o.idempotencyKey, o.hasIdempotencyKey = key, true
+		o.idempotencyKey = key
 		return nil
 	}
 }
 
 // Repeatable marks a raw request (Client.Do) as safe to send again, so a
-// non-GET is retried like a GET. Use it only when a second identical request
-// cannot mean anything other than the first; ForCall does this by the
-// contract's table. The wrapped calls (c.Emails.Send and the rest) ignore
-// it: their verdict comes from the contract's table.
+// non-GET is retried like a GET. Use it only when the retry contract's
+// table (retry-contract.md §2) says the call is retried: a second identical
+// request cannot mean anything other than the first. The wrapped calls
+// (c.Emails.Send and the rest) ignore it: their verdict is the contract's.
 func Repeatable() RequestOption {
 	return func(o *requestOptions) error {
 		o.repeatable = true
-		return nil
-	}
-}
-
-// ForCall names the contract call a raw request (Client.Do) makes, so it is
-// retried exactly when the contract says ("contacts.update": yes,
-// "drafts.create": no). A name the contract does not know is an error before
-// anything is sent: a typo must not silently change how a write is retried.
-// GET requests are retried whatever the name. The wrapped calls ignore it.
-func ForCall(name string) RequestOption {
-	return func(o *requestOptions) error {
-		if _, known := IsRepeatable(name); !known {
-			return fmt.Errorf("%w: ForCall: the retry contract names no call %q", ErrInvalidRequest, name)
-		}
-		o.call = normaliseCallName(name)
 		return nil
 	}
 }

@@ -1,11 +1,6 @@
 package client
 
-import (
-	"bytes"
-	"encoding/json"
-	"strconv"
-	"time"
-)
+import "encoding/json"
 
 // Response types decode leniently. A send that the API accepted must not be
 // reported as failed because an optional field came back in a shape this
@@ -13,70 +8,25 @@ import (
 // each field is read only when it has the expected JSON type, anything else
 // is left zero, and the whole body is always kept in Raw.
 
-// fieldsOf returns the members of a JSON object, or nil for any other value.
-func fieldsOf(data []byte) map[string]json.RawMessage {
+// decodeResponse is the shared shape of the response types' UnmarshalJSON:
+// the members of data when it is a JSON object (nil otherwise) and a copy of
+// data for Raw.
+func decodeResponse(data []byte) (map[string]json.RawMessage, json.RawMessage) {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(data, &m) != nil {
-		return nil
+	_ = json.Unmarshal(data, &m)
+	if len(data) == 0 {
+		return m, nil
 	}
-	return m
+	return m, append(json.RawMessage(nil), data...)
 }
 
-func getString(m map[string]json.RawMessage, name string) string {
-	var s string
-	if raw, ok := m[name]; ok && json.Unmarshal(raw, &s) == nil {
-		return s
+// field decodes member name of m into a T; when the member is absent or of
+// another shape it is T's zero value.
+func field[T any](m map[string]json.RawMessage, name string) T {
+	var v T
+	if raw, ok := m[name]; ok && json.Unmarshal(raw, &v) == nil {
+		return v
 	}
-	return ""
-}
-
-func getBool(m map[string]json.RawMessage, name string) (value, ok bool) {
-	raw, present := m[name]
-	if !present {
-		return false, false
-	}
-	if err := json.Unmarshal(raw, &value); err != nil {
-		return false, false
-	}
-	return value, bytes.Equal(bytes.TrimSpace(raw), []byte("true")) || bytes.Equal(bytes.TrimSpace(raw), []byte("false"))
-}
-
-func getInt(m map[string]json.RawMessage, name string) int {
-	var n json.Number
-	if raw, ok := m[name]; ok && json.Unmarshal(raw, &n) == nil {
-		if i, err := strconv.ParseInt(n.String(), 10, 0); err == nil {
-			return int(i)
-		}
-		if f, err := strconv.ParseFloat(n.String(), 64); err == nil && f == float64(int(f)) {
-			return int(f)
-		}
-	}
-	return 0
-}
-
-func getStrings(m map[string]json.RawMessage, name string) []string {
-	var r Recipients
-	if raw, ok := m[name]; ok && json.Unmarshal(raw, &r) == nil {
-		return []string(r)
-	}
-	return nil
-}
-
-func getTime(m map[string]json.RawMessage, name string) *time.Time {
-	s := getString(m, name)
-	if s == "" {
-		return nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return nil
-	}
-	return &t
-}
-
-func cloneRaw(data []byte) json.RawMessage {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil
-	}
-	return append(json.RawMessage(nil), data...)
+	var zero T
+	return zero
 }

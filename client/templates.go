@@ -2,7 +2,7 @@ package client
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 )
 
 // TemplatesService is the templates resource: c.Templates.
@@ -12,17 +12,19 @@ type TemplatesService struct{ c *Client }
 // where templateIDOrSlug is the template's id or slug. Like every send it
 // carries an Idempotency-Key, reused by its retries.
 func (s *TemplatesService) Send(ctx context.Context, templateIDOrSlug string, params *TemplateSendParams, opts ...RequestOption) (*Email, error) {
-	if params == nil {
-		return nil, fmt.Errorf("%w: Templates.Send: nil params", ErrInvalidRequest)
-	}
-	seg, err := escapeID(templateIDOrSlug)
+	body, err := encode("Templates.Send", params)
 	if err != nil {
 		return nil, err
 	}
-	var e Email
-	err = s.c.do(ctx, &request{call: "templates.send", method: methodPost, path: "/templates/" + seg + "/send", body: params, send: true, opts: opts}, &e)
+	return s.SendJSON(ctx, templateIDOrSlug, body, opts...)
+}
+
+// SendJSON is Send for a body already held as JSON, normalised as in
+// EmailsService.SendJSON.
+func (s *TemplatesService) SendJSON(ctx context.Context, templateIDOrSlug string, body json.RawMessage, opts ...RequestOption) (*Email, error) {
+	path, err := idPath("/templates", templateIDOrSlug, "/send")
 	if err != nil {
 		return nil, err
 	}
-	return &e, nil
+	return send[Email](ctx, s.c, "templates.send", path, body, opts)
 }

@@ -15,7 +15,7 @@ func TestTemplatesSend(t *testing.T) {
 	}{
 		{"tpl_123", &TemplateSendParams{To: Recipients{"a@x.io"}}, "/templates/tpl_123/send", `{"to":["a@x.io"]}`},
 		{"welcome/de", &TemplateSendParams{To: Recipients{"a@x.io"}, Props: map[string]any{}, Slots: map[string]any{"hero": "<b>x</b>"}},
-			"/templates/welcome%2Fde/send", `{"to":["a@x.io"],"props":{},"slots":{"hero":"\u003cb\u003ex\u003c/b\u003e"}}`},
+			"/templates/welcome%2Fde/send", `{"props":{},"slots":{"hero":"\u003cb\u003ex\u003c/b\u003e"},"to":["a@x.io"]}`},
 	}
 	for _, tt := range tests {
 		api := newFakeAPI(t, respond(200, `{"id":"em_9","status":"queued"}`))

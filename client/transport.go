@@ -118,11 +118,8 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 	// The key is made once here, before the first attempt, so every retry
 	// of this call carries the same one and the API replays rather than
 	// sends again; the next call makes a new key.
-	idemKey := ""
-	switch {
-	case o.hasIdempotencyKey:
-		idemKey = o.idempotencyKey
-	case r.send:
+	idemKey := o.idempotencyKey
+	if idemKey == "" && r.send {
 		if idemKey, err = newIdempotencyKey(); err != nil {
 			return nil, err
 		}
@@ -135,7 +132,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 	method := r.method
 	logURL := u.Scheme + "://" + u.Host + u.EscapedPath() // never the query
 	log := c.cfg.logger.With(
-		slog.String("call", callLabel(r, o)),
+		slog.String("call", callLabel(r)),
 		slog.String("method", method),
 		slog.String("path", u.EscapedPath()),
 	)
@@ -203,30 +200,9 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 	}
 }
 
-// isRepeatable decides whether this call may be retried: every GET; a named
-// call by the contract's table; a raw request when marked with Repeatable or
-// named with ForCall.
-func (c *Client) isRepeatable(r *request, o *requestOptions) bool {
-	if r.method == http.MethodGet {
-		return true
-	}
+func callLabel(r *request) string {
 	if r.call != "" {
-		rep, _ := IsRepeatable(r.call)
-		return rep
-	}
-	if o.call != "" {
-		rep, _ := IsRepeatable(o.call)
-		return rep
-	}
-	return o.repeatable
-}
-
-func callLabel(r *request, o *requestOptions) string {
-	switch {
-	case r.call != "":
 		return r.call
-	case o.call != "":
-		return o.call
 	}
 	return "raw"
 }

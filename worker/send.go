@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,63 +19,43 @@ type sendResult struct {
 	replayed  bool
 }
 
-// send makes the intent's API call with its stored key.
-func (w *SendWorker) send(ctx context.Context, rec *outbox.Record) (sendResult, error) {
+// send makes the intent's API call with its stored key. The stored payload
+// is already the call's JSON body, so it goes out as it is; the client
+// applies only the contract's wire rules to it (recipients as arrays,
+// scheduledAt in UTC), the same way on every attempt.
+func (w *SendWorker) send(ctx context.Context, rec *outbox.Record) (res sendResult, err error) {
 	key := client.WithIdempotencyKey(rec.Key)
 	switch rec.Kind {
 	case outbox.KindEmail:
-		var p client.EmailParams
-		if err := decode(rec, &p); err != nil {
-			return sendResult{}, err
+		var e *client.Email
+		if e, err = w.client.Emails.SendJSON(ctx, rec.Payload, key); err == nil {
+			res = sendResult{e.ID, e.Replayed}
 		}
-		e, err := w.client.Emails.Send(ctx, &p, key)
-		if err != nil {
-			return sendResult{}, err
-		}
-		return sendResult{e.ID, e.Replayed}, nil
 	case outbox.KindBatch:
-		var p struct {
-			Emails []*client.EmailParams `json:"emails"`
+		var b *client.BatchResult
+		if b, err = w.client.Emails.SendBatchJSON(ctx, rec.Payload, key); err == nil {
+			ids := make([]string, len(b.Data))
+			for i, e := range b.Data {
+				ids[i] = e.ID
+			}
+			res = sendResult{strings.Join(ids, ","), b.Replayed}
 		}
-		if err := decode(rec, &p); err != nil {
-			return sendResult{}, err
-		}
-		b, err := w.client.Emails.SendBatch(ctx, p.Emails, key)
-		if err != nil {
-			return sendResult{}, err
-		}
-		ids := make([]string, len(b.Data))
-		for i, e := range b.Data {
-			ids[i] = e.ID
-		}
-		return sendResult{strings.Join(ids, ","), b.Replayed}, nil
 	case outbox.KindTemplate:
-		var p client.TemplateSendParams
-		if err := decode(rec, &p); err != nil {
-			return sendResult{}, err
+		var e *client.Email
+		if e, err = w.client.Templates.SendJSON(ctx, rec.TemplateID, rec.Payload, key); err == nil {
+			res = sendResult{e.ID, e.Replayed}
 		}
-		e, err := w.client.Templates.Send(ctx, rec.TemplateID, &p, key)
-		if err != nil {
-			return sendResult{}, err
-		}
-		return sendResult{e.ID, e.Replayed}, nil
 	case outbox.KindBroadcast:
-		var p client.BroadcastParams
-		if err := decode(rec, &p); err != nil {
-			return sendResult{}, err
+		var b *client.Broadcast
+		if b, err = w.client.Broadcasts.SendJSON(ctx, rec.Payload, key); err == nil {
+			res = sendResult{b.ID, b.Replayed}
 		}
-		b, err := w.client.Broadcasts.Send(ctx, &p, key)
-		if err != nil {
-			return sendResult{}, err
-		}
-		return sendResult{b.ID, b.Replayed}, nil
+	default:
+		return sendResult{}, fmt.Errorf("%w: unknown kind %q", errUnsendable, rec.Kind)
 	}
-	return sendResult{}, fmt.Errorf("%w: unknown kind %q", errUnsendable, rec.Kind)
-}
-
-func decode(rec *outbox.Record, v any) error {
-	if err := json.Unmarshal(rec.Payload, v); err != nil {
-		return fmt.Errorf("%w: %s payload: %v", errUnsendable, rec.Kind, err)
+	if errors.Is(err, client.ErrInvalidRequest) {
+		// Refused before sending (not a JSON object, a bad template id).
+		err = fmt.Errorf("%w: %s payload: %w", errUnsendable, rec.Kind, err)
 	}
-	return nil
+	return res, err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/syncbuf"
 )
 
 // buildBinary builds the command once per test binary.
@@ -45,37 +46,20 @@ func TestBinary(t *testing.T) {
 	}
 
 	// Bad input: exit 1, one line, nothing on stdout.
-	cmd := exec.Command(bin, "enqueue", "--key", "bin:1")
-	cmd.Env = environ
-	cmd.Stdin = strings.NewReader(`{"from": nope}`)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	wantError(t, result{exitStatus(err), stdout.String(), stderr.String()}, 1, "malformed JSON")
-
+	wantError(t, runBinary(t, bin, environ, `{"from": nope}`, "enqueue", "--key", "bin:1"), 1, "malformed JSON")
 	// A usage error: exit 2.
-	cmd = exec.Command(bin, "list", "--state", "lost")
-	cmd.Env = environ
-	stdout.Reset()
-	stderr.Reset()
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	wantError(t, result{exitStatus(err), stdout.String(), stderr.String()}, 2, "--state")
+	wantError(t, runBinary(t, bin, environ, "", "list", "--state", "lost"), 2, "--state")
 
 	// work: send one, then SIGTERM → exit 0.
-	cmd = exec.Command(bin, "enqueue", "--key", "bin:2")
-	cmd.Env = environ
-	cmd.Stdin = strings.NewReader(emailBody("bin@example.com"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("enqueue: %v\n%s", err, out)
-	}
-	cmd = exec.Command(bin, "work", "--http-addr", "127.0.0.1:0", "--fetch-poll-interval", "50ms", "--log-format", "json")
+	wantOK(t, runBinary(t, bin, environ, emailBody("bin@example.com"), "enqueue", "--key", "bin:2"))
+	cmd := exec.Command(bin, "work", "--http-addr", "127.0.0.1:0", "--fetch-poll-interval", "50ms", "--log-format", "json")
 	cmd.Env = environ
 	stdoutPipe, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr.Reset()
+	// Read on a timeout while work may still be writing it.
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -117,12 +101,22 @@ func TestBinary(t *testing.T) {
 	}
 }
 
-func exitStatus(err error) int {
-	if err == nil {
-		return 0
-	}
+// runBinary runs bin to its end with the environment and stdin given.
+func runBinary(t *testing.T, bin string, environ []string, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = environ
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode()
+		code = ee.ExitCode()
+	} else if err != nil {
+		code = -1
 	}
-	return -1
+	r := result{code, stdout.String(), stderr.String()}
+	wantNoLeak(t, "sendonce "+strings.Join(args, " "), r)
+	return r
 }

@@ -6,17 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -41,10 +39,16 @@ func sendonce(t *testing.T, env map[string]string, stdin string, args ...string)
 	var out, errb bytes.Buffer
 	code := run(t.Context(), args, mapEnv(env), strings.NewReader(stdin), &out, &errb)
 	r := result{code, out.String(), errb.String()}
-	if strings.Contains(r.stdout+r.stderr, "LEAKCHECK") {
-		t.Errorf("sendonce %s: the API key leaked:\n%s", strings.Join(args, " "), r)
-	}
+	wantNoLeak(t, "sendonce "+strings.Join(args, " "), r)
 	return r
+}
+
+// wantNoLeak fails the test if the API key shows in what a run printed.
+func wantNoLeak(t *testing.T, what string, r result) {
+	t.Helper()
+	if strings.Contains(r.stdout+r.stderr, "LEAKCHECK") {
+		t.Errorf("%s: the API key leaked:\n%s", what, r)
+	}
 }
 
 func mapEnv(env map[string]string) func(string) string {
@@ -123,44 +127,7 @@ func poolFor(t *testing.T, dbURL string) *pgxpool.Pool {
 // the end of the test, and returns its URL.
 func emptyDatabase(t *testing.T) string {
 	t.Helper()
-	srv := pgtest.ServerURL(t)
-	name := fmt.Sprintf("sendonce_cmd_%d", time.Now().UnixNano())
-	conn, err := pgx.Connect(context.Background(), srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), srv)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	u, _ := url.Parse(srv)
-	u.Path = "/" + name
-	return u.String()
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return pgtest.CreateDB(t, pgtest.ServerURL(t), "cmd")
 }
 
 // running is a `sendonce work` running in-process.
@@ -169,8 +136,8 @@ type running struct {
 	base   string // http://host:port of its listener
 	cancel context.CancelFunc
 	done   chan int
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *syncbuf.Buffer
+	stderr *syncbuf.Buffer
 	res    *result
 }
 
@@ -181,7 +148,7 @@ var startLine = regexp.MustCompile(`(?m)^sendonce work: .* http=(\S+) `)
 func startWork(t *testing.T, env map[string]string, args ...string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &running{t: t, cancel: cancel, done: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	w := &running{t: t, cancel: cancel, done: make(chan int, 1), stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}}
 	go func() {
 		w.done <- run(ctx, append([]string{"work"}, args...), mapEnv(env), strings.NewReader(""), w.stdout, w.stderr)
 	}()
@@ -219,9 +186,7 @@ func (w *running) stop() result {
 	select {
 	case code := <-w.done:
 		w.res = &result{code, w.stdout.String(), w.stderr.String()}
-		if strings.Contains(w.res.stdout+w.res.stderr, "LEAKCHECK") {
-			w.t.Errorf("work: the API key leaked:\n%s", w.res)
-		}
+		wantNoLeak(w.t, "work", *w.res)
 	case <-time.After(60 * time.Second):
 		w.t.Fatalf("work did not stop\nstderr: %s", w.stderr)
 	}

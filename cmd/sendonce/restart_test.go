@@ -8,6 +8,7 @@ import (
 
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/pgcluster"
+	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // TestWorkSurvivesPostgresRestart crashes the database under a running
@@ -22,11 +23,7 @@ func TestWorkSurvivesPostgresRestart(t *testing.T) {
 	defer cancel()
 	// Durable: with synchronous_commit off, a crash could lose the first
 	// intent's committed "sent" and leave it for the rescuer.
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
-	if err != nil {
-		t.Skipf("no PostgreSQL cluster: %v", err)
-	}
-	t.Cleanup(func() { _ = cluster.Stop() })
+	cluster := pgtest.NewCluster(t, pgcluster.Options{Durable: true})
 
 	fake := fakeapi.NewTest(t, fakeapi.Config{})
 	env := workEnv(cluster.URL, fake)
@@ -75,8 +72,5 @@ func TestWorkSurvivesPostgresRestart(t *testing.T) {
 		t.Errorf("%d deliveries, want 2", n)
 	}
 
-	r := w.stop()
-	if r.code != 0 {
-		t.Fatalf("work: %s", r)
-	}
+	wantOK(t, w.stop())
 }

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func benchDB(b *testing.B) (*pgxpool.Pool, *outbox.Outbox) {
 	b.Helper()
 	pool := pgtest.NewDB(b)
-	if _, err := pool.Exec(context.Background(), "CREATE TABLE "+PlainTable+" (LIKE sendonce_outbox INCLUDING ALL)"); err != nil {
+	if err := createPlainTable(context.Background(), pool); err != nil {
 		b.Fatal(err)
 	}
 	ob, err := outbox.New(pool, nil)

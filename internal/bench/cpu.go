@@ -31,8 +31,8 @@ func (e *Env) ReadCPU() CPU {
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		c.Self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	if e.dbName != "" {
-		c.DB = backendsCPU(e.dbName)
+	if e.db != nil {
+		c.DB = backendsCPU(e.db.Name)
 	}
 	return c
 }

@@ -137,6 +137,16 @@ func EnqueueIn(ctx context.Context, ob *outbox.Outbox, intents []outbox.Intent, 
 	return nil
 }
 
+// createPlainTable creates PlainTable, the enqueue scenario's baseline: a
+// table shaped like the outbox (columns, defaults, identity, unique key,
+// indexes, checks) without its triggers and without River jobs.
+func createPlainTable(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+PlainTable+" (LIKE sendonce_outbox INCLUDING ALL)"); err != nil {
+		return fmt.Errorf("bench: create %s: %w", PlainTable, err)
+	}
+	return nil
+}
+
 // PlainInsert writes the intents' rows into PlainTable, perTx per
 // transaction: one single-row INSERT per intent, except that a
 // transaction of more than 100 uses one multi-row INSERT from arrays, the

@@ -2,15 +2,10 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/pgcluster"
@@ -42,9 +37,8 @@ type Env struct {
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 
-	cluster   *pgcluster.Cluster
-	serverURL string
-	dbName    string
+	cluster *pgcluster.Cluster
+	db      *pgcluster.Database
 }
 
 // EnvOptions tune Open.
@@ -73,14 +67,15 @@ func ServerURLFromEnv() string {
 // Open prepares the benchmark database: it starts a cluster unless a
 // server is given, creates a fresh database and migrates it.
 func Open(ctx context.Context, opts EnvOptions) (*Env, error) {
-	e := &Env{PoolConns: opts.PoolConns, Logf: opts.Logf, serverURL: opts.ServerURL}
+	e := &Env{PoolConns: opts.PoolConns, Logf: opts.Logf}
 	if e.PoolConns <= 0 {
 		e.PoolConns = DefaultPoolConns
 	}
 	if e.Logf == nil {
 		e.Logf = func(string, ...any) {}
 	}
-	if e.serverURL == "" {
+	serverURL := opts.ServerURL
+	if serverURL == "" {
 		// Durable: fsync and synchronous commit on, like the River baseline
 		// in shared/river-notes.md and like production. The worker's pool,
 		// the baseline's and the memory scenario's separate process fit
@@ -90,64 +85,33 @@ func Open(ctx context.Context, opts EnvOptions) (*Env, error) {
 			return nil, err
 		}
 		e.cluster = c
-		e.serverURL = c.URL
+		serverURL = c.URL
 	}
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	e.dbName = "sendonce_bench_" + hex.EncodeToString(suffix[:])
-	conn, err := pgx.Connect(ctx, e.serverURL)
-	if err != nil {
-		e.dbName = ""
-		e.Close()
-		return nil, fmt.Errorf("bench: connect to the server: %w", err)
-	}
-	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&e.ServerVersion); err != nil {
-		e.dbName = ""
-		e.Close()
-		return nil, fmt.Errorf("bench: server version: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+e.dbName); err != nil {
-		e.dbName = ""
-		e.Close()
-		return nil, fmt.Errorf("bench: create database: %w", err)
-	}
-	e.URL, err = withDatabase(e.serverURL, e.dbName)
-	if err != nil {
+	if err := e.setup(ctx, serverURL); err != nil {
 		e.Close()
 		return nil, err
-	}
-	e.Admin, err = e.NewPool(ctx, 4)
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	if _, err := migrations.Up(ctx, e.Admin); err != nil {
-		e.Close()
-		return nil, fmt.Errorf("bench: migrate: %w", err)
-	}
-	// The enqueue scenario's baseline: a table shaped like the outbox
-	// (columns, defaults, identity, unique key, indexes, checks) without
-	// its triggers and without River jobs.
-	if _, err := e.Admin.Exec(ctx, "CREATE TABLE "+PlainTable+" (LIKE sendonce_outbox INCLUDING ALL)"); err != nil {
-		e.Close()
-		return nil, fmt.Errorf("bench: create %s: %w", PlainTable, err)
 	}
 	return e, nil
 }
 
-// withDatabase returns the server URL pointing at another database. Both
-// URL and keyword/value forms are understood.
-func withDatabase(serverURL, db string) (string, error) {
-	if strings.HasPrefix(serverURL, "postgres://") || strings.HasPrefix(serverURL, "postgresql://") {
-		u, err := url.Parse(serverURL)
-		if err != nil {
-			return "", fmt.Errorf("bench: server URL: %w", err)
-		}
-		u.Path = "/" + db
-		return u.String(), nil
+// setup creates, connects to and migrates the benchmark's own database,
+// with the enqueue scenario's plain baseline table beside the outbox.
+func (e *Env) setup(ctx context.Context, serverURL string) error {
+	db, err := pgcluster.CreateDatabase(ctx, serverURL, "sendonce_bench_", "")
+	if err != nil {
+		return err
 	}
-	return serverURL + " dbname=" + db, nil
+	e.db, e.URL = db, db.URL
+	if e.Admin, err = e.NewPool(ctx, 4); err != nil {
+		return err
+	}
+	if err := e.Admin.QueryRow(ctx, "SHOW server_version").Scan(&e.ServerVersion); err != nil {
+		return fmt.Errorf("bench: server version: %w", err)
+	}
+	if _, err := migrations.Up(ctx, e.Admin); err != nil {
+		return fmt.Errorf("bench: migrate: %w", err)
+	}
+	return createPlainTable(ctx, e.Admin)
 }
 
 // NewPool opens a pool of at most maxConns connections to the benchmark
@@ -205,11 +169,10 @@ func (e *Env) Close() {
 	if e.Admin != nil {
 		e.Admin.Close()
 	}
-	if e.dbName != "" && e.serverURL != "" {
+	if e.db != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if conn, err := pgx.Connect(ctx, e.serverURL); err == nil {
-			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+e.dbName+" WITH (FORCE)")
-			conn.Close(ctx)
+		if err := e.db.Drop(ctx); err != nil {
+			e.Logf("%v", err)
 		}
 		cancel()
 	}

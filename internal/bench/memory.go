@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/syncbuf"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -88,7 +87,7 @@ func (s *Memory) build(ctx context.Context, env *Env) error {
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(s.tmpDir, "sendonce"), "./cmd/sendonce")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("bench: go build ./cmd/sendonce: %v: %s", err, tail(out, 400))
+		return fmt.Errorf("bench: go build ./cmd/sendonce: %v: %s", err, tail(string(out), 400))
 	}
 	return nil
 }
@@ -116,7 +115,7 @@ func (s *Memory) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 
-	logs := &lockedWriter{}
+	logs := &syncbuf.Buffer{}
 	cmd := exec.CommandContext(ctx, bin, "work", "--concurrency", strconv.Itoa(s.concurrency), "--http-addr", "")
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+env.URL,
@@ -153,7 +152,7 @@ func (s *Memory) Run(ctx context.Context, env *Env) error {
 	if err := stopWorker(); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 0 {
-			env.Logf("memory: sendonce work ended: %v; output: %s", err, logs.Tail(400))
+			env.Logf("memory: sendonce work ended: %v; output: %s", err, tail(logs.String(), 400))
 		}
 	}
 	if statusErr != nil {
@@ -169,14 +168,14 @@ func (s *Memory) Run(ctx context.Context, env *Env) error {
 
 // waitDrained waits until every intent is sent, the worker exits, or a
 // time limit passes.
-func (s *Memory) waitDrained(ctx context.Context, env *Env, exited <-chan error, logs *lockedWriter) error {
+func (s *Memory) waitDrained(ctx context.Context, env *Env, exited <-chan error, logs *syncbuf.Buffer) error {
 	deadline := time.After(3 * time.Minute)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("bench: sendonce work exited early (%v): %s", err, logs.Tail(400))
+			return fmt.Errorf("bench: sendonce work exited early (%v): %s", err, tail(logs.String(), 400))
 		case <-deadline:
 			return errors.New("bench: the worker did not drain the outbox within 3 minutes")
 		case <-ctx.Done():
@@ -264,28 +263,10 @@ func (s *Memory) Close() error {
 	return nil
 }
 
-// lockedWriter collects the child's stdout and stderr in one buffer.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// Tail is the last n bytes written.
-func (l *lockedWriter) Tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return tail(l.b.Bytes(), n)
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
+// tail is the last n bytes of s, trimmed.
+func tail(s string, n int) string {
+	if len(s) > n {
+		s = s[len(s)-n:]
 	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(s)
 }

@@ -160,17 +160,6 @@ func TestReportGoals(t *testing.T) {
 	}
 }
 
-func TestWithDatabase(t *testing.T) {
-	got, err := withDatabase("postgres://u:p@127.0.0.1:5432/app?sslmode=disable", "bench_x")
-	if err != nil || got != "postgres://u:p@127.0.0.1:5432/bench_x?sslmode=disable" {
-		t.Errorf("withDatabase(URL) = %q, %v", got, err)
-	}
-	got, _ = withDatabase("host=/tmp user=u", "bench_x")
-	if got != "host=/tmp user=u dbname=bench_x" {
-		t.Errorf("withDatabase(keyword/value) = %q", got)
-	}
-}
-
 func TestPayloadIsAValidIntent(t *testing.T) {
 	for _, in := range Intents("t", 3) {
 		if err := in.Validate(); err != nil {

@@ -1,7 +1,6 @@
 package demo_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -14,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/sendonce/sendonce/internal/demo"
 	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/syncbuf"
 )
 
 // sendonceBin is the real sendonce binary, built by TestMain; the demo's
@@ -65,25 +64,6 @@ func worker(t *testing.T) func(ctx context.Context, env []string, args ...string
 		cmd.Env = append(os.Environ(), env...)
 		return cmd
 	}
-}
-
-// output is a goroutine-safe buffer for Options.Out, read while the demo
-// runs.
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -130,7 +110,7 @@ func runDemo(t *testing.T, databaseURL string) string {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	var out output
+	var out syncbuf.Buffer // Options.Out, read while the demo runs
 	start := time.Now()
 	err := demo.Run(ctx, demo.Options{
 		DatabaseURL:   databaseURL,
@@ -177,18 +157,7 @@ func TestRunOnYourDatabase(t *testing.T) {
 
 	// On a database of the caller's own, the demo drops its table and
 	// leaves the outbox rows.
-	conn, err := pgx.Connect(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var table *string
-	if err := conn.QueryRow(t.Context(), `SELECT to_regclass('demo_invoices')::text`).Scan(&table); err != nil {
-		t.Fatal(err)
-	}
-	if table != nil {
-		t.Errorf("table demo_invoices is still there")
-	}
+	conn := wantNoInvoiceTable(t, url)
 	var sent, replayed int
 	if err := conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'sent'), count(*) FILTER (WHERE replayed)
 		FROM sendonce_outbox WHERE idempotency_key LIKE 'invoice:inv\_%'`).Scan(&sent, &replayed); err != nil {
@@ -223,7 +192,7 @@ func TestRunCancelledCleansUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 
-	var out output
+	var out syncbuf.Buffer // Options.Out, read while the demo runs
 	done := make(chan error, 1)
 	go func() {
 		done <- demo.Run(ctx, demo.Options{
@@ -259,17 +228,24 @@ func TestRunCancelledCleansUp(t *testing.T) {
 	}
 	t.Logf("demo output:\n%s", out.String())
 	assertGone(t, workerPIDs(out.String()))
+	wantNoInvoiceTable(t, url)
+}
 
+// wantNoInvoiceTable checks that the demo dropped its table from the
+// database at url, and returns a connection to it for further checks.
+func wantNoInvoiceTable(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
 	conn, err := pgx.Connect(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	t.Cleanup(func() { conn.Close(context.Background()) })
 	var table *string
 	if err := conn.QueryRow(t.Context(), `SELECT to_regclass('demo_invoices')::text`).Scan(&table); err != nil {
 		t.Fatal(err)
 	}
 	if table != nil {
-		t.Errorf("table demo_invoices is still there after the cancelled run")
+		t.Errorf("table demo_invoices is still there after Run")
 	}
+	return conn
 }

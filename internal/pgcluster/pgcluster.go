@@ -2,6 +2,10 @@
 // own server binaries (initdb, pg_ctl), for the test suite, the demo and the
 // benchmarks. PostgreSQL refuses to run as root, so when the current user is
 // root the server runs as the "postgres" user.
+//
+// On that server, or on any other, CreateDatabase makes a database of the
+// caller's own and Database.Drop removes it: the one way the tests (through
+// internal/pgtest) and the benchmarks get a database.
 package pgcluster
 
 import (

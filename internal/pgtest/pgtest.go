@@ -5,19 +5,19 @@
 // binaries once per test binary and stopped by Main. Each call to NewDB
 // creates a fresh database, already migrated, cloned from a template, and
 // drops it when the test ends, so tests never see each other's rows.
+//
+// The databases themselves are made and dropped by
+// [pgcluster.CreateDatabase], as the benchmarks' own is.
 package pgtest
 
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/pgcluster"
@@ -27,8 +27,8 @@ import (
 var (
 	mu       sync.Mutex
 	cluster  *pgcluster.Cluster
-	server   string // URL of the server's maintenance database
-	template string // name of the migrated template database
+	server   string              // URL of the server's maintenance database
+	template *pgcluster.Database // the migrated template, once made
 	setupErr error
 )
 
@@ -47,9 +47,9 @@ func Main(m *testing.M) {
 func Close() {
 	mu.Lock()
 	defer mu.Unlock()
-	if template != "" {
-		dropDatabase(server, template)
-		template = ""
+	if template != nil {
+		drop(template)
+		template = nil
 	}
 	if cluster != nil {
 		cluster.Stop()
@@ -108,23 +108,36 @@ func NewDBURL(t testing.TB) string {
 	t.Helper()
 	srv := ServerURL(t)
 	mu.Lock()
-	if template == "" {
-		name := fmt.Sprintf("sendonce_tmpl_%d_%08x", os.Getpid(), rand.Uint32())
-		if err := createTemplate(srv, name); err != nil {
+	if template == nil {
+		tmpl, err := createTemplate(srv)
+		if err != nil {
 			mu.Unlock()
 			t.Fatalf("pgtest: %v", err)
 		}
-		template = name
+		template = tmpl
 	}
-	tmpl := template
+	tmpl := template.Name
 	mu.Unlock()
+	return create(t, srv, "sendonce_test_", tmpl)
+}
 
-	name := fmt.Sprintf("sendonce_test_%08x%08x", rand.Uint32(), rand.Uint32())
-	if err := exec(srv, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmpl)); err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
+// NewCluster starts a throwaway cluster of the test's own, for a test that
+// crashes or stops its server, and stops it when the test ends. Durable
+// in opts keeps fsync on, for a test whose crash must not lose commits.
+func NewCluster(t testing.TB, opts pgcluster.Options) *pgcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("pgtest: start PostgreSQL: %v", err)
 	}
-	t.Cleanup(func() { dropDatabase(srv, name) })
-	return withDatabase(srv, name)
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Logf("pgtest: %v", err)
+		}
+	})
+	return c
 }
 
 // CreateDB creates an empty database, not migrated, on the server at
@@ -133,52 +146,50 @@ func NewDBURL(t testing.TB) string {
 // URL. The database is dropped when the test ends.
 func CreateDB(t testing.TB, serverURL, label string) string {
 	t.Helper()
-	name := fmt.Sprintf("sendonce_%s_%08x", label, rand.Uint32())
-	if err := exec(serverURL, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
-	}
-	t.Cleanup(func() { dropDatabase(serverURL, name) })
-	return withDatabase(serverURL, name)
+	return create(t, serverURL, "sendonce_"+label+"_", "")
 }
 
-func createTemplate(srv, name string) error {
-	if err := exec(srv, "CREATE DATABASE "+name); err != nil {
-		return fmt.Errorf("create template database: %w", err)
-	}
+// create makes a database (a copy of template, if given) that is dropped
+// when the test ends, and returns its URL.
+func create(t testing.TB, serverURL, prefix, template string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, withDatabase(srv, name))
+	db, err := pgcluster.CreateDatabase(ctx, serverURL, prefix, template)
 	if err != nil {
-		return fmt.Errorf("connect to template: %w", err)
+		t.Fatalf("pgtest: %v", err)
 	}
-	defer pool.Close()
-	if _, err := migrations.Up(ctx, pool); err != nil {
-		return fmt.Errorf("migrate template: %w", err)
-	}
-	return nil
+	t.Cleanup(func() { drop(db) })
+	return db.URL
 }
 
-func dropDatabase(srv, name string) {
-	_ = exec(srv, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
-}
-
-func exec(srv, sql string) error {
+// createTemplate makes the database every test's is cloned from:
+// migrated once, then never connected to again (CREATE DATABASE ...
+// TEMPLATE refuses a template with connections).
+func createTemplate(srv string) (*pgcluster.Database, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, srv)
+	db, err := pgcluster.CreateDatabase(ctx, srv, fmt.Sprintf("sendonce_tmpl_%d_", os.Getpid()), "")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	return err
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err == nil {
+		_, err = migrations.Up(ctx, pool)
+		pool.Close()
+	}
+	if err != nil {
+		drop(db)
+		return nil, fmt.Errorf("migrate the template: %w", err)
+	}
+	return db, nil
 }
 
-func withDatabase(srv, name string) string {
-	u, err := url.Parse(srv)
-	if err != nil {
-		return srv
-	}
-	u.Path = "/" + name
-	return u.String()
+// drop drops a database at the end of a test or of the run. A failure
+// leaves a database behind but takes nothing from what the test proved,
+// so it is ignored.
+func drop(db *pgcluster.Database) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = db.Drop(ctx)
 }

@@ -280,6 +280,9 @@ type workerOptions struct {
 	MaxAttempts   int
 	RateLimitWait time.Duration
 	LogLevel      string
+	// Defaults leaves every timing (job timeout, rescue, polling,
+	// sweeping) at the command's defaults.
+	Defaults bool
 }
 
 // workerArgs renders the options as flags. Timings the suite depends on
@@ -301,10 +304,11 @@ func workerArgs(t testing.TB, o workerOptions) []string {
 	}
 	args := []string{"work",
 		"--concurrency", fmt.Sprint(o.Concurrency),
-		"--job-timeout", o.JobTimeout.String(),
-		"--rescue-after", o.RescueAfter.String(),
 		"--log-format", "json",
 		"--log-level", o.LogLevel,
+	}
+	if !o.Defaults {
+		args = append(args, "--job-timeout", o.JobTimeout.String(), "--rescue-after", o.RescueAfter.String())
 	}
 	optional := []struct {
 		flag, value string
@@ -315,8 +319,8 @@ func workerArgs(t testing.TB, o workerOptions) []string {
 		{"max-retries", fmt.Sprint(o.MaxRetries), o.MaxRetries > 0},
 		{"max-attempts", fmt.Sprint(o.MaxAttempts), o.MaxAttempts > 0},
 		{"rate-limit-wait", o.RateLimitWait.String(), o.RateLimitWait > 0},
-		{"fetch-poll-interval", "100ms", true},
-		{"sweep-interval", "250ms", true},
+		{"fetch-poll-interval", "100ms", !o.Defaults},
+		{"sweep-interval", "250ms", !o.Defaults},
 		{"shutdown-grace", "10s", true},
 	}
 	for _, f := range optional {

@@ -42,7 +42,11 @@
 // # States
 //
 // pending → sending → sent, or failed (see LastError), or canceled (Cancel,
-// only before any attempt). Retry puts a failed intent back to pending with
-// the same key. The worker moves intents with Claim, MarkSent, MarkFailed
-// and MarkPending; Get, List and ReadStats read them.
+// only before any attempt). An intent is uncertain once an attempt's
+// outcome is unknown (a network error, a 5xx, a crash): the API may hold a
+// delivery under its key. Retry puts a failed intent back to pending with
+// the same key, refusing an uncertain one past its replay window unless
+// forced. The worker moves intents with Claim, MarkSent, MarkFailed and
+// MarkPending, and Sweep, RescueAbandoned and Reconcile give intents left
+// without a working job a new one; Get, List and ReadStats read them.
 package outbox

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,7 +56,7 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 	}
 	prepared := make([]Intent, len(intents))
 	byKey := make(map[string]int, len(intents))
-	keys := make([]string, len(intents))
+	var dups [][2]int // later intents that repeat an earlier one's key
 	for i, in := range intents {
 		if err := in.Validate(); err != nil {
 			var inv *InvalidError
@@ -69,21 +71,26 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 		}
 		if j, dup := byKey[in.Key]; !dup {
 			byKey[in.Key] = i
-		} else if !sameIntent(&prepared[j], &in) {
-			return nil, &KeyReuseError{Key: in.Key, Index: i}
+		} else {
+			dups = append(dups, [2]int{j, i})
 		}
 		prepared[i] = in
-		keys[i] = in.Key
+	}
+	if err := sameAsFirst(ctx, tx, prepared, dups); err != nil {
+		return nil, err
 	}
 
 	// Insert optimistically: a new key is the common case. Keys already
-	// stored are found by ON CONFLICT, and only then compared.
+	// stored are found by ON CONFLICT, and only then compared. Rows go in in
+	// key order, so two transactions enqueueing overlapping keys wait for
+	// each other in the same order and never deadlock.
 	var fresh []int // the index of the first intent of each key
 	for i := range prepared {
 		if byKey[prepared[i].Key] == i {
 			fresh = append(fresh, i)
 		}
 	}
+	slices.SortFunc(fresh, func(a, b int) int { return strings.Compare(prepared[a].Key, prepared[b].Key) })
 	results := make([]*EnqueueResult, len(prepared))
 	if err := o.insert(ctx, tx, prepared, fresh, results); err != nil {
 		return nil, err
@@ -145,7 +152,7 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	batch := make([]Intent, len(idx))
 	for n, i := range idx {
 		batch[n] = in[i]
-		params[n] = river.InsertManyParams{Args: SendArgs{Key: in[i].Key}, InsertOpts: o.insertOpts(in[i].SendAt)}
+		params[n] = river.InsertManyParams{Args: SendArgs{Key: in[i].Key}, InsertOpts: o.insertOpts(in[i].SendAt, priorityNormal)}
 	}
 	jobs, err := o.river.InsertManyTx(ctx, tx, params)
 	if err != nil {
@@ -265,8 +272,35 @@ func columnsOf(in []Intent) (kinds []string, payloads []string, templates []*str
 	return kinds, payloads, templates, sendAts
 }
 
-// sameIntent compares two intents of one call. Payloads are compared as
-// text here; the database compares stored ones as jsonb.
-func sameIntent(a, b *Intent) bool {
-	return a.Kind == b.Kind && a.TemplateID == b.TemplateID && string(a.Payload) == string(b.Payload)
+// sameAsFirst checks that intents of one call that repeat a key are the
+// same intent as its first one: the same kind and template, and payloads
+// equal as jsonb (key order and spacing aside), as for an intent already
+// stored.
+func sameAsFirst(ctx context.Context, tx pgx.Tx, in []Intent, dups [][2]int) error {
+	var firsts, laters []string
+	var idx []int
+	for _, d := range dups {
+		a, b := &in[d[0]], &in[d[1]]
+		if a.Kind != b.Kind || a.TemplateID != b.TemplateID {
+			return &KeyReuseError{Key: b.Key, Index: d[1]}
+		}
+		if string(a.Payload) != string(b.Payload) {
+			firsts, laters = append(firsts, string(a.Payload)), append(laters, string(b.Payload))
+			idx = append(idx, d[1])
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	var differ []int32
+	err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(n - 1 ORDER BY n), '{}') FROM unnest($1::jsonb[], $2::jsonb[]) WITH ORDINALITY AS p(a, b, n)
+		WHERE a <> b`, firsts, laters).Scan(&differ)
+	if err != nil {
+		return fmt.Errorf("outbox: compare payloads: %w", err)
+	}
+	if len(differ) > 0 {
+		i := idx[differ[0]]
+		return &KeyReuseError{Key: in[i].Key, Index: i}
+	}
+	return nil
 }

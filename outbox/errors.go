@@ -42,7 +42,12 @@ type StateError struct {
 	Op     string
 	State  State
 	Reason string
+
+	err error // a sentinel the error matches, if any
 }
+
+// Unwrap returns the sentinel the error matches, such as ErrMayDeliverTwice.
+func (e *StateError) Unwrap() error { return e.err }
 
 func (e *StateError) Error() string {
 	return fmt.Sprintf("sendonce: cannot %s intent %q (state %s): %s", e.Op, e.Key, e.State, e.Reason)

@@ -16,6 +16,15 @@ type SendArgs struct {
 // Kind is the River job kind of a send job.
 func (SendArgs) Kind() string { return "sendonce_send" }
 
-func (o *Outbox) insertOpts(sendAt time.Time) *river.InsertOpts {
-	return &river.InsertOpts{Queue: o.queue, MaxAttempts: DefaultMaxAttempts, ScheduledAt: sendAt}
+// River priorities of send jobs (1 runs first). Intents rescued from a
+// crashed worker, and those an operator retries, go ahead of the queue: an
+// uncertain intent's replay window is running, and a backlog of a billing
+// run must not hold it back.
+const (
+	priorityNormal = 2
+	priorityUrgent = 1
+)
+
+func (o *Outbox) insertOpts(sendAt time.Time, priority int) *river.InsertOpts {
+	return &river.InsertOpts{Queue: o.queue, MaxAttempts: DefaultMaxAttempts, ScheduledAt: sendAt, Priority: priority}
 }

@@ -347,9 +347,7 @@ func TestCancel(t *testing.T) {
 	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "c:2", Payload: json.RawMessage(invoiceBody)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := outbox.Claim(ctx, pool, "c:2"); err != nil {
-		t.Fatal(err)
-	}
+	claim(t, pool, "c:2")
 	_, err = ob.Cancel(ctx, "c:2")
 	var se *outbox.StateError
 	if !errors.As(err, &se) || se.State != outbox.StateSending {
@@ -367,21 +365,19 @@ func TestRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ob.Retry(ctx, "r:1"); err == nil {
+	if _, err := ob.Retry(ctx, "r:1", nil); err == nil {
 		t.Fatal("Retry of a pending intent succeeded")
 	}
-	if _, _, err := outbox.Claim(ctx, pool, "r:1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.MarkFailed(ctx, pool, "r:1", "422 validation_error"); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ob.Retry(ctx, "r:1")
+	c := claim(t, pool, "r:1")
+	fail(t, pool, "r:1", "422 validation_error", false)
+	rec, err := ob.Retry(ctx, "r:1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.State != outbox.StatePending || rec.Attempts != 0 || rec.FirstAttemptAt != nil || rec.Key != "r:1" ||
-		rec.JobID == nil || *rec.JobID == *first.Record.JobID {
+	// The window still runs from the first attempt.
+	if rec.State != outbox.StatePending || rec.Attempts != 1 || rec.FirstAttemptAt == nil ||
+		!rec.FirstAttemptAt.Equal(*c.Record.FirstAttemptAt) || rec.Key != "r:1" ||
+		rec.JobID == nil || *rec.JobID == *first.Record.JobID || rec.ForcedRetryAt != nil {
 		t.Fatalf("retried intent %+v", rec)
 	}
 }
@@ -394,8 +390,8 @@ func TestListAndStats(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	outbox.Claim(ctx, pool, "l:0")
-	outbox.MarkSent(ctx, pool, "l:0", "msg_1", false)
+	claim(t, pool, "l:0")
+	outbox.MarkSent(ctx, pool, outbox.Sent{Key: "l:0", MessageID: "msg_1"})
 	sent, err := outbox.List(ctx, pool, outbox.ListParams{State: outbox.StateSent})
 	if err != nil || len(sent) != 1 || sent[0].MessageID != "msg_1" {
 		t.Fatalf("List(sent) = %v, %v", sent, err)
@@ -424,17 +420,21 @@ func TestClaimManyAndMarkSentMany(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	outbox.Claim(ctx, pool, "m:3")
-	outbox.MarkSent(ctx, pool, "m:3", "msg_3", false)
+	claim(t, pool, "m:3")
+	outbox.MarkSent(ctx, pool, outbox.Sent{Key: "m:3", MessageID: "msg_3"})
 
-	claimed, err := outbox.ClaimMany(ctx, pool, []string{"m:1", "m:2", "m:3", "m:missing"})
+	reqs := []outbox.ClaimRequest{request(t, pool, "m:1"), request(t, pool, "m:2"), request(t, pool, "m:3"), {Key: "m:missing", JobID: -1},
+		{Key: "m:1", JobID: -2}} // a job that is not the intent's own claims nothing
+	claimed, err := outbox.ClaimMany(ctx, pool, reqs, claimOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(claimed) != 2 || claimed["m:1"].State != outbox.StateSending || claimed["m:2"].Attempts != 1 || claimed["m:1"].FirstAttemptAt == nil {
-		t.Fatalf("claimed %v, want m:1 and m:2 sending", claimed)
+	m1, m2 := claimed[reqs[0].JobID], claimed[reqs[1].JobID]
+	if len(claimed) != 2 || m1 == nil || m2 == nil || m1.Record.State != outbox.StateSending || m2.Record.Attempts != 1 ||
+		m1.Record.FirstAttemptAt == nil || m1.WindowLeft < outbox.DefaultReplayWindow-time.Minute || m1.WindowLeft > outbox.DefaultReplayWindow {
+		t.Fatalf("claimed %v, want m:1 and m:2 sending with a whole window left", claimed)
 	}
-	err = outbox.MarkSentMany(ctx, pool, []outbox.Sent{{Key: "m:1", MessageID: "msg_1"}, {Key: "m:2", MessageID: "msg_2", Replayed: true}})
+	_, err = outbox.MarkSentMany(ctx, pool, []outbox.Sent{{Key: "m:1", MessageID: "msg_1"}, {Key: "m:2", MessageID: "msg_2", Replayed: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,5 +443,36 @@ func TestClaimManyAndMarkSentMany(t *testing.T) {
 		if rec.State != outbox.StateSent || rec.MessageID != want || rec.Replayed != (key == "m:2") || rec.SentAt == nil {
 			t.Errorf("%s: %+v", key, rec)
 		}
+	}
+}
+
+var claimOpts = outbox.ClaimOptions{ReplayWindow: outbox.DefaultReplayWindow, KeyFingerprint: "sha256:000000000001"}
+
+// request is the claim the intent's own job would make.
+func request(t *testing.T, pool *pgxpool.Pool, key string) outbox.ClaimRequest {
+	t.Helper()
+	rec, err := outbox.Get(context.Background(), pool, key)
+	if err != nil || rec.JobID == nil {
+		t.Fatalf("get %s: %+v, %v", key, rec, err)
+	}
+	return outbox.ClaimRequest{Key: key, JobID: *rec.JobID}
+}
+
+// claim claims the intent as its own job would.
+func claim(t *testing.T, pool *pgxpool.Pool, key string) *outbox.Claimed {
+	t.Helper()
+	c, ok, err := outbox.Claim(context.Background(), pool, request(t, pool, key), claimOpts)
+	if err != nil || !ok {
+		t.Fatalf("claim %s: %+v, %v, %v", key, c, ok, err)
+	}
+	return c
+}
+
+// fail parks the intent as its own job would.
+func fail(t *testing.T, pool *pgxpool.Pool, key, reason string, uncertain bool) {
+	t.Helper()
+	err := outbox.MarkFailed(context.Background(), pool, outbox.Outcome{Key: key, JobID: request(t, pool, key).JobID, Reason: reason, Uncertain: uncertain})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

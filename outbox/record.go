@@ -48,21 +48,36 @@ type Record struct {
 	LastError      string          `json:"lastError,omitempty"`
 	JobID          *int64          `json:"jobId,omitempty"`
 	FirstAttemptAt *time.Time      `json:"firstAttemptAt,omitempty"`
-	CreatedAt      time.Time       `json:"createdAt"`
-	UpdatedAt      time.Time       `json:"updatedAt"`
-	SentAt         *time.Time      `json:"sentAt,omitempty"`
+	// Uncertain is true when some attempt's outcome is unknown (a network
+	// error, a 5xx, a timeout, a crash): the API may hold a delivery under
+	// the key, so a send after the API's idempotency window could be a
+	// second delivery.
+	Uncertain bool `json:"uncertain"`
+	// Snoozes counts the rate-limit snoozes since the last retry.
+	Snoozes int `json:"snoozes"`
+	// APIKeyFingerprint identifies (without revealing it) the API key the
+	// attempts were made with.
+	APIKeyFingerprint string `json:"apiKeyFingerprint,omitempty"`
+	// ForcedRetryAt is when an operator last retried the intent with force,
+	// accepting a possible second delivery.
+	ForcedRetryAt *time.Time `json:"forcedRetryAt,omitempty"`
+	// ClaimedBy is the worker instance that claimed the intent last.
+	ClaimedBy *int32     `json:"claimedBy,omitempty"`
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+	SentAt    *time.Time `json:"sentAt,omitempty"`
 }
 
 // columns is the select list that scanRecord reads, in order.
 const columns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), send_at, state, attempts,
 	coalesce(message_id, ''), replayed, coalesce(last_error, ''), job_id, first_attempt_at,
-	created_at, updated_at, sent_at`
+	created_at, updated_at, sent_at, uncertain, snoozes, coalesce(api_key_fingerprint, ''), forced_retry_at, claimed_by`
 
 func scanRecord(row pgx.Row, extra ...any) (*Record, error) {
 	r := &Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.SendAt, &r.State, &r.Attempts,
 		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
-		&r.CreatedAt, &r.UpdatedAt, &r.SentAt}
+		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

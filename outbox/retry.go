@@ -9,33 +9,89 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// DefaultReplayWindow is how long after an intent's first attempt its key
+// is trusted to be remembered by the API: an hour short of the 24 h the
+// email APIs we know keep idempotency keys.
+const DefaultReplayWindow = 23 * time.Hour
+
+// MaxReplayWindow is the longest replay window accepted: the API's own 24 h.
+const MaxReplayWindow = 24 * time.Hour
+
+// RetryOptions tune Retry. The zero value is the safe default.
+type RetryOptions struct {
+	// Force retries an intent even when a send now could be a second
+	// delivery (see Retry). The row records when it was forced.
+	Force bool
+	// ReplayWindow is the window the workers use (default
+	// DefaultReplayWindow).
+	ReplayWindow time.Duration
+}
+
+// ErrMayDeliverTwice matches (errors.Is) the *StateError of a retry refused
+// because it could deliver the intent a second time.
+var ErrMayDeliverTwice = errors.New("sendonce: a retry could deliver a second time")
+
 // Retry puts a failed intent back to pending with the same key and a new
-// River job, and restarts its attempt count and replay window. A send that
-// failed with a permanent API error never reached the API, so retrying it
-// (after fixing the cause) is safe. One parked because its replay window
-// ran out may have reached the API in an earlier attempt: if the API no
-// longer remembers its key, a retry can deliver it a second time.
-func (o *Outbox) Retry(ctx context.Context, key string) (*Record, error) {
+// River job. The intent keeps its first attempt's time, so the replay
+// window still runs from it, and gets a new budget of attempts and
+// snoozes.
+//
+// An intent none of whose attempts may have reached the API (each was
+// answered with an error, such as a 422 for a bad payload) is always
+// retried: the API holds nothing under its key. An uncertain one (a network
+// error, a 5xx or a crash left some attempt's outcome unknown) is retried
+// while its replay window lasts, since the API replays what it delivered.
+// After the window the API may have forgotten the key, and a send could
+// deliver it a second time: Retry refuses with a *StateError matching
+// ErrMayDeliverTwice unless opts.Force is set. A forced retry starts a new
+// window and records the time on the row (ForcedRetryAt).
+func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Record, error) {
+	if opts == nil {
+		opts = &RetryOptions{}
+	}
+	window := opts.ReplayWindow
+	if window <= 0 {
+		window = DefaultReplayWindow
+	}
 	var rec *Record
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
-		cur, err := scanRecord(tx.QueryRow(ctx, `SELECT `+columns+` FROM sendonce_outbox WHERE idempotency_key = $1 FOR UPDATE`, key))
+		var expired bool
+		cur, err := scanRecord(tx.QueryRow(ctx, `SELECT `+columns+`,
+				uncertain AND first_attempt_at + $2::float8 * interval '1 second' <= now()
+			FROM sendonce_outbox WHERE idempotency_key = $1 FOR UPDATE`, key, window.Seconds()), &expired)
 		if err != nil {
 			return notFound(err, key)
 		}
 		if cur.State != StateFailed {
 			return &StateError{Key: key, Op: "retry", State: cur.State, Reason: "only a failed intent can be retried"}
 		}
+		if expired && !opts.Force {
+			return &StateError{Key: key, Op: "retry", State: cur.State, err: ErrMayDeliverTwice, Reason: fmt.Sprintf(
+				"an attempt may have reached the API, and the %s replay window from its first attempt (%s) has passed: "+
+					"the API may no longer remember the key, so a retry could deliver it a second time; "+
+					"check whether the recipient got it, then retry with force (sendonce retry --force) to send it anyway",
+				window, cur.FirstAttemptAt.UTC().Format(time.RFC3339))}
+		}
 		var sendAt time.Time
 		if cur.SendAt != nil {
 			sendAt = *cur.SendAt
 		}
-		job, err := o.river.InsertTx(ctx, tx, SendArgs{Key: key}, o.insertOpts(sendAt))
+		job, err := o.river.InsertTx(ctx, tx, SendArgs{Key: key}, o.insertOpts(sendAt, priorityUrgent))
 		if err != nil {
 			return fmt.Errorf("insert river job: %w", err)
 		}
+		if opts.Force {
+			// The operator takes the risk: a new window, as for a new intent.
+			rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
+				SET state = 'pending', job_id = $2, snoozes = 0, first_attempt_at = NULL, uncertain = false,
+					api_key_fingerprint = NULL, forced_retry_at = now(),
+					last_error = 'retried with force by an operator after: ' || coalesce(last_error, ''), updated_at = now()
+				WHERE id = $1 RETURNING `+columns, cur.ID, job.Job.ID))
+			return err
+		}
 		rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-			SET state = 'pending', attempts = 0, first_attempt_at = NULL, job_id = $2,
-				last_error = 'retried by operator after: ' || coalesce(last_error, ''), updated_at = now()
+			SET state = 'pending', job_id = $2, snoozes = 0,
+				last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
 			WHERE id = $1 RETURNING `+columns, cur.ID, job.Job.ID))
 		return err
 	})

@@ -2,72 +2,116 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
+	"time"
 )
 
 // The functions in this file are the worker's side of an intent's
 // lifecycle. Each is one statement, so each is atomic on its own.
+//
+// An intent's row names the one River job that may send it (job_id). A job
+// that is not that job (a job revived after Retry or after the reconciler
+// gave the intent a new one) claims nothing and records nothing but a
+// success, so two jobs never run one intent's send at once by design.
 
-// Claim marks an intent as being sent, counts the attempt and stamps the
-// first attempt's time (the start of its replay window). An intent left in
-// sending by a crashed worker is claimed again: that is how a crash turns
-// into a replay. ok is false, with the record as it stands, when the intent
-// is no longer sendable (sent, failed or canceled).
-func Claim(ctx context.Context, db DB, key string) (rec *Record, ok bool, err error) {
-	rec, err = scanRecord(db.QueryRow(ctx, `UPDATE sendonce_outbox
-		SET state = 'sending', attempts = attempts + 1,
-			first_attempt_at = coalesce(first_attempt_at, now()), updated_at = now()
-		WHERE idempotency_key = $1 AND state IN ('pending', 'sending')
-		RETURNING `+columns, key))
-	if errors.Is(err, pgx.ErrNoRows) {
-		rec, err = Get(ctx, db, key)
-		if err != nil {
-			return nil, false, err
-		}
-		return rec, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("outbox: claim %q: %w", key, err)
-	}
-	return rec, true, nil
+// ClaimRequest names an intent and the River job that wants to send it.
+type ClaimRequest struct {
+	Key   string
+	JobID int64
 }
 
-// ClaimMany is Claim for many intents in one statement, for a worker
-// claiming the intents of jobs that run at the same time. The result holds
-// the intents it claimed; a key it does not hold was not sendable (or does
-// not exist): ask Claim about it. Rows are locked in id order, so
+// ClaimOptions are the claiming worker's identity and limits.
+type ClaimOptions struct {
+	// Owner is the claiming worker instance (its advisory lock id), or 0.
+	Owner int32
+	// KeyFingerprint identifies the API key the send will use.
+	KeyFingerprint string
+	// ReplayWindow is measured from the first attempt, on the database's
+	// clock.
+	ReplayWindow time.Duration
+}
+
+// Claimed is an intent claimed for one attempt.
+type Claimed struct {
+	Record *Record
+	// WindowLeft is what remains of the replay window, measured by the
+	// database's clock at the claim: zero or less when it has run out.
+	WindowLeft time.Duration
+}
+
+// ClaimMany marks the intents of many jobs as being sent in one statement:
+// one more attempt, the first attempt's time stamped (the start of its
+// replay window), the owner and API key recorded. An intent left in sending
+// by a crashed worker is claimed again, and marked uncertain: that is how a
+// crash turns into a replay. The result holds the claims made, by job id; a
+// job it does not hold may not send (its intent is settled, gone, or owned
+// by another job): ask Get about it. Rows are locked in id order, so
 // concurrent calls cannot deadlock.
-func ClaimMany(ctx context.Context, db DB, keys []string) (map[string]*Record, error) {
+func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOptions) (map[int64]*Claimed, error) {
+	keys := make([]string, len(reqs))
+	jobIDs := make([]int64, len(reqs))
+	for i, r := range reqs {
+		keys[i], jobIDs[i] = r.Key, r.JobID
+	}
+	var owner *int32
+	if opts.Owner != 0 {
+		owner = &opts.Owner
+	}
 	rows, err := db.Query(ctx, `WITH l AS (
-			SELECT id FROM sendonce_outbox
-			WHERE idempotency_key = ANY($1) AND state IN ('pending', 'sending')
-			ORDER BY id FOR UPDATE),
+			SELECT o.id, o.state AS old_state FROM sendonce_outbox o
+			JOIN unnest($1::text[], $2::bigint[]) AS r(key, job_id)
+				ON o.idempotency_key = r.key AND o.job_id = r.job_id
+			WHERE o.state IN ('pending', 'sending')
+			ORDER BY o.id FOR UPDATE OF o),
 		u AS (
 			UPDATE sendonce_outbox o
 			SET state = 'sending', attempts = o.attempts + 1,
-				first_attempt_at = coalesce(o.first_attempt_at, now()), updated_at = now()
+				uncertain = o.uncertain OR l.old_state = 'sending',
+				first_attempt_at = coalesce(o.first_attempt_at, now()),
+				claimed_by = $3,
+				api_key_fingerprint = CASE
+					WHEN $4 = '' THEN o.api_key_fingerprint
+					WHEN o.uncertain OR l.old_state = 'sending' THEN coalesce(o.api_key_fingerprint, $4)
+					ELSE $4 END,
+				updated_at = now()
 			FROM l WHERE o.id = l.id
 			RETURNING o.*)
-		SELECT `+columns+` FROM u`, keys)
+		SELECT `+columns+`, extract(epoch FROM first_attempt_at + $5::float8 * interval '1 second' - now())::float8 FROM u`,
+		keys, jobIDs, owner, opts.KeyFingerprint, opts.ReplayWindow.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[string]*Record, len(keys))
+	out := make(map[int64]*Claimed, len(reqs))
 	for rows.Next() {
-		rec, err := scanRecord(rows)
+		var left float64
+		rec, err := scanRecord(rows, &left)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: claim: %w", err)
 		}
-		out[rec.Key] = rec
+		out[*rec.JobID] = &Claimed{Record: rec, WindowLeft: time.Duration(left * float64(time.Second))}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
 	return out, nil
+}
+
+// Claim is ClaimMany for one job. ok is false, with the record as it
+// stands, when the job may not send.
+func Claim(ctx context.Context, db DB, req ClaimRequest, opts ClaimOptions) (c *Claimed, ok bool, err error) {
+	claimed, err := ClaimMany(ctx, db, []ClaimRequest{req}, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	if c := claimed[req.JobID]; c != nil {
+		return c, true, nil
+	}
+	rec, err := Get(ctx, db, req.Key)
+	if err != nil {
+		return nil, false, err
+	}
+	return &Claimed{Record: rec}, false, nil
 }
 
 // Sent is one API answer for MarkSentMany.
@@ -77,54 +121,89 @@ type Sent struct {
 	Replayed  bool
 }
 
-// MarkSentMany is MarkSent for many intents in one statement, locking rows
-// in id order.
-func MarkSentMany(ctx context.Context, db DB, sent []Sent) error {
+// MarkSentMany records the API's answers in one statement, locking rows in
+// id order. A success is recorded whichever job got it, and even over a
+// failed state: the API holds the delivery, and a failed row would invite
+// an operator to send it again. It returns the keys that were failed
+// before, so the caller can say so.
+func MarkSentMany(ctx context.Context, db DB, sent []Sent) (overrode []string, err error) {
 	keys := make([]string, len(sent))
 	ids := make([]string, len(sent))
 	replayed := make([]bool, len(sent))
 	for i, s := range sent {
 		keys[i], ids[i], replayed[i] = s.Key, s.MessageID, s.Replayed
 	}
-	_, err := db.Exec(ctx, `UPDATE sendonce_outbox o
-		SET state = 'sent', message_id = m.message_id, replayed = m.replayed, last_error = NULL,
+	rows, err := db.Query(ctx, `UPDATE sendonce_outbox o
+		SET state = 'sent', message_id = m.message_id, replayed = m.replayed,
+			last_error = CASE WHEN l.old_state = 'failed'
+				THEN 'sent by an attempt that overlapped the one that parked it: ' || coalesce(o.last_error, '') END,
 			sent_at = now(), updated_at = now()
 		FROM unnest($1::text[], $2::text[], $3::bool[]) AS m(key, message_id, replayed),
-			(SELECT id FROM sendonce_outbox WHERE idempotency_key = ANY($1) AND state IN ('pending', 'sending')
+			(SELECT id, state AS old_state FROM sendonce_outbox
+			 WHERE idempotency_key = ANY($1) AND state IN ('pending', 'sending', 'failed')
 			 ORDER BY id FOR UPDATE) AS l
-		WHERE o.id = l.id AND o.idempotency_key = m.key`, keys, ids, replayed)
+		WHERE o.id = l.id AND o.idempotency_key = m.key
+		RETURNING o.idempotency_key, l.old_state`, keys, ids, replayed)
 	if err != nil {
-		return fmt.Errorf("outbox: mark sent: %w", err)
+		return nil, fmt.Errorf("outbox: mark sent: %w", err)
 	}
-	return nil
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var old State
+		if err := rows.Scan(&key, &old); err != nil {
+			return nil, fmt.Errorf("outbox: mark sent: %w", err)
+		}
+		if old == StateFailed {
+			overrode = append(overrode, key)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: mark sent: %w", err)
+	}
+	return overrode, nil
 }
 
-// MarkSent records the API's answer: the message id and whether the API
-// replayed an earlier delivery.
-func MarkSent(ctx context.Context, db DB, key, messageID string, replayed bool) error {
-	return update(ctx, db, key, "mark sent", `UPDATE sendonce_outbox
-		SET state = 'sent', message_id = $2, replayed = $3, last_error = NULL, sent_at = now(), updated_at = now()
-		WHERE idempotency_key = $1 AND state IN ('pending', 'sending')`, messageID, replayed)
+// MarkSent is MarkSentMany for one answer.
+func MarkSent(ctx context.Context, db DB, s Sent) (overrode bool, err error) {
+	keys, err := MarkSentMany(ctx, db, []Sent{s})
+	return len(keys) > 0, err
 }
 
-// MarkFailed parks an intent as failed with the reason.
-func MarkFailed(ctx context.Context, db DB, key, reason string) error {
-	return update(ctx, db, key, "mark failed", `UPDATE sendonce_outbox
-		SET state = 'failed', last_error = $2, updated_at = now()
-		WHERE idempotency_key = $1 AND state IN ('pending', 'sending')`, reason)
+// Outcome is what an attempt that did not succeed leaves on the row.
+type Outcome struct {
+	Key   string
+	JobID int64
+	// Reason becomes last_error.
+	Reason string
+	// Uncertain says the attempt may have reached the API.
+	Uncertain bool
+	// Snoozed counts one more rate-limit snooze.
+	Snoozed bool
+}
+
+// MarkFailed parks an intent as failed with the reason. Only the intent's
+// own job may.
+func MarkFailed(ctx context.Context, db DB, o Outcome) error {
+	return update(ctx, db, "mark failed", `UPDATE sendonce_outbox
+		SET state = 'failed', last_error = $3, uncertain = uncertain OR $4, updated_at = now()
+		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending')`,
+		o.Key, o.JobID, o.Reason, o.Uncertain)
 }
 
 // MarkPending puts an intent back to pending after an attempt that will be
-// tried again, with what went wrong.
-func MarkPending(ctx context.Context, db DB, key, lastError string) error {
-	return update(ctx, db, key, "mark pending", `UPDATE sendonce_outbox
-		SET state = 'pending', last_error = $2, updated_at = now()
-		WHERE idempotency_key = $1 AND state IN ('pending', 'sending')`, lastError)
+// tried again, with what went wrong. Only the intent's own job may.
+func MarkPending(ctx context.Context, db DB, o Outcome) error {
+	return update(ctx, db, "mark pending", `UPDATE sendonce_outbox
+		SET state = 'pending', last_error = $3, uncertain = uncertain OR $4,
+			snoozes = snoozes + CASE WHEN $5 THEN 1 ELSE 0 END, updated_at = now()
+		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending')`,
+		o.Key, o.JobID, o.Reason, o.Uncertain, o.Snoozed)
 }
 
-func update(ctx context.Context, db DB, key, op, sql string, args ...any) error {
-	if _, err := db.Exec(ctx, sql, append([]any{key}, args...)...); err != nil {
-		return fmt.Errorf("outbox: %s %q: %w", op, key, err)
+func update(ctx context.Context, db DB, op, sql string, args ...any) error {
+	if _, err := db.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("outbox: %s %q: %w", op, args[0], err)
 	}
 	return nil
 }

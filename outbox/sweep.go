@@ -32,10 +32,68 @@ func (o *Outbox) Sweep(ctx context.Context) (int, error) {
 }
 
 func (o *Outbox) sweepOnce(ctx context.Context) (int, error) {
+	return o.reschedule(ctx, "sweep", priorityNormal, `SELECT id, idempotency_key, send_at FROM sendonce_outbox
+		WHERE job_id IS NULL AND state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, sweepBatch)
+}
+
+// OwnerLockClass is the first half of the advisory lock every worker
+// instance holds while it lives: (OwnerLockClass, its id). The id is what
+// a claim records in claimed_by.
+const OwnerLockClass int32 = 0x53454E44 // "SEND"
+
+// DefaultRestartGrace is how long after the database server started the
+// owners' locks are not trusted to be there: a restart drops every
+// session's locks, and live workers take theirs again as they reconnect.
+const DefaultRestartGrace = 5 * time.Second
+
+// RescueAbandoned gives a new River job to every intent left sending by a
+// worker instance that is gone: its owner's advisory lock was released when
+// its session ended, so the send was cut off by a crash. The intent stays
+// sending (its next claim marks it uncertain) and its new job sends it again
+// with the same key at once, instead of after River's rescuer takes the old
+// job for stuck; its new job goes ahead of the queue. The old job, whenever it runs again, is no longer the
+// intent's job and does nothing. Within restartGrace of the database
+// server's start nothing is rescued (see DefaultRestartGrace). It returns
+// how many it rescued.
+func (o *Outbox) RescueAbandoned(ctx context.Context, restartGrace time.Duration) (int, error) {
+	return o.rescheduleAll(ctx, "rescue", priorityUrgent, `SELECT o.id, o.idempotency_key, o.send_at FROM sendonce_outbox o
+		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL
+			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
+			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
+				AND l.classid = $3::int4::oid AND l.objid = o.claimed_by::oid AND l.objsubid = 2)
+		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds(), OwnerLockClass)
+}
+
+// Reconcile gives a new River job to every intent still to be sent
+// (pending or sending) whose job is gone or finished without it: deleted
+// or cancelled in the River UI, discarded after its attempts ran out, or
+// discarded by a River client that does not know sendonce's job kind. It
+// returns how many it rescheduled.
+func (o *Outbox) Reconcile(ctx context.Context) (int, error) {
+	return o.rescheduleAll(ctx, "reconcile", priorityNormal, `SELECT o.id, o.idempotency_key, o.send_at FROM sendonce_outbox o
+		LEFT JOIN river_job j ON j.id = o.job_id
+		WHERE o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL
+			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`)
+}
+
+func (o *Outbox) rescheduleAll(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
+	total := 0
+	for {
+		n, err := o.reschedule(ctx, op, priority, query, append([]any{sweepBatch}, args...)...)
+		total += n
+		if err != nil || n < sweepBatch {
+			return total, err
+		}
+	}
+}
+
+// reschedule selects intents (id, key, send_at) with query, locked, and
+// gives each a new River job in the same transaction.
+func (o *Outbox) reschedule(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
 	var n int
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, idempotency_key, send_at FROM sendonce_outbox
-			WHERE job_id IS NULL AND state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, sweepBatch)
+		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -54,7 +112,7 @@ func (o *Outbox) sweepOnce(ctx context.Context) (int, error) {
 				at = *sendAt
 			}
 			ids = append(ids, id)
-			params = append(params, river.InsertManyParams{Args: SendArgs{Key: key}, InsertOpts: o.insertOpts(at)})
+			params = append(params, river.InsertManyParams{Args: SendArgs{Key: key}, InsertOpts: o.insertOpts(at, priority)})
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(ids) == 0 {
@@ -68,7 +126,9 @@ func (o *Outbox) sweepOnce(ctx context.Context) (int, error) {
 		for i, j := range jobs {
 			jobIDs[i] = j.Job.ID
 		}
-		if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET job_id = u.job_id, updated_at = now()
+		// The owner is forgotten with the old job: the intent is rescued
+		// once, and its new job's claim names the next owner.
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET job_id = u.job_id, claimed_by = NULL, updated_at = now()
 			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`, ids, jobIDs); err != nil {
 			return err
 		}
@@ -76,7 +136,7 @@ func (o *Outbox) sweepOnce(ctx context.Context) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("outbox: sweep: %w", err)
+		return 0, fmt.Errorf("outbox: %s: %w", op, err)
 	}
 	return n, nil
 }

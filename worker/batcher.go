@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,6 +18,7 @@ import (
 // nothing is reported done before it is committed.
 type batcher struct {
 	pool   *pgxpool.Pool
+	opts   outbox.ClaimOptions
 	claims chan claimRequest
 	sents  chan sentRequest
 }
@@ -29,24 +31,29 @@ const (
 )
 
 type claimRequest struct {
-	key  string
+	req  outbox.ClaimRequest
 	done chan claimResult
 }
 
 type claimResult struct {
-	rec *outbox.Record
-	ok  bool
-	err error
+	claimed *outbox.Claimed
+	ok      bool
+	err     error
 }
 
 type sentRequest struct {
 	sent outbox.Sent
-	done chan error
+	done chan sentResult
+}
+
+type sentResult struct {
+	overrode bool
+	err      error
 }
 
 // newBatcher starts the batch loops; they end when ctx does.
-func newBatcher(ctx context.Context, pool *pgxpool.Pool) *batcher {
-	b := &batcher{pool: pool, claims: make(chan claimRequest), sents: make(chan sentRequest)}
+func newBatcher(ctx context.Context, pool *pgxpool.Pool, opts outbox.ClaimOptions) *batcher {
+	b := &batcher{pool: pool, opts: opts, claims: make(chan claimRequest), sents: make(chan sentRequest)}
 	for range batchLoops {
 		go b.claimLoop(ctx)
 		go b.sentLoop(ctx)
@@ -54,27 +61,28 @@ func newBatcher(ctx context.Context, pool *pgxpool.Pool) *batcher {
 	return b
 }
 
-func (b *batcher) claim(ctx context.Context, key string) (*outbox.Record, bool, error) {
-	req := claimRequest{key: key, done: make(chan claimResult, 1)}
+func (b *batcher) claim(ctx context.Context, r outbox.ClaimRequest) (*outbox.Claimed, bool, error) {
+	req := claimRequest{req: r, done: make(chan claimResult, 1)}
 	select {
 	case b.claims <- req:
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
 	res := <-req.done
-	return res.rec, res.ok, res.err
+	return res.claimed, res.ok, res.err
 }
 
 // markSent waits for its batch whatever ctx says: once the API has answered,
 // the answer must be recorded if at all possible.
-func (b *batcher) markSent(ctx context.Context, s outbox.Sent) error {
-	req := sentRequest{sent: s, done: make(chan error, 1)}
+func (b *batcher) markSent(ctx context.Context, s outbox.Sent) (bool, error) {
+	req := sentRequest{sent: s, done: make(chan sentResult, 1)}
 	select {
 	case b.sents <- req:
-		return <-req.done
+		res := <-req.done
+		return res.overrode, res.err
 	case <-ctx.Done():
 		// The loops are gone (the worker is stopping): record it alone.
-		return outbox.MarkSent(context.WithoutCancel(ctx), b.pool, s.Key, s.MessageID, s.Replayed)
+		return outbox.MarkSent(context.WithoutCancel(ctx), b.pool, s)
 	}
 }
 
@@ -87,21 +95,21 @@ func (b *batcher) claimLoop(ctx context.Context) {
 			return
 		}
 		batch := drain(b.claims, first)
-		keys := make([]string, len(batch))
+		reqs := make([]outbox.ClaimRequest, len(batch))
 		for i, r := range batch {
-			keys[i] = r.key
+			reqs[i] = r.req
 		}
-		claimed, err := outbox.ClaimMany(context.WithoutCancel(ctx), b.pool, keys)
+		claimed, err := outbox.ClaimMany(context.WithoutCancel(ctx), b.pool, reqs, b.opts)
 		for _, r := range batch {
-			switch rec, ok := claimed[r.key]; {
+			switch c, ok := claimed[r.req.JobID]; {
 			case err != nil:
 				r.done <- claimResult{err: err}
 			case ok:
-				r.done <- claimResult{rec: rec, ok: true}
+				r.done <- claimResult{claimed: c, ok: true}
 			default:
-				// Not sendable (or gone): Claim says which, alone.
-				rec, ok, err := outbox.Claim(context.WithoutCancel(ctx), b.pool, r.key)
-				r.done <- claimResult{rec, ok, err}
+				// Not this job's to send: say why with the row as it is.
+				rec, err := outbox.Get(context.WithoutCancel(ctx), b.pool, r.req.Key)
+				r.done <- claimResult{claimed: &outbox.Claimed{Record: rec}, err: err}
 			}
 		}
 	}
@@ -120,9 +128,9 @@ func (b *batcher) sentLoop(ctx context.Context) {
 		for i, r := range batch {
 			sent[i] = r.sent
 		}
-		err := outbox.MarkSentMany(context.WithoutCancel(ctx), b.pool, sent)
+		overrode, err := outbox.MarkSentMany(context.WithoutCancel(ctx), b.pool, sent)
 		for _, r := range batch {
-			r.done <- err
+			r.done <- sentResult{overrode: slices.Contains(overrode, r.sent.Key), err: err}
 		}
 	}
 }

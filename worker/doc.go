@@ -30,11 +30,22 @@
 //
 // # Crashes
 //
-// A worker killed at any instant loses nothing: its job stays running in
-// River until the rescuer hands it to another worker, which claims the
-// intent again (still in sending) and sends it with the same key. If the
-// first attempt had reached the API, the API replays it: the intent is
-// recorded as sent with Replayed true, and the recipient gets one email.
+// A worker killed at any instant loses nothing. Each Worker holds a
+// PostgreSQL advisory lock for as long as it lives and records its id with
+// every claim; when the process dies its session ends and the lock with it,
+// and the sweeper of any worker gives the intents it left sending a new
+// job within a second or so. That job claims the intent again (still in
+// sending, so now uncertain) and sends it with the same key: if the first
+// attempt had reached the API, the API replays it, the intent is recorded
+// as sent with Replayed true, and the recipient gets one email. River's
+// rescuer, minutes later, revives the old job, which is no longer the
+// intent's job and does nothing.
+//
+// Only the job named on the intent's row claims it; the sweeper also gives
+// a new job to any intent whose job ended without it (cancelled or deleted
+// in the River UI, discarded by another River client), so no intent is
+// left where nothing moves it. A send cut off by the worker's own shutdown
+// goes back to the queue without counting as an attempt.
 //
 // A success is written to the row before River completes the job with its
 // batching completer. If the process dies between the two, the job runs

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,7 +18,7 @@ import (
 
 // Defaults for SendConfig.
 const (
-	DefaultReplayWindow  = 23 * time.Hour
+	DefaultReplayWindow  = outbox.DefaultReplayWindow
 	DefaultMaxAttempts   = 10
 	DefaultMaxSnoozes    = 20
 	DefaultRateLimitWait = 30 * time.Second
@@ -27,17 +26,24 @@ const (
 	DefaultRetryMax      = 10 * time.Minute
 )
 
+// MaxAttempts is the most SendConfig.MaxAttempts may be: one less than the
+// River job's own limit.
+const MaxAttempts = outbox.DefaultMaxAttempts - 1
+
 // SendConfig tunes how a SendWorker maps outcomes to states.
 type SendConfig struct {
 	// ReplayWindow bounds, from an intent's first attempt, how long its
-	// retries and snoozes may go on. The API honours an idempotency key for
+	// retries and snoozes may go on, measured on the database's clock; no
+	// HTTP attempt starts or goes on past it. At most MaxReplayWindow (24 h). The API honours an idempotency key for
 	// a limited time (24 h at the email APIs we know); an attempt after that
 	// could deliver a second time, so past the window the intent is parked
 	// as failed instead. Default 23 h, an hour short of 24 h.
 	ReplayWindow time.Duration
 	// MaxAttempts is how many times a send is tried (network errors and 5xx
 	// after the client's own retries) before it is parked as failed.
-	// Snoozes do not count. Default 10.
+	// Snoozes do not count. Default 10, at most MaxAttempts (below the
+	// River job's own limit, so River never discards a job the worker has
+	// not given up on).
 	MaxAttempts int
 	// MaxSnoozes caps how often a send is snoozed for a rate limit or a long
 	// Retry-After before it is parked as failed. Default 20.
@@ -59,9 +65,11 @@ func (c *SendConfig) withDefaults() SendConfig {
 	if out.ReplayWindow <= 0 {
 		out.ReplayWindow = DefaultReplayWindow
 	}
+	out.ReplayWindow = min(out.ReplayWindow, outbox.MaxReplayWindow)
 	if out.MaxAttempts <= 0 {
 		out.MaxAttempts = DefaultMaxAttempts
 	}
+	out.MaxAttempts = min(out.MaxAttempts, MaxAttempts)
 	if out.MaxSnoozes <= 0 {
 		out.MaxSnoozes = DefaultMaxSnoozes
 	}
@@ -105,6 +113,14 @@ type SendWorker struct {
 	// makes its own statements.
 	batch *batcher
 
+	// owner is this worker instance's advisory lock id (set by
+	// Worker.Start), recorded with each claim; 0 when the SendWorker runs
+	// on a River client of the application's own.
+	owner int32
+
+	// keyFingerprint identifies the client's API key.
+	keyFingerprint string
+
 	// afterSend, when set (by tests), runs after the API answered and
 	// before the outcome is recorded; an error from it stands for a crash
 	// in that window.
@@ -116,7 +132,7 @@ func NewSendWorker(pool *pgxpool.Pool, c *client.Client, cfg *SendConfig) *SendW
 	if cfg == nil {
 		cfg = &SendConfig{}
 	}
-	return &SendWorker{pool: pool, client: c, cfg: cfg.withDefaults()}
+	return &SendWorker{pool: pool, client: c, cfg: cfg.withDefaults(), keyFingerprint: c.KeyFingerprint()}
 }
 
 // NextRetry spaces River's attempts: RetryBase·2^(attempt-1), at most
@@ -139,133 +155,194 @@ func (w *SendWorker) retryDelay(attempt int) time.Duration {
 // Work sends the intent named by the job and maps the outcome to a state.
 func (w *SendWorker) Work(ctx context.Context, job *river.Job[outbox.SendArgs]) error {
 	key := job.Args.Key
-	rec, ok, err := w.claim(ctx, key)
+	c, ok, err := w.claim(ctx, outbox.ClaimRequest{Key: key, JobID: job.ID})
 	if errors.Is(err, outbox.ErrNotFound) {
 		return river.JobCancel(fmt.Errorf("no intent with key %q", key))
 	}
 	if err != nil {
 		return err
 	}
+	rec := c.Record
 	log := w.cfg.Logger.With("key", key, "kind", string(rec.Kind), "attempt", rec.Attempts, "job_id", job.ID)
 	if !ok {
-		// Sent, failed or canceled already: a job that ran again after a
-		// crash, or one whose intent was canceled. Nothing to send.
-		log.Debug("intent already settled", "state", string(rec.State))
+		// Sent, failed or canceled already (a job that ran again after a
+		// crash, or one whose intent was canceled), or the intent has been
+		// given another job since (Retry, or the reconciler after this job
+		// was taken for lost). Nothing to send.
+		if (rec.State == outbox.StatePending || rec.State == outbox.StateSending) && rec.JobID != nil {
+			log.Info("job superseded: the intent has another job", "intent_job_id", *rec.JobID)
+		} else {
+			log.Debug("intent already settled", "state", string(rec.State))
+		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSkipped})
 		return nil
 	}
+	a := &attempt{w: w, job: job, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft}
 
-	now := time.Now()
-	windowEnd := rec.FirstAttemptAt.Add(w.cfg.ReplayWindow)
-	if now.After(windowEnd) {
-		return w.park(ctx, log, rec, ResultExpired, fmt.Sprintf(
+	if c.WindowLeft <= 0 {
+		return a.park(ctx, ResultExpired, false, fmt.Sprintf(
 			"replay window exceeded: first attempt at %s, window %s; parked rather than risk a second delivery",
 			rec.FirstAttemptAt.UTC().Format(time.RFC3339), w.cfg.ReplayWindow))
 	}
+	if w.keyFingerprint != "" && rec.APIKeyFingerprint != w.keyFingerprint {
+		return a.park(ctx, ResultFailed, false, fmt.Sprintf(
+			"the API key changed (%s, now %s) after an attempt whose outcome is unknown: the API may scope "+
+				"idempotency keys per API key, so a send with the new key could deliver it a second time; "+
+				"parked: check whether it was delivered, then retry it with force",
+			rec.APIKeyFingerprint, w.keyFingerprint))
+	}
 
+	// No HTTP attempt may start, or go on, past the window's end.
+	sendCtx, cancel := context.WithTimeout(ctx, c.WindowLeft)
+	defer cancel()
 	start := time.Now()
-	res, sendErr := w.send(ctx, rec)
+	res, sendErr := w.send(sendCtx, rec)
 	elapsed := time.Since(start)
 	if w.afterSend != nil {
 		if err := w.afterSend(key); err != nil {
 			return err
 		}
 	}
-
 	if sendErr == nil {
-		if err := w.markSent(ctx, outbox.Sent{Key: key, MessageID: res.messageID, Replayed: res.replayed}); err != nil {
-			return err
-		}
-		result := ResultSent
-		if res.replayed {
-			result = ResultReplayed
-		}
-		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: result, APILatency: elapsed})
-		log.Info("sent", "message_id", res.messageID, "replayed", res.replayed)
-		return nil
+		return a.sent(ctx, res, elapsed)
 	}
+	return a.failed(ctx, sendCtx, sendErr, elapsed)
+}
 
+// attempt is one claimed send on its way to an outcome.
+type attempt struct {
+	w          *SendWorker
+	job        *river.Job[outbox.SendArgs]
+	rec        *outbox.Record
+	log        *slog.Logger
+	claimedAt  time.Time
+	windowLeft time.Duration // at claimedAt, by the database's clock
+}
+
+// left is what remains of the replay window now.
+func (a *attempt) left() time.Duration { return a.windowLeft - time.Since(a.claimedAt) }
+
+func (a *attempt) outcome(reason string, uncertain, snoozed bool) outbox.Outcome {
+	return outbox.Outcome{Key: a.rec.Key, JobID: a.job.ID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed}
+}
+
+func (a *attempt) sent(ctx context.Context, res sendResult, elapsed time.Duration) error {
+	overrode, err := a.w.markSent(ctx, outbox.Sent{Key: a.rec.Key, MessageID: res.messageID, Replayed: res.replayed})
+	if err != nil {
+		return err
+	}
+	if overrode {
+		a.log.Warn("sent by an attempt that overlapped the one that parked it as failed; recorded as sent",
+			"message_id", res.messageID, "replayed", res.replayed)
+	}
+	result := ResultSent
+	if res.replayed {
+		result = ResultReplayed
+	}
+	a.w.cfg.Observer.Observe(Outcome{Kind: a.rec.Kind, Result: result, APILatency: elapsed})
+	a.log.Info("sent", "message_id", res.messageID, "replayed", res.replayed)
+	return nil
+}
+
+func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed time.Duration) error {
+	w, rec, job := a.w, a.rec, a.job
 	reason := describe(sendErr)
 	var apiErr *client.APIError
 	isAPI := errors.As(sendErr, &apiErr)
 	switch {
+	case ctx.Err() == context.Canceled:
+		// Cut off by the worker's shutdown (or a cancel from River): the send
+		// may have reached the API. Returning the context's error lets River
+		// put the job back without counting an attempt, so a deploy never
+		// burns an intent's attempts or parks it.
+		if err := outbox.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, true, false)); err != nil {
+			return err
+		}
+		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
+		a.log.Info("send cut off by shutdown; it goes back to the queue", "reason", reason)
+		return fmt.Errorf("%s: %w", reason, ctx.Err())
+
+	case ctx.Err() == nil && sendCtx.Err() != nil:
+		// The replay window ended during the attempt.
+		return a.park(ctx, ResultExpired, true, fmt.Sprintf(
+			"%s; the %s replay window ended during the attempt, parked rather than risk a second delivery", reason, w.cfg.ReplayWindow))
+
 	case errors.Is(sendErr, errUnsendable), errors.Is(sendErr, client.ErrInsecureBaseURL), client.IsPermanent(sendErr):
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultFailed, APILatency: elapsed})
-		return w.park(ctx, log, rec, "", reason)
+		// A 409 may be the API saying the key is in use by a request in
+		// progress: the intent may yet be delivered.
+		uncertain := isAPI && apiErr.Status == 409
+		return a.park(ctx, "", uncertain, reason)
 
 	case isAPI && (apiErr.RetryAfter > 0 || apiErr.Status == 429):
 		wait := apiErr.RetryAfter
 		if wait <= 0 {
 			wait = w.cfg.RateLimitWait
 		}
-		snoozes := snoozeCount(job)
+		uncertain := apiErr.Status >= 500
 		switch {
-		case snoozes >= w.cfg.MaxSnoozes:
-			return w.park(ctx, log, rec, ResultFailed, fmt.Sprintf("%s; gave up after %d snoozes", reason, snoozes))
-		case now.Add(wait).After(windowEnd):
-			return w.park(ctx, log, rec, ResultExpired, fmt.Sprintf(
+		case rec.Snoozes >= w.cfg.MaxSnoozes:
+			return a.park(ctx, ResultFailed, uncertain, fmt.Sprintf("%s; gave up after %d snoozes", reason, rec.Snoozes))
+		case wait >= a.left():
+			return a.park(ctx, ResultExpired, uncertain, fmt.Sprintf(
 				"%s; waiting %s would pass the %s replay window, parked rather than risk a second delivery", reason, wait, w.cfg.ReplayWindow))
 		}
-		if err := outbox.MarkPending(ctx, w.pool, key, reason); err != nil {
+		if err := outbox.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, uncertain, true)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSnoozed, APILatency: elapsed})
-		log.Info("snoozed", "wait", wait, "reason", reason)
+		a.log.Info("snoozed", "wait", wait, "reason", reason)
 		return river.JobSnooze(wait)
 
 	default:
-		// A network error or a 5xx after the client's own retries: the send
-		// may or may not have reached the API. Try again later with the same
-		// key, which replays it if it did.
+		// A network error, a timeout or a 5xx after the client's own
+		// retries: the send may or may not have reached the API. Try again
+		// later with the same key, which replays it if it did.
 		if job.Attempt >= w.cfg.MaxAttempts {
-			return w.park(ctx, log, rec, ResultFailed, fmt.Sprintf("%s; gave up after %d attempts", reason, job.Attempt))
+			return a.park(ctx, ResultFailed, true, fmt.Sprintf("%s; gave up after %d attempts", reason, job.Attempt))
 		}
-		if now.Add(w.retryDelay(job.Attempt)).After(windowEnd) {
-			return w.park(ctx, log, rec, ResultExpired, fmt.Sprintf(
+		if w.retryDelay(job.Attempt) >= a.left() {
+			return a.park(ctx, ResultExpired, true, fmt.Sprintf(
 				"%s; the next attempt would pass the %s replay window, parked rather than risk a second delivery", reason, w.cfg.ReplayWindow))
 		}
-		if err := outbox.MarkPending(context.WithoutCancel(ctx), w.pool, key, reason); err != nil {
+		if err := outbox.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, true, false)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
-		log.Warn("send failed, will retry", "reason", reason)
+		a.log.Warn("send failed, will retry", "reason", reason)
 		return errors.New(reason)
 	}
 }
 
-func (w *SendWorker) claim(ctx context.Context, key string) (*outbox.Record, bool, error) {
-	if w.batch != nil {
-		return w.batch.claim(ctx, key)
-	}
-	return outbox.Claim(ctx, w.pool, key)
-}
-
-func (w *SendWorker) markSent(ctx context.Context, s outbox.Sent) error {
-	if w.batch != nil {
-		return w.batch.markSent(ctx, s)
-	}
-	return outbox.MarkSent(context.WithoutCancel(ctx), w.pool, s.Key, s.MessageID, s.Replayed)
-}
-
 // park marks the intent failed and cancels its job: River must not retry
 // what the outbox has given up on.
-func (w *SendWorker) park(ctx context.Context, log *slog.Logger, rec *outbox.Record, result Result, reason string) error {
-	if err := outbox.MarkFailed(context.WithoutCancel(ctx), w.pool, rec.Key, reason); err != nil {
+func (a *attempt) park(ctx context.Context, result Result, uncertain bool, reason string) error {
+	if err := outbox.MarkFailed(context.WithoutCancel(ctx), a.w.pool, a.outcome(reason, uncertain, false)); err != nil {
 		return err
 	}
 	if result != "" {
-		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: result})
+		a.w.cfg.Observer.Observe(Outcome{Kind: a.rec.Kind, Result: result})
 	}
-	log.Warn("intent failed", "reason", reason)
+	a.log.Warn("intent failed", "reason", reason)
 	return river.JobCancel(errors.New(reason))
 }
 
-func snoozeCount(job *river.Job[outbox.SendArgs]) int {
-	var meta struct {
-		Snoozes int `json:"snoozes"`
+func (w *SendWorker) claim(ctx context.Context, req outbox.ClaimRequest) (*outbox.Claimed, bool, error) {
+	if w.batch != nil {
+		return w.batch.claim(ctx, req)
 	}
-	_ = json.Unmarshal(job.Metadata, &meta)
-	return meta.Snoozes
+	return outbox.Claim(ctx, w.pool, req, w.claimOptions())
+}
+
+func (w *SendWorker) claimOptions() outbox.ClaimOptions {
+	return outbox.ClaimOptions{Owner: w.owner, KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow}
+}
+
+func (w *SendWorker) markSent(ctx context.Context, s outbox.Sent) (bool, error) {
+	if w.batch != nil {
+		return w.batch.markSent(ctx, s)
+	}
+	return outbox.MarkSent(context.WithoutCancel(ctx), w.pool, s)
 }
 
 // describe renders an error for last_error and the logs: status, code and

@@ -74,17 +74,29 @@ func (h *harness) enqueue(in outbox.Intent) *outbox.Record {
 	return rec
 }
 
-// work runs the job for key as River would on the given attempt.
-func (h *harness) work(key string, attempt int, metadata string) error {
+// work runs the intent's own job as River would on the given attempt.
+func (h *harness) work(key string, attempt int) error {
 	h.t.Helper()
-	if metadata == "" {
-		metadata = "{}"
-	}
-	job := &river.Job[outbox.SendArgs]{
-		JobRow: &rivertype.JobRow{ID: 1, Attempt: attempt, MaxAttempts: outbox.DefaultMaxAttempts, Metadata: []byte(metadata)},
+	return h.workJob(key, *h.get(key).JobID, attempt)
+}
+
+// workJob runs the job with the given id for key.
+func (h *harness) workJob(key string, jobID int64, attempt int) error {
+	h.t.Helper()
+	return h.worker.Work(context.Background(), newJob(key, jobID, attempt))
+}
+
+// job is the intent's own job as River runs it on the given attempt.
+func (h *harness) job(key string, attempt int) *river.Job[outbox.SendArgs] {
+	h.t.Helper()
+	return newJob(key, *h.get(key).JobID, attempt)
+}
+
+func newJob(key string, id int64, attempt int) *river.Job[outbox.SendArgs] {
+	return &river.Job[outbox.SendArgs]{
+		JobRow: &rivertype.JobRow{ID: id, Attempt: attempt, MaxAttempts: outbox.DefaultMaxAttempts, Metadata: []byte("{}")},
 		Args:   outbox.SendArgs{Key: key},
 	}
-	return h.worker.Work(context.Background(), job)
 }
 
 func (h *harness) get(key string) *outbox.Record {
@@ -107,7 +119,7 @@ func (h *harness) results() []Result {
 func TestWorkSends(t *testing.T) {
 	h := newHarness(t, SendConfig{})
 	h.enqueue(outbox.Intent{Key: "invoice:inv_1", Payload: emailBody("ada@example.com")})
-	if err := h.work("invoice:inv_1", 1, ""); err != nil {
+	if err := h.work("invoice:inv_1", 1); err != nil {
 		t.Fatal(err)
 	}
 	rec := h.get("invoice:inv_1")
@@ -117,7 +129,7 @@ func TestWorkSends(t *testing.T) {
 	}
 	// The job running again (after a crash between recording and River's
 	// completion) finds the intent sent and calls nothing.
-	if err := h.work("invoice:inv_1", 2, ""); err != nil {
+	if err := h.work("invoice:inv_1", 2); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.fake.Requests()); n != 1 {
@@ -137,7 +149,7 @@ func TestWorkEveryKind(t *testing.T) {
 	h.enqueue(outbox.Intent{Key: "k:bc", Kind: outbox.KindBroadcast,
 		Payload: json.RawMessage(`{"from":"news@example.com","subject":"News","html":"<p>hi</p>","audienceId":"aud_1"}`)})
 	for _, key := range []string{"k:batch", "k:tmpl", "k:bc"} {
-		if err := h.work(key, 1, ""); err != nil {
+		if err := h.work(key, 1); err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
 		if rec := h.get(key); rec.State != outbox.StateSent || rec.MessageID == "" {
@@ -160,7 +172,7 @@ func TestCrashAfterAcceptReplays(t *testing.T) {
 	h.enqueue(outbox.Intent{Key: "invoice:crash", Payload: emailBody("ada@example.com")})
 	crash := errors.New("worker killed")
 	h.worker.afterSend = func(string) error { return crash }
-	if err := h.work("invoice:crash", 1, ""); !errors.Is(err, crash) {
+	if err := h.work("invoice:crash", 1); !errors.Is(err, crash) {
 		t.Fatalf("first run: %v", err)
 	}
 	if rec := h.get("invoice:crash"); rec.State != outbox.StateSending || rec.MessageID != "" {
@@ -168,7 +180,7 @@ func TestCrashAfterAcceptReplays(t *testing.T) {
 	}
 
 	h.worker.afterSend = nil
-	if err := h.work("invoice:crash", 2, ""); err != nil {
+	if err := h.work("invoice:crash", 2); err != nil {
 		t.Fatal(err)
 	}
 	rec := h.get("invoice:crash")
@@ -188,14 +200,14 @@ func TestLostResponseReplays(t *testing.T) {
 	h.client, _ = client.New(client.WithAPIKey(testKey), client.WithBaseURL(h.fake.URL()), client.WithMaxRetries(0))
 	h.worker.client = h.client
 	h.enqueue(outbox.Intent{Key: "invoice:lost", Payload: emailBody("ada@example.com")})
-	err := h.work("invoice:lost", 1, "")
+	err := h.work("invoice:lost", 1)
 	if err == nil || errors.As(err, new(*river.JobCancelError)) {
 		t.Fatalf("first run: %v, want an error River retries", err)
 	}
 	if rec := h.get("invoice:lost"); rec.State != outbox.StatePending || rec.LastError == "" {
 		t.Fatalf("after the lost response: %+v", rec)
 	}
-	if err := h.work("invoice:lost", 2, ""); err != nil {
+	if err := h.work("invoice:lost", 2); err != nil {
 		t.Fatal(err)
 	}
 	if rec := h.get("invoice:lost"); !rec.Replayed || len(h.fake.Deliveries()) != 1 {
@@ -208,7 +220,7 @@ func TestPermanentErrorFails(t *testing.T) {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			h := newHarness(t, SendConfig{}, fakeapi.Fault{Kind: fakeapi.FaultErrorBefore, Status: status})
 			h.enqueue(outbox.Intent{Key: "k:perm", Payload: emailBody("ada@example.com")})
-			err := h.work("k:perm", 1, "")
+			err := h.work("k:perm", 1)
 			var cancel *river.JobCancelError
 			if !errors.As(err, &cancel) {
 				t.Fatalf("error %v, want JobCancel", err)
@@ -238,7 +250,7 @@ func TestRateLimitSnoozes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, SendConfig{RateLimitWait: 7 * time.Second}, tc.fault)
 			h.enqueue(outbox.Intent{Key: "k:rl", Payload: emailBody("ada@example.com")})
-			err := h.work("k:rl", 1, "")
+			err := h.work("k:rl", 1)
 			var snooze *river.JobSnoozeError
 			if !errors.As(err, &snooze) || snooze.Duration != tc.want {
 				t.Fatalf("error %v, want a snooze of %s", err, tc.want)
@@ -252,7 +264,17 @@ func TestRateLimitSnoozes(t *testing.T) {
 	t.Run("cap on snoozes", func(t *testing.T) {
 		h := newHarness(t, SendConfig{MaxSnoozes: 3}, fakeapi.Fault{Kind: fakeapi.FaultRateLimit})
 		h.enqueue(outbox.Intent{Key: "k:cap", Payload: emailBody("ada@example.com")})
-		err := h.work("k:cap", 1, `{"snoozes":3}`)
+		// Snoozes give the attempt back, so River runs attempt 1 each time;
+		// the count lives on the row.
+		for i := range 3 {
+			if err := h.work("k:cap", 1); !errors.As(err, new(*river.JobSnoozeError)) {
+				t.Fatalf("snooze %d: error %v, want a snooze", i+1, err)
+			}
+		}
+		if rec := h.get("k:cap"); rec.Snoozes != 3 || rec.Uncertain {
+			t.Fatalf("after 3 snoozes: %+v", rec)
+		}
+		err := h.work("k:cap", 1)
 		if !errors.As(err, new(*river.JobCancelError)) {
 			t.Fatalf("error %v, want JobCancel", err)
 		}
@@ -266,7 +288,7 @@ func TestServerErrorsRetryThenFail(t *testing.T) {
 	h := newHarness(t, SendConfig{MaxAttempts: 3}, fakeapi.Fault{Kind: fakeapi.FaultErrorBefore, Status: 503})
 	h.enqueue(outbox.Intent{Key: "k:5xx", Payload: emailBody("ada@example.com")})
 	for attempt := 1; attempt <= 2; attempt++ {
-		err := h.work("k:5xx", attempt, "")
+		err := h.work("k:5xx", attempt)
 		if err == nil || errors.As(err, new(*river.JobCancelError)) {
 			t.Fatalf("attempt %d: %v, want an error River retries", attempt, err)
 		}
@@ -278,7 +300,7 @@ func TestServerErrorsRetryThenFail(t *testing.T) {
 	if n := len(h.fake.Requests()); n != 6 {
 		t.Fatalf("%d requests, want 6", n)
 	}
-	err := h.work("k:5xx", 3, "")
+	err := h.work("k:5xx", 3)
 	if !errors.As(err, new(*river.JobCancelError)) {
 		t.Fatalf("last attempt: %v, want JobCancel", err)
 	}
@@ -295,7 +317,7 @@ func TestReplayWindow(t *testing.T) {
 		if _, err := h.pool.Exec(ctx, `UPDATE sendonce_outbox SET first_attempt_at = now() - interval '2 hours', attempts = 4`); err != nil {
 			t.Fatal(err)
 		}
-		err := h.work("k:old", 5, "")
+		err := h.work("k:old", 5)
 		if !errors.As(err, new(*river.JobCancelError)) {
 			t.Fatalf("error %v, want JobCancel", err)
 		}
@@ -310,7 +332,7 @@ func TestReplayWindow(t *testing.T) {
 		h := newHarness(t, SendConfig{ReplayWindow: time.Minute, RetryBase: 2 * time.Minute},
 			fakeapi.Fault{Kind: fakeapi.FaultErrorBefore, Status: 500})
 		h.enqueue(outbox.Intent{Key: "k:win", Payload: emailBody("ada@example.com")})
-		err := h.work("k:win", 1, "")
+		err := h.work("k:win", 1)
 		if !errors.As(err, new(*river.JobCancelError)) {
 			t.Fatalf("error %v, want JobCancel", err)
 		}
@@ -324,7 +346,7 @@ func TestReplayWindow(t *testing.T) {
 	t.Run("snooze would pass the window", func(t *testing.T) {
 		h := newHarness(t, SendConfig{ReplayWindow: time.Minute}, fakeapi.Fault{Kind: fakeapi.FaultRetryAfter, RetryAfter: "120"})
 		h.enqueue(outbox.Intent{Key: "k:snz", Payload: emailBody("ada@example.com")})
-		if err := h.work("k:snz", 1, ""); !errors.As(err, new(*river.JobCancelError)) {
+		if err := h.work("k:snz", 1); !errors.As(err, new(*river.JobCancelError)) {
 			t.Fatalf("error %v, want JobCancel", err)
 		}
 		if rec := h.get("k:snz"); rec.State != outbox.StateFailed || !strings.Contains(rec.LastError, "replay window") {
@@ -339,7 +361,7 @@ func TestCanceledIntentIsNotSent(t *testing.T) {
 	if _, err := h.ob.Cancel(context.Background(), "k:cancel"); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.work("k:cancel", 1, ""); err != nil {
+	if err := h.work("k:cancel", 1); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.fake.Requests()); n != 0 {
@@ -366,7 +388,7 @@ func TestInsecureBaseURLFailsAtOnce(t *testing.T) {
 	}
 	h.worker.client = c
 	h.enqueue(outbox.Intent{Key: "k:insecure", Payload: emailBody("ada@example.com")})
-	if err := h.work("k:insecure", 1, ""); !errors.As(err, new(*river.JobCancelError)) {
+	if err := h.work("k:insecure", 1); !errors.As(err, new(*river.JobCancelError)) {
 		t.Fatalf("error %v, want JobCancel: no retry can fix the base URL", err)
 	}
 	if rec := h.get("k:insecure"); rec.State != outbox.StateFailed || !strings.Contains(rec.LastError, "plain http") {

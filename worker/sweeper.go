@@ -15,12 +15,25 @@ import (
 // table trigger's channel, so such a row is picked up at once, and also
 // sweeps every interval, so a missed notification (a dropped connection, a
 // restarted database) only delays a send.
+//
+// Every interval it also rescues the intents that crashed workers left
+// sending (outbox.RescueAbandoned), and every reconcileEvery intervals it
+// gives a new job to intents whose job ended without them
+// (outbox.Reconcile): no intent is left where nothing will move it.
 type sweeper struct {
 	pool     *pgxpool.Pool
 	outbox   *outbox.Outbox
 	interval time.Duration
 	logger   *slog.Logger
+	sweeps   int
+
+	restartGrace time.Duration
 }
+
+// reconcileEvery is how many sweeps pass between two reconciliations: a
+// job ending without its intent is rare, and the check reads every
+// unsent intent.
+const reconcileEvery = 30
 
 func (s *sweeper) run(ctx context.Context) {
 	for ctx.Err() == nil {
@@ -65,12 +78,22 @@ func (s *sweeper) listen(ctx context.Context) error {
 }
 
 func (s *sweeper) sweep(ctx context.Context) {
-	n, err := s.outbox.Sweep(ctx)
+	s.do(ctx, s.outbox.Sweep, "sweep", "scheduled intents inserted by SQL")
+	rescue := func(ctx context.Context) (int, error) { return s.outbox.RescueAbandoned(ctx, s.restartGrace) }
+	s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key")
+	if s.sweeps%reconcileEvery == 0 {
+		s.do(ctx, s.outbox.Reconcile, "reconcile", "gave a new job to intents whose job ended without sending them")
+	}
+	s.sweeps++
+}
+
+func (s *sweeper) do(ctx context.Context, fn func(context.Context) (int, error), op, done string) {
+	n, err := fn(ctx)
 	if err != nil && ctx.Err() == nil {
-		s.logger.Warn("sweeper: sweep failed", "error", err)
+		s.logger.Warn("sweeper: "+op+" failed", "error", err)
 		return
 	}
 	if n > 0 {
-		s.logger.Info("sweeper: scheduled intents inserted by SQL", "count", n)
+		s.logger.Info("sweeper: "+done, "count", n)
 	}
 }

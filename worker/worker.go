@@ -53,6 +53,11 @@ type Config struct {
 	// SweepInterval is how often rows inserted by plain SQL are looked for
 	// besides the trigger's notifications (default 1 s).
 	SweepInterval time.Duration
+	// RestartGrace is how long after the database server starts the
+	// worker waits before it takes a sending intent's owner for dead
+	// (default outbox.DefaultRestartGrace): a restart drops every session's
+	// advisory locks, and live workers need a moment to take theirs again.
+	RestartGrace time.Duration
 	// Send tunes the outcome mapping.
 	Send SendConfig
 	// Logger receives the worker's and River's logs.
@@ -68,6 +73,7 @@ type Worker struct {
 	sendWorker *SendWorker
 	pool       *pgxpool.Pool
 	sweeper    *sweeper
+	liveness   *liveness
 	cancel     context.CancelFunc
 	done       sync.WaitGroup
 }
@@ -109,6 +115,18 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		sweepInterval = DefaultSweepInterval
 	}
 
+	if cfg.Send.MaxAttempts > MaxAttempts {
+		return nil, fmt.Errorf("worker: max attempts %d: want at most %d, below the River job's own limit of %d",
+			cfg.Send.MaxAttempts, MaxAttempts, outbox.DefaultMaxAttempts)
+	}
+	if cfg.Send.ReplayWindow > outbox.MaxReplayWindow {
+		return nil, fmt.Errorf("worker: replay window %s: want at most %s, the time the API keeps an idempotency key",
+			cfg.Send.ReplayWindow, outbox.MaxReplayWindow)
+	}
+	restartGrace := cfg.RestartGrace
+	if restartGrace <= 0 {
+		restartGrace = outbox.DefaultRestartGrace
+	}
 	sendCfg := cfg.Send
 	if sendCfg.Logger == nil {
 		sendCfg.Logger = logger
@@ -139,7 +157,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		Outbox:     ob,
 		sendWorker: sendWorker,
 		pool:       pool,
-		sweeper:    &sweeper{pool: pool, outbox: ob, interval: sweepInterval, logger: logger},
+		sweeper:    &sweeper{pool: pool, outbox: ob, interval: sweepInterval, logger: logger, restartGrace: restartGrace},
+		liveness:   &liveness{pool: pool, interval: sweepInterval, logger: logger},
 	}, nil
 }
 
@@ -148,12 +167,19 @@ func (w *Worker) Start(ctx context.Context) error {
 	// The batcher and the sweeper live until Stop, past ctx: sends in
 	// flight when ctx ends still record their outcome.
 	bgCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.sendWorker.batch = newBatcher(bgCtx, w.pool)
+	if err := w.liveness.start(ctx); err != nil {
+		cancel()
+		return err
+	}
+	w.sendWorker.owner = w.liveness.id
+	w.sendWorker.batch = newBatcher(bgCtx, w.pool, w.sendWorker.claimOptions())
 	if err := w.River.Start(ctx); err != nil {
 		cancel()
+		w.liveness.conn.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("worker: start river: %w", err)
 	}
 	w.cancel = cancel
+	w.done.Go(func() { w.liveness.run(bgCtx) })
 	w.done.Go(func() { w.sweeper.run(bgCtx) })
 	return nil
 }

@@ -108,3 +108,67 @@ func TestWorkerEndToEnd(t *testing.T) {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
 }
+
+// TestWorkerReconcilesStrandedIntents: intents whose River job ended
+// without them (deleted or cancelled in the River UI, discarded by a River
+// client that does not know sendonce's kind) are sent by a running worker.
+func TestWorkerReconcilesStrandedIntents(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := pgtest.NewDB(t)
+	fake := fakeapi.NewTest(t, fakeapi.Config{})
+	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, how := range []string{
+		`DELETE FROM river_job WHERE id = $1`,
+		`UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1`,
+		`UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`,
+	} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			res, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: fmt.Sprintf("stranded:%d", i),
+				Payload: json.RawMessage(fmt.Sprintf(`{"from":"a@example.com","to":["s%d@example.com"],"text":"x"}`, i))})
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, how, *res.Record.JobID)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 4, SweepInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	if err := fake.WaitDeliveries(ctx, 3); err != nil {
+		t.Fatalf("stranded intents not sent: %v (%d deliveries)", err, len(fake.Deliveries()))
+	}
+}
+
+// TestNewRefusesSettingsThatBreakTheGuarantee: a window longer than the
+// API keeps keys, or more attempts than the River job allows (River would
+// discard the job while the intent is still pending).
+func TestNewRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
+	t.Parallel()
+	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL("http://127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, send := range []worker.SendConfig{{ReplayWindow: 48 * time.Hour}, {MaxAttempts: outbox.DefaultMaxAttempts}} {
+		if _, err := worker.New(nil, &worker.Config{Client: c, Send: send}); err == nil {
+			t.Errorf("New with %+v succeeded", send)
+		}
+	}
+}

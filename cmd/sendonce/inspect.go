@@ -191,32 +191,44 @@ reached the API) is refused and left as it was.`,
 // retryOutput is retry's --json answer.
 type retryOutput struct {
 	Intent *outbox.Record `json:"intent"`
-	// MayDeliverTwice is true when the intent had been parked because its
-	// replay window ran out: an earlier attempt may have reached the API.
-	MayDeliverTwice bool `json:"mayDeliverTwice"`
+	// Forced is true when --force was given: an earlier attempt may have
+	// reached the API after it forgot the key, and this retry may deliver
+	// the intent a second time.
+	Forced bool `json:"forced"`
 }
 
 func (a *app) retryCommand() *cobra.Command {
 	var (
 		asJSON bool
+		force  bool
 		queue  string
+		window time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "retry KEY",
 		Short: "Send a failed intent again, with the same key",
 		Long: `retry puts a failed intent back to pending with the same idempotency key and a
-new River job, and restarts its attempt count and replay window.
+new River job, with a new budget of attempts and snoozes. Its replay window
+still runs from its first attempt.
 
-A send that failed with a permanent API error (a bad address, an archived
-template) never reached the API: fix the cause, then retry. An intent parked
-because its replay window ran out is different: an earlier attempt may have
-reached the API, and if the API no longer remembers the key, a retry can
-deliver it a second time. retry prints a warning on stderr for those.`,
-		Example: `  sendonce retry invoice:inv_4192`,
-		Args:    keyArg,
+An intent none of whose attempts can have reached the API (each was answered
+with an error, such as a 422 for a bad address) is always retried: fix the
+cause, then retry. An uncertain one (a network error, a 5xx or a crash left
+an attempt's outcome unknown) is retried while its replay window lasts: if an
+attempt did reach the API, the API replays it. After the window, the API may
+no longer remember the key and a send could deliver it a second time: retry
+refuses, unless --force is given after checking with the recipient. A forced
+retry starts a new window, is logged, and is recorded on the intent
+(forcedRetryAt).`,
+		Example: `  sendonce retry invoice:inv_4192
+  sendonce retry --force invoice:inv_4192   # checked: the customer never got it`,
+		Args: keyArg,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if queue == "" {
 				return usagef("--queue must not be empty")
+			}
+			if window <= 0 || window > outbox.MaxReplayWindow {
+				return usagef("--replay-window %s: want a positive duration of at most %s", window, outbox.MaxReplayWindow)
 			}
 			pool, err := a.connect(cmd.Context(), 0)
 			if err != nil {
@@ -227,23 +239,29 @@ deliver it a second time. retry prints a warning on stderr for those.`,
 			if err != nil {
 				return err
 			}
-			rec, err := ob.Retry(cmd.Context(), args[0])
+			rec, err := ob.Retry(cmd.Context(), args[0], &outbox.RetryOptions{Force: force, ReplayWindow: window})
 			if err != nil {
 				return err
 			}
-			twice := strings.Contains(strings.ToLower(rec.LastError), "replay window")
-			if twice {
-				fmt.Fprintf(a.stderr, "sendonce: warning: %s had been parked because its replay window ran out: "+
-					"an earlier attempt may have reached the API, and if the API no longer remembers the key, "+
-					"this retry may deliver it a second time\n", rec.Key)
+			switch {
+			case force:
+				// Logged where the logs go (JSON off a terminal), for the audit.
+				a.logger.Warn("retried with --force: if an earlier attempt reached the API, the intent may be delivered a second time",
+					"key", rec.Key, "forced_retry_at", rec.ForcedRetryAt)
+			case rec.Uncertain:
+				fmt.Fprintf(a.stderr, "sendonce: note: an earlier attempt of %s may have reached the API; "+
+					"within its replay window the API replays it rather than deliver it again\n", rec.Key)
 			}
 			if asJSON {
-				return printJSON(a.stdout, retryOutput{Intent: rec, MayDeliverTwice: twice})
+				return printJSON(a.stdout, retryOutput{Intent: rec, Forced: force})
 			}
 			fmt.Fprintf(a.stdout, "retried %s\n", summary(rec))
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "retry even when the send could be a second delivery (the window has passed)")
+	cmd.Flags().DurationVar(&window, "replay-window", outbox.DefaultReplayWindow, "the workers' replay window")
+	bindEnv(cmd.Flags(), "replay-window", "SENDONCE_REPLAY_WINDOW")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the intent as JSON")
 	cmd.Flags().StringVar(&queue, "queue", outbox.DefaultQueue, "River queue of the new send job; the worker must work the same queue")
 	bindEnv(cmd.Flags(), "queue", "SENDONCE_QUEUE")

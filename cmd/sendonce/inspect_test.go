@@ -87,13 +87,19 @@ func TestShowListStatusCancelRetry(t *testing.T) {
 	wantError(t, sendonce(t, env, "", "list", "--state", "lost"), 2, `unknown --state "lost"`)
 	wantError(t, sendonce(t, env, "", "list", "--limit", "0"), 2, "--limit")
 
-	// retry: only failed intents; a warning when the replay window ran out.
+	// retry: only failed intents; an uncertain one past its replay window
+	// only with --force, which warns and is recorded.
 	wantError(t, sendonce(t, env, "", "retry", "a:1"), 1, "cannot retry", "pending")
 	ctx := context.Background()
-	if err := outbox.MarkFailed(ctx, pool, "a:1", "422 validation_error: bad address (param to)"); err != nil {
+	// a:1 was refused by the API (certain: nothing delivered); a:3 had an
+	// attempt with an unknown outcome 25 hours ago.
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'failed', attempts = 1, first_attempt_at = now(),
+		last_error = '422 validation_error: bad address (param to)' WHERE idempotency_key = 'a:1'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.MarkFailed(ctx, pool, "a:3", "replay window exceeded: first attempt at 2030-01-01T00:00:00Z, window 23h0m0s; parked rather than risk a second delivery"); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'failed', attempts = 3, uncertain = true,
+		first_attempt_at = now() - interval '25 hours', last_error = '503 api_error: unavailable; gave up after 3 attempts'
+		WHERE idempotency_key = 'a:3'`); err != nil {
 		t.Fatal(err)
 	}
 	r = sendonce(t, env, "", "retry", "a:1")
@@ -101,14 +107,25 @@ func TestShowListStatusCancelRetry(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "retried a:1 ") || r.stderr != "" {
 		t.Errorf("retry a:1: %s", r)
 	}
-	r = sendonce(t, env, "", "retry", "a:3", "--json")
+	wantError(t, sendonce(t, env, "", "retry", "a:3"), 1, "cannot retry", "second time", "--force")
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE idempotency_key = 'a:3' AND state = 'failed'`); n != 1 {
+		t.Errorf("a refused retry changed the intent")
+	}
+	if r := sendonce(t, env, "", "show", "a:3"); !strings.Contains(r.stdout, "uncertain:") {
+		t.Errorf("show of an uncertain intent does not say so: %q", r.stdout)
+	}
+	// No window longer than the API's 24 h is accepted.
+	wantError(t, sendonce(t, env, "", "retry", "a:3", "--replay-window", "48h"), 2, "--replay-window")
+	r = sendonce(t, env, "", "retry", "a:3", "--force", "--json")
 	wantOK(t, r)
 	var ro retryOutput
-	if err := json.Unmarshal([]byte(r.stdout), &ro); err != nil || !ro.MayDeliverTwice || ro.Intent.State != outbox.StatePending {
-		t.Errorf("retry --json: %v %s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.stdout), &ro); err != nil || !ro.Forced || ro.Intent.State != outbox.StatePending ||
+		ro.Intent.ForcedRetryAt == nil || ro.Intent.FirstAttemptAt != nil {
+		t.Errorf("retry --force --json: %v %s", err, r.stdout)
 	}
-	if !strings.HasPrefix(r.stderr, "sendonce: warning: a:3 ") || !strings.Contains(r.stderr, "second time") {
-		t.Errorf("retry after the replay window: no warning on stderr: %q", r.stderr)
+	if !strings.Contains(r.stderr, "level=WARN") || !strings.Contains(r.stderr, "retried with --force") ||
+		!strings.Contains(r.stderr, "key=a:3") || !strings.Contains(r.stderr, "second time") {
+		t.Errorf("retry --force: no warning on stderr: %q", r.stderr)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'pending'`); n != 2 {
 		t.Errorf("%d pending after the retries, want 2", n)

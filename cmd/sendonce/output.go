@@ -41,6 +41,13 @@ func printRecord(w io.Writer, r *outbox.Record) {
 	row("template", r.TemplateID)
 	row("state", string(r.State))
 	row("attempts", fmt.Sprint(r.Attempts))
+	if r.Uncertain && r.State != outbox.StateSent {
+		row("uncertain", "true (an attempt may have reached the API)")
+	}
+	if r.Snoozes > 0 {
+		row("snoozes", fmt.Sprint(r.Snoozes))
+	}
+	row("api key", r.APIKeyFingerprint)
 	row("message id", r.MessageID)
 	if r.State == outbox.StateSent {
 		row("replayed", fmt.Sprint(r.Replayed))
@@ -55,6 +62,9 @@ func printRecord(w io.Writer, r *outbox.Record) {
 	row("created", stamp(r.CreatedAt))
 	if r.FirstAttemptAt != nil {
 		row("first attempt", stamp(*r.FirstAttemptAt))
+	}
+	if r.ForcedRetryAt != nil {
+		row("forced retry", stamp(*r.ForcedRetryAt))
 	}
 	row("updated", stamp(r.UpdatedAt))
 	if r.SentAt != nil {

@@ -97,7 +97,7 @@ func (a *app) workCommand() *cobra.Command {
 	f.IntVar(&o.maxRetries, "max-retries", client.DefaultMaxRetries, "extra HTTP attempts the client makes within one attempt")
 	f.IntVar(&o.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "attempts before an intent is parked as failed (snoozes do not count)")
 	f.DurationVar(&o.replayWindow, "replay-window", worker.DefaultReplayWindow,
-		"from the first attempt, how long retries may go on; keep it under the API's idempotency window (24h)")
+		"from the first attempt, how long retries may go on (at most 24h, the API's idempotency window)")
 	f.IntVar(&o.maxSnoozes, "max-snoozes", worker.DefaultMaxSnoozes, "rate-limit snoozes before an intent is parked as failed")
 	f.DurationVar(&o.rateLimitWait, "rate-limit-wait", worker.DefaultRateLimitWait, "snooze after a 429 that named no wait")
 	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")
@@ -146,10 +146,11 @@ func (o *workOptions) check() error {
 		return usagef("--api-timeout %s: want 0 or more", o.apiTimeout)
 	case o.maxRetries < 0:
 		return usagef("--max-retries %d: want 0 or more", o.maxRetries)
-	case o.maxAttempts < 1:
-		return usagef("--max-attempts %d: want 1 or more", o.maxAttempts)
-	case o.replayWindow <= 0:
-		return usagef("--replay-window %s: want a positive duration", o.replayWindow)
+	case o.maxAttempts < 1 || o.maxAttempts > worker.MaxAttempts:
+		return usagef("--max-attempts %d: want 1 to %d (below the River job's own limit)", o.maxAttempts, worker.MaxAttempts)
+	case o.replayWindow <= 0 || o.replayWindow > outbox.MaxReplayWindow:
+		return usagef("--replay-window %s: want a positive duration of at most %s, the time the API keeps an idempotency key",
+			o.replayWindow, outbox.MaxReplayWindow)
 	case o.maxSnoozes < 1:
 		return usagef("--max-snoozes %d: want 1 or more", o.maxSnoozes)
 	case o.rateLimitWait <= 0:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"regexp"
 	"strings"
@@ -17,7 +18,6 @@ import (
 // workEnv is the environment of a worker against dbURL and the fake.
 func workEnv(dbURL string, fake *fakeapi.Server) map[string]string {
 	env := dbEnv(dbURL)
-	env["OPENEMAIL_API_KEY"] = testAPIKey
 	env["OPENEMAIL_BASE_URL"] = fake.URL()
 	return env
 }
@@ -121,9 +121,7 @@ func TestWorkSendsAndServesOperations(t *testing.T) {
 	}
 
 	r := w.stop()
-	if r.code != 0 {
-		t.Fatalf("work did not exit 0 on cancel: %s", r)
-	}
+	wantOK(t, r)
 	if !strings.Contains(r.stderr, "shutting down") || !strings.Contains(r.stderr, "stopped") {
 		t.Errorf("shutdown not logged:\n%s", r.stderr)
 	}
@@ -158,9 +156,7 @@ func TestWorkFinishesSendsInFlightOnShutdown(t *testing.T) {
 		return len(fake.Requests()) > 0
 	})
 	r := w.stop() // the request is in flight: the API answers after 700 ms
-	if r.code != 0 {
-		t.Fatalf("work: %s", r)
-	}
+	wantOK(t, r)
 	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent'`); n != 1 {
 		t.Errorf("the send in flight was not finished: %d sent\n%s", n, r.stderr)
 	}
@@ -175,10 +171,7 @@ func TestWorkRefusesToStart(t *testing.T) {
 	fake := fakeapi.NewTest(t, fakeapi.Config{})
 	base := workEnv(dbURL, fake)
 	with := func(k, v string) map[string]string {
-		env := map[string]string{}
-		for k, v := range base {
-			env[k] = v
-		}
+		env := maps.Clone(base)
 		env[k] = v
 		return env
 	}
@@ -195,6 +188,8 @@ func TestWorkRefusesToStart(t *testing.T) {
 		{"every interface without a token", base, []string{"--http-addr", ":9464"}, 2, []string{"--ui-token"}},
 		{"rescue before timeout", base, []string{"--job-timeout", "1m", "--rescue-after", "30s"}, 2, []string{"--rescue-after"}},
 		{"zero concurrency", base, []string{"--concurrency", "0"}, 2, []string{"--concurrency"}},
+		{"window past the API's", base, []string{"--replay-window", "48h"}, 2, []string{"--replay-window", "24h"}},
+		{"attempts River would discard", base, []string{"--max-attempts", "100"}, 2, []string{"--max-attempts", "99"}},
 		{"bad env value", with("SENDONCE_CONCURRENCY", "lots"), nil, 2, []string{"SENDONCE_CONCURRENCY"}},
 		{"bad duration", base, []string{"--job-timeout", "soon"}, 2, []string{"job-timeout"}},
 		{"no database", with("DATABASE_URL", ""), nil, 2, []string{"DATABASE_URL"}},
@@ -249,9 +244,7 @@ func TestWorkUITokenOffLoopback(t *testing.T) {
 		}
 	}
 	r := w.stop()
-	if r.code != 0 {
-		t.Fatalf("work: %s", r)
-	}
+	wantOK(t, r)
 	if strings.Contains(r.stdout+r.stderr, "ui-S3CRET") {
 		t.Errorf("the UI token leaked:\n%s", r)
 	}

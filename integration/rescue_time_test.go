@@ -1,0 +1,94 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// TestRescueTime SIGKILLs a worker running with the command's default
+// flags while the API holds back the answers of sends it has delivered,
+// and measures how long its cut-off intents take to be sent (replayed) by
+// the surviving worker. River's rescuer alone would take --rescue-after
+// (6 min by default); the dead worker's liveness lock hands them over
+// within seconds.
+func TestRescueTime(t *testing.T) {
+	setup(t)
+	start := time.Now()
+	rng := rngFor("rescue-time")
+	n := 40 * suite.scale
+	// The first request of each key is answered only after 3 s: a kill
+	// lands while its delivery is unanswered. Replays are answered at once.
+	srv := newFake(t, "rescue-time", mustFaults(t, "latency_after=3s;method=POST;times=1")...)
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "rescue")
+	e := processEnv(dbURL, srv)
+	intents := makeIntents(rng, fmt.Sprintf("rescue-%d", suite.seed), n)
+	enqueueGo(t, pool, intents)
+
+	// A database server that started moments ago gives owners a grace to
+	// take their locks again (outbox.DefaultRestartGrace); a production
+	// server has been up for longer.
+	waitFor(t, time.Minute, "the server to be up longer than the restart grace", func() (bool, string) {
+		var up time.Duration
+		err := pool.QueryRow(context.Background(), `SELECT now() - pg_postmaster_start_time()`).Scan(&up)
+		return err == nil && up > outbox.DefaultRestartGrace, fmt.Sprint(up, err)
+	})
+
+	opts := workerOptions{Concurrency: 8, Defaults: true}
+	victim := startWorker(t, "victim", e, opts)
+	victim.riverClientID(t, 30*time.Second)
+	waitFor(t, 60*time.Second, "deliveries the victim is waiting on", func() (bool, string) {
+		d, p := deliveryWindow(srv)
+		return p >= 4, fmt.Sprintf("%d delivered, %d unanswered", d, p)
+	})
+	survivor := startWorker(t, "survivor", e, opts)
+	survivor.riverClientID(t, 30*time.Second)
+	victim.kill()
+	killedAt := time.Now()
+
+	// Wait for the sends the kill cut off (the fake logs their requests as
+	// 499, the client gone) to be recorded as sent.
+	var cut []string
+	var lastSent time.Time
+	waitFor(t, 2*time.Minute, "the cut-off intents to be sent", func() (bool, string) {
+		cut = cut[:0]
+		for k := range interruptedKeys(srv) {
+			cut = append(cut, k)
+		}
+		slices.Sort(cut)
+		var unsent int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state <> 'sent'), coalesce(max(sent_at), now())
+			FROM sendonce_outbox WHERE idempotency_key = ANY($1)`, cut).Scan(&unsent, &lastSent)
+		return err == nil && len(cut) > 0 && unsent == 0, fmt.Sprintf("%d cut off, %d not yet sent, err %v", len(cut), unsent, err)
+	})
+	rescue := lastSent.Sub(killedAt)
+	waitFor(t, 2*time.Minute, "every intent to be sent", func() (bool, string) {
+		o, err := outboxStates(context.Background(), pool)
+		return err == nil && o["sent"] == n, fmt.Sprint(o, err)
+	})
+	if code := survivor.terminate(20 * time.Second); code != 0 {
+		t.Errorf("survivor: exit %d after SIGTERM, want 0\n%s", code, survivor.output())
+	}
+
+	l := checkLedger(srv, intents)
+	l.report(t)
+	checkKeys(t, srv, intents)
+	rows := outboxRows(t, pool)
+	for _, k := range cut {
+		if !rows[k].Replayed {
+			t.Errorf("intent %s: cut off by the kill after delivery, yet not recorded as replayed", k)
+		}
+	}
+	// The goal is seconds; a bound far below River's 6 min rescue keeps a
+	// loaded machine from failing the test on timing alone.
+	if rescue > time.Minute {
+		t.Errorf("the cut-off intents took %s after the SIGKILL to be sent, want seconds", rescue)
+	}
+	summary(t, "rescue-time: seed=%d intents=%d cut_off=%d sigkill_to_replayed=%s deliveries=%d duplicates=%d lost=%d elapsed=%s",
+		suite.seed, n, len(cut), rescue.Round(100*time.Millisecond), l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,136 @@
+package worker
+
+// Tests for the holes an audit found in the guarantee (issue 10).
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// Hole 6: a send cut off by shutdown returned an error without
+// context.Canceled, so River counted the attempt: at the last attempt a
+// deploy parked the intent as failed.
+func TestShutdownDoesNotBurnAttempts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{MaxAttempts: 3}, fakeapi.Fault{Kind: fakeapi.FaultLatencyAfter, Delay: time.Minute})
+	h.enqueue(outbox.Intent{Key: "k:stop", Payload: emailBody("ada@example.com")})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		// Stop once the API has delivered and holds its answer back.
+		if h.fake.WaitDeliveries(ctx, 1) == nil {
+			cancel()
+		}
+	}()
+	job := h.job("k:stop", 3) // the last attempt River allows
+	err := h.worker.Work(ctx, job)
+	// River's executor gives the attempt back when the job's context was
+	// cancelled by its stop and the error is context.Canceled.
+	if !errors.Is(err, context.Canceled) || errors.As(err, new(*river.JobCancelError)) {
+		t.Fatalf("error %v, want one matching context.Canceled, not a JobCancel", err)
+	}
+	rec := h.get("k:stop")
+	if rec.State != outbox.StatePending || !rec.Uncertain {
+		t.Fatalf("record %+v, want pending and uncertain", rec)
+	}
+	// The next run replays it.
+	h.fake.SetFaults()
+	if err := h.work("k:stop", 3); err != nil {
+		t.Fatal(err)
+	}
+	if rec := h.get("k:stop"); rec.State != outbox.StateSent || !rec.Replayed || len(h.fake.Deliveries()) != 1 {
+		t.Fatalf("record %+v, deliveries %d", rec, len(h.fake.Deliveries()))
+	}
+}
+
+// Hole 5: an attempt that started just inside the window could run past
+// it. Now no HTTP attempt goes on past the window's end.
+func TestAttemptStopsAtTheWindowsEnd(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{ReplayWindow: time.Hour}, fakeapi.Fault{Kind: fakeapi.FaultLatency, Delay: time.Minute})
+	h.enqueue(outbox.Intent{Key: "k:edge", Payload: emailBody("ada@example.com")})
+	if _, err := h.pool.Exec(context.Background(),
+		`UPDATE sendonce_outbox SET first_attempt_at = now() - interval '59 minutes 58 seconds', attempts = 1, uncertain = true`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := h.work("k:edge", 2)
+	if !errors.As(err, new(*river.JobCancelError)) {
+		t.Fatalf("error %v, want JobCancel", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the attempt ran %s, past the window's end", took)
+	}
+	if rec := h.get("k:edge"); rec.State != outbox.StateFailed || !strings.Contains(rec.LastError, "replay window ended during the attempt") {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// Hole 8: the fake (like, perhaps, the real API) scopes idempotency keys per
+// API key. An uncertain intent retried under a rotated key was delivered
+// again; now it is parked. A certain one goes out under the new key.
+func TestAPIKeyRotation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{}, fakeapi.Fault{Kind: fakeapi.FaultErrorAfter, Status: 500, To: "lost@example.com"},
+		fakeapi.Fault{Kind: fakeapi.FaultRateLimit, To: "limited@example.com", Times: 1})
+	h.enqueue(outbox.Intent{Key: "k:uncertain", Payload: emailBody("lost@example.com")})
+	h.enqueue(outbox.Intent{Key: "k:certain", Payload: emailBody("limited@example.com")})
+	if err := h.work("k:uncertain", 1); err == nil || errors.As(err, new(*river.JobCancelError)) {
+		t.Fatalf("first attempt: %v, want a retry", err)
+	}
+	if err := h.work("k:certain", 1); !errors.As(err, new(*river.JobSnoozeError)) {
+		t.Fatalf("first attempt: %v, want a snooze", err)
+	}
+	delivered := len(h.fake.Deliveries())
+
+	rotated, err := client.New(client.WithAPIKey("oe_test_rotated000000000"), client.WithBaseURL(h.fake.URL()),
+		client.WithSleep(func(ctx context.Context, d time.Duration) error { return ctx.Err() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := SendConfig{Observer: ObserverFunc(func(Outcome) {})}
+	h.worker = NewSendWorker(h.pool, rotated, &cfg)
+	h.fake.SetFaults()
+
+	if err := h.work("k:uncertain", 2); !errors.As(err, new(*river.JobCancelError)) {
+		t.Fatalf("uncertain intent under a new key: %v, want JobCancel", err)
+	}
+	if rec := h.get("k:uncertain"); rec.State != outbox.StateFailed || !strings.Contains(rec.LastError, "API key changed") {
+		t.Fatalf("record %+v", rec)
+	}
+	if err := h.work("k:certain", 1); err != nil {
+		t.Fatal(err)
+	}
+	rec := h.get("k:certain")
+	if rec.State != outbox.StateSent || rec.APIKeyFingerprint != rotated.KeyFingerprint() {
+		t.Fatalf("certain intent under a new key: %+v", rec)
+	}
+	if got := len(h.fake.Deliveries()); got != delivered+1 {
+		t.Fatalf("%d deliveries after the rotation, want %d: only the certain intent's", got, delivered+1)
+	}
+}
+
+// A job that is no longer its intent's job (revived after a retry gave the
+// intent a new one) sends nothing.
+func TestSupersededJobSendsNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{})
+	rec := h.enqueue(outbox.Intent{Key: "k:old", Payload: emailBody("ada@example.com")})
+	if _, err := h.pool.Exec(context.Background(), `UPDATE sendonce_outbox SET job_id = job_id + 1000`); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.workJob("k:old", *rec.JobID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.fake.Requests()); n != 0 || h.get("k:old").State != outbox.StatePending {
+		t.Fatalf("%d requests; record %+v", n, h.get("k:old"))
+	}
+}

@@ -45,19 +45,19 @@ const (
 var (
 	// ErrNoCredential is returned by New when neither WithAPIKey nor
 	// OPENEMAIL_API_KEY provides an API key.
-	ErrNoCredential = errors.New("openemail: no API key (use WithAPIKey or set OPENEMAIL_API_KEY)")
+	ErrNoCredential = errors.New("client: no API key (use WithAPIKey or set OPENEMAIL_API_KEY)")
 	// ErrInvalidAPIKey is returned by New for a key that does not start with
 	// oe_live_ or oe_test_. The key itself is never part of the message.
-	ErrInvalidAPIKey = errors.New("openemail: invalid API key")
+	ErrInvalidAPIKey = errors.New("client: invalid API key")
 	// ErrInvalidBaseURL is returned by New for a base URL it cannot use.
-	ErrInvalidBaseURL = errors.New("openemail: invalid base URL")
+	ErrInvalidBaseURL = errors.New("client: invalid base URL")
 	// ErrInsecureBaseURL is returned by a call whose request would carry the
 	// API key over plain http to a host that is not loopback. Nothing is sent.
-	ErrInsecureBaseURL = errors.New("openemail: refusing to send the API key over plain http to a non-loopback host")
+	ErrInsecureBaseURL = errors.New("client: refusing to send the API key over plain http to a non-loopback host")
 	// ErrInvalidRequest is returned for a request this client refuses to
 	// build: an empty or all-dots id, a malformed path, a body that cannot be
 	// encoded, an unknown call name.
-	ErrInvalidRequest = errors.New("openemail: invalid request")
+	ErrInvalidRequest = errors.New("client: invalid request")
 )
 
 // FieldError is one entry of error.fields: which input key was wrong and why.
@@ -103,12 +103,12 @@ type APIError struct {
 
 // Error reads like
 //
-//	openemail: 422 validation_error (param "to"): message [request req_123]
+//	client: 422 validation_error (param "to"): message [request req_123]
 //
 // with "/code" after the type when the code says more than the type.
 func (e *APIError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "openemail: %d %s", e.Status, e.Type)
+	fmt.Fprintf(&b, "client: %d %s", e.Status, e.Type)
 	if e.Code != "" && e.Code != e.Type {
 		b.WriteString("/" + e.Code)
 	}
@@ -154,7 +154,7 @@ func (e *NetworkError) Error() string {
 	if cause == "" && e.Err != nil {
 		cause = causeText(e.Err)
 	}
-	return fmt.Sprintf("openemail: %s %s: %s", e.Op, e.URL, cause)
+	return fmt.Sprintf("client: %s %s: %s", e.Op, e.URL, cause)
 }
 
 // Unwrap returns the underlying failure, so errors.Is(err, context.Canceled)
@@ -213,7 +213,7 @@ type IdempotencyKeyError struct {
 
 // Error describes the problem.
 func (e *IdempotencyKeyError) Error() string {
-	return "openemail: " + CodeInvalidIdempotencyKey + ": " + e.Reason
+	return "client: " + CodeInvalidIdempotencyKey + ": " + e.Reason
 }
 
 // IsRateLimited reports whether err is an API 429 (or rate_limit_error).

@@ -68,11 +68,11 @@ func TestAPIErrorString(t *testing.T) {
 		want string
 	}{
 		{APIError{Status: 422, Type: "validation_error", Code: "validation_error", Message: "message", Param: "to", RequestID: "req_123"},
-			`openemail: 422 validation_error (param "to"): message [request req_123]`},
+			`client: 422 validation_error (param "to"): message [request req_123]`},
 		{APIError{Status: 422, Type: "validation_error", Code: "idempotency_key_reuse", Message: "key reused"},
-			`openemail: 422 validation_error/idempotency_key_reuse: key reused`},
+			`client: 422 validation_error/idempotency_key_reuse: key reused`},
 		{APIError{Status: 503, Type: "api_error", Code: "unavailable", Message: "later", RetryAfter: 2 * time.Minute},
-			`openemail: 503 api_error/unavailable: later (retry after 2m0s)`},
+			`client: 503 api_error/unavailable: later (retry after 2m0s)`},
 	}
 	for _, tt := range tests {
 		if got := tt.err.Error(); got != tt.want {

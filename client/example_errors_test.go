@@ -36,7 +36,7 @@ func ExampleAPIError() {
 
 	// Output:
 	// 422 idempotency_key_reuse req_123
-	// openemail: 422 validation_error/idempotency_key_reuse: This key was used with a different body. [request req_123]
+	// client: 422 validation_error/idempotency_key_reuse: This key was used with a different body. [request req_123]
 	// reuse: true permanent: true
 }
 
@@ -49,6 +49,6 @@ func ExampleValidateIdempotencyKey() {
 
 	// Output:
 	// <nil>
-	// openemail: invalid_idempotency_key: idempotency key has byte 0x20 at offset 7; allowed are A-Z a-z 0-9 _ . : -
+	// client: invalid_idempotency_key: idempotency key has byte 0x20 at offset 7; allowed are A-Z a-z 0-9 _ . : -
 	// true
 }

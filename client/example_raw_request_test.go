@@ -42,7 +42,7 @@ func ExampleClient_Do() {
 
 	// Output:
 	// ct_1 Ada <nil> attempts: 2
-	// openemail: 502 api_error/unrecognised_response: The API responded 502 with a body this client did not recognise. attempts: 1
+	// client: 502 api_error/unrecognised_response: The API responded 502 with a body this client did not recognise. attempts: 1
 }
 
 func noWait(ctx context.Context, _ time.Duration) error { return ctx.Err() }

@@ -117,6 +117,48 @@ func sampleEmail() *EmailParams {
 	return &EmailParams{From: "a@example.com", To: Recipients{"b@example.com"}, Subject: "Hi", Text: "Hello"}
 }
 
+// call is one client call, run for its error alone: a row of the tables
+// that try many calls the same way.
+type call = func(ctx context.Context, c *Client) error
+
+// requestSent runs one call against an API that answers it with okEmail,
+// fails the test on an error, and returns the request that crossed the wire.
+func requestSent(t *testing.T, run call, opts ...Option) seenRequest {
+	t.Helper()
+	api := newFakeAPI(t, okEmail)
+	c, _ := newTestClient(t, api.URL, opts...)
+	if err := run(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return api.requests()[0]
+}
+
+// attemptsCase is a call and the number of attempts it must make.
+type attemptsCase struct {
+	name         string
+	run          call
+	wantAttempts int
+}
+
+// testAttempts runs each case in a parallel subtest, against an API of its
+// own that answers every attempt with handler: check judges the call's
+// error and the number of waits between attempts, then the attempts are
+// counted.
+func testAttempts(t *testing.T, handler http.HandlerFunc, opts []Option, cases []attemptsCase, check func(t *testing.T, tt attemptsCase, err error, waits int)) {
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			api := newFakeAPI(t, handler)
+			c, rec := newTestClient(t, api.URL, opts...)
+			err := tt.run(context.Background(), c)
+			check(t, tt, err, len(rec.recorded()))
+			if got := api.count(); got != tt.wantAttempts {
+				t.Errorf("attempts = %d, want %d", got, tt.wantAttempts)
+			}
+		})
+	}
+}
+
 // sendCall is one of the four sends, run against c.
 type sendCall struct {
 	name string

@@ -61,7 +61,7 @@ func isKeyByte(c byte) bool {
 func newIdempotencyKey() (string, error) {
 	id, err := uuid.NewRandom()
 	if err != nil {
-		return "", fmt.Errorf("openemail: generating idempotency key: %w", err)
+		return "", fmt.Errorf("client: generating idempotency key: %w", err)
 	}
 	return generatedKeyPrefix + id.String(), nil
 }

@@ -94,12 +94,7 @@ func TestOnlySendsCarryIdempotencyKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			api := newFakeAPI(t, okEmail)
-			c, _ := newTestClient(t, api.URL)
-			if err := tt.run(context.Background(), c); err != nil {
-				t.Fatal(err)
-			}
-			h := api.requests()[0].Header
+			h := requestSent(t, tt.run).Header
 			if got, present := h.Get("Idempotency-Key"), len(h.Values("Idempotency-Key")) > 0; got != tt.wantKey || (tt.wantKey == "" && present) {
 				t.Errorf("Idempotency-Key = %q (present %v), want %q", got, present, tt.wantKey)
 			}

@@ -93,7 +93,7 @@ func WithMaxRetries(n int) Option {
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return errors.New("openemail: WithTimeout: negative timeout")
+			return errors.New("client: WithTimeout: negative timeout")
 		}
 		c.timeout = d
 		return nil
@@ -107,7 +107,7 @@ func WithTimeout(d time.Duration) Option {
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) error {
 		if hc == nil {
-			return errors.New("openemail: WithHTTPClient: nil client")
+			return errors.New("client: WithHTTPClient: nil client")
 		}
 		c.httpClient = hc
 		return nil
@@ -119,7 +119,7 @@ func WithHTTPClient(hc *http.Client) Option {
 func WithUserAgent(ua string) Option {
 	return func(c *config) error {
 		if strings.ContainsAny(ua, "\r\n\x00") {
-			return errors.New("openemail: WithUserAgent: control character in user agent")
+			return errors.New("client: WithUserAgent: control character in user agent")
 		}
 		c.userAgent = ua
 		return nil
@@ -132,7 +132,7 @@ func WithUserAgent(ua string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return errors.New("openemail: WithLogger: nil logger")
+			return errors.New("client: WithLogger: nil logger")
 		}
 		c.logger = l
 		return nil
@@ -147,7 +147,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
 	return func(c *config) error {
 		if sleep == nil {
-			return errors.New("openemail: WithSleep: nil func")
+			return errors.New("client: WithSleep: nil func")
 		}
 		c.sleep = sleep
 		return nil
@@ -159,7 +159,7 @@ func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
 func WithNow(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {
-			return errors.New("openemail: WithNow: nil func")
+			return errors.New("client: WithNow: nil func")
 		}
 		c.now = now
 		return nil

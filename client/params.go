@@ -41,7 +41,10 @@ type EmailParams struct {
 }
 
 // TemplateSendParams is the body of templates.send: an email whose content
-// comes from the template, filled in with Props and Slots.
+// comes from the template, filled in with Props and Slots. Its fields From to
+// Subject repeat EmailParams' on purpose: each params type is one call's body
+// in the contract, and an embedded struct would have callers spell it out in
+// every literal.
 type TemplateSendParams struct {
 	// From overrides the template's sender.
 	From string `json:"from,omitempty"`

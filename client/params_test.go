@@ -164,12 +164,7 @@ func TestBodiesOnTheWire(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			api := newFakeAPI(t, okEmail)
-			c, _ := newTestClient(t, api.URL)
-			if err := tt.run(context.Background(), c); err != nil {
-				t.Fatal(err)
-			}
-			r := api.requests()[0]
+			r := requestSent(t, tt.run)
 			if r.Method != tt.wantMethod || r.RequestURI != tt.wantURI || string(r.Body) != tt.wantBody {
 				t.Errorf("got  %s %s %s\nwant %s %s %s", r.Method, r.RequestURI, r.Body, tt.wantMethod, tt.wantURI, tt.wantBody)
 			}

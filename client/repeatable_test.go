@@ -128,8 +128,7 @@ func TestContractTableCopyIsCurrent(t *testing.T) {
 // a repeatable call makes 1+maxRetries attempts, any other call one.
 func TestOnlyRepeatableCallsRetried(t *testing.T) {
 	t.Parallel()
-	type run = func(context.Context, *Client) error
-	doRaw := func(method string, opts ...RequestOption) run {
+	doRaw := func(method string, opts ...RequestOption) call {
 		return func(ctx context.Context, c *Client) error {
 			var body any
 			if method != "GET" {
@@ -138,11 +137,7 @@ func TestOnlyRepeatableCallsRetried(t *testing.T) {
 			return c.Do(ctx, method, "/things/t_1", body, nil, opts...)
 		}
 	}
-	tests := []struct {
-		name         string
-		run          run
-		wantAttempts int
-	}{
+	tests := []attemptsCase{
 		{"emails.get", func(ctx context.Context, c *Client) error { _, err := c.Emails.Get(ctx, "em_1"); return err }, 3},
 		{"emails.list", func(ctx context.Context, c *Client) error { _, err := c.Emails.List(ctx, nil); return err }, 3},
 		{"emails.cancel", func(ctx context.Context, c *Client) error { _, err := c.Emails.Cancel(ctx, "em_1"); return err }, 3},
@@ -162,24 +157,11 @@ func TestOnlyRepeatableCallsRetried(t *testing.T) {
 		{"raw DELETE Repeatable", doRaw("DELETE", Repeatable()), 3},
 	}
 	for _, sc := range sendCalls {
-		tests = append(tests, struct {
-			name         string
-			run          run
-			wantAttempts int
-		}{sc.name, func(ctx context.Context, c *Client) error { return sc.run(ctx, c) }, 3})
+		tests = append(tests, attemptsCase{sc.name, func(ctx context.Context, c *Client) error { return sc.run(ctx, c) }, 3})
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			api := newFakeAPI(t, unavailable)
-			c, _ := newTestClient(t, api.URL)
-			err := tt.run(context.Background(), c)
-			if !isStatus(err, 503) {
-				t.Fatalf("err = %v, want the 503", err)
-			}
-			if got := api.count(); got != tt.wantAttempts {
-				t.Errorf("attempts = %d, want %d", got, tt.wantAttempts)
-			}
-		})
-	}
+	testAttempts(t, unavailable, nil, tests, func(t *testing.T, _ attemptsCase, err error, _ int) {
+		if !isStatus(err, 503) {
+			t.Fatalf("err = %v, want the 503", err)
+		}
+	})
 }

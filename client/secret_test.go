@@ -9,28 +9,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sendonce/sendonce/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger used by parallel attempts.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // leakyTransport fails with an error that quotes the request's headers, as a
 // careless http.RoundTripper might.
@@ -44,9 +27,9 @@ func (leakyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // value, whatever goes wrong.
 func TestAPIKeyNeverLeaks(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	var jsonLogs syncBuffer
+	var jsonLogs syncbuf.Buffer
 	jsonLogger := slog.New(slog.NewJSONHandler(&jsonLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
 	var outputs []string
@@ -138,7 +121,7 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 // The debug log records attempts and retries, and never bodies.
 func TestLoggerRecordsAttemptsNotBodies(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	api := newFakeAPI(t, respond(503, `{"error":{"message":"response-body-marker"}}`), respond(200, `{"id":"em_1","status":"queued","subject":"response-body-marker"}`))
 	c, _ := newTestClient(t, api.URL, WithLogger(logger))

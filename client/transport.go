@@ -71,7 +71,7 @@ func (c *Client) do(ctx context.Context, r *request, out any) error {
 		return nil
 	}
 	if err := json.Unmarshal(resp.body, out); err != nil {
-		return fmt.Errorf("openemail: decoding %s %s response: %w", r.method, r.path, err)
+		return fmt.Errorf("client: decoding %s %s response: %w", r.method, r.path, err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 // and 429 only with Retry-After; every other status ends the call at once.
 func TestRetryByStatus(t *testing.T) {
 	t.Parallel()
+	// One row per status, alike on purpose: the table is the rule.
 	tests := []struct {
 		status       int
 		retryAfter   string
@@ -83,33 +84,19 @@ func TestNetworkFailureRetried(t *testing.T) {
 			conn.Close()
 		}
 	}
-	tests := []struct {
-		name         string
-		run          func(context.Context, *Client) error
-		wantAttempts int
-	}{
+	testAttempts(t, dropConnection, nil, []attemptsCase{
 		{"emails.send", func(ctx context.Context, c *Client) error { _, err := c.Emails.Send(ctx, sampleEmail()); return err }, 3},
 		{"emails.get", func(ctx context.Context, c *Client) error { _, err := c.Emails.Get(ctx, "em_1"); return err }, 3},
 		{"raw POST", func(ctx context.Context, c *Client) error { return c.Do(ctx, "POST", "/x", map[string]int{}, nil) }, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			api := newFakeAPI(t, dropConnection)
-			c, rec := newTestClient(t, api.URL)
-			err := tt.run(context.Background(), c)
-			var ne *NetworkError
-			if !errors.As(err, &ne) {
-				t.Fatalf("err = %T %v, want *NetworkError", err, err)
-			}
-			if got := api.count(); got != tt.wantAttempts {
-				t.Errorf("attempts = %d, want %d", got, tt.wantAttempts)
-			}
-			if got := len(rec.recorded()); got != tt.wantAttempts-1 {
-				t.Errorf("waits = %d, want %d", got, tt.wantAttempts-1)
-			}
-		})
-	}
+	}, func(t *testing.T, tt attemptsCase, err error, waits int) {
+		var ne *NetworkError
+		if !errors.As(err, &ne) {
+			t.Fatalf("err = %T %v, want *NetworkError", err, err)
+		}
+		if waits != tt.wantAttempts-1 {
+			t.Errorf("waits = %d, want %d", waits, tt.wantAttempts-1)
+		}
+	})
 	// And a send that recovers keeps its key across the network failure.
 	api := newFakeAPI(t, dropConnection, okEmail)
 	c, _ := newTestClient(t, api.URL)
@@ -268,32 +255,18 @@ func TestTimeoutEachAttemptAfresh(t *testing.T) {
 
 func TestTimeoutIsNetworkError(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name         string
-		run          func(context.Context, *Client) error
-		wantAttempts int
-	}{
+	testAttempts(t, blockUntilCancelled, []Option{WithTimeout(30 * time.Millisecond)}, []attemptsCase{
 		{"send retried", func(ctx context.Context, c *Client) error { _, err := c.Emails.Send(ctx, sampleEmail()); return err }, 3},
 		{"raw POST not retried", func(ctx context.Context, c *Client) error { return c.Do(ctx, "POST", "/x", map[string]int{}, nil) }, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			api := newFakeAPI(t, blockUntilCancelled)
-			c, _ := newTestClient(t, api.URL, WithTimeout(30*time.Millisecond))
-			err := tt.run(context.Background(), c)
-			var ne *NetworkError
-			if !errors.As(err, &ne) || !ne.Timeout() || !IsTimeout(err) {
-				t.Fatalf("err = %v, want a timeout *NetworkError", err)
-			}
-			if !strings.Contains(err.Error(), "attempt timed out") {
-				t.Errorf("error %q does not say the attempt timed out", err)
-			}
-			if got := api.count(); got != tt.wantAttempts {
-				t.Errorf("attempts = %d, want %d", got, tt.wantAttempts)
-			}
-		})
-	}
+	}, func(t *testing.T, _ attemptsCase, err error, _ int) {
+		var ne *NetworkError
+		if !errors.As(err, &ne) || !ne.Timeout() || !IsTimeout(err) {
+			t.Fatalf("err = %v, want a timeout *NetworkError", err)
+		}
+		if !strings.Contains(err.Error(), "attempt timed out") {
+			t.Errorf("error %q does not say the attempt timed out", err)
+		}
+	})
 }
 
 // Rule 5: a cancelled or expired context is never retried and surfaces at
@@ -428,12 +401,7 @@ func TestHeaders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			api := newFakeAPI(t, okEmail)
-			c, _ := newTestClient(t, api.URL, tt.opts...)
-			if err := tt.run(context.Background(), c); err != nil {
-				t.Fatal(err)
-			}
-			r := api.requests()[0]
+			r := requestSent(t, tt.run, tt.opts...)
 			checks := map[string]string{
 				"Accept":        "application/json",
 				"User-Agent":    tt.wantUA,

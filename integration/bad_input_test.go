@@ -215,9 +215,7 @@ func TestBadInput(t *testing.T) {
 	sentinel := emailIntent("bad-input:sentinel", "sentinel@example.test")
 	enqueueSQL(t, pool, []intent{sentinel})
 	waitAllSent(t, pool, 2, 30*time.Second, nil)
-	if code := w.terminate(20 * time.Second); code != 0 {
-		t.Errorf("worker: exit %d after SIGTERM, want 0\n%s", code, w.output())
-	}
+	w.stop(t)
 	final := snapshot(t, pool, srv)
 	want := before
 	want.rows++

@@ -272,6 +272,18 @@ const (
 	probWrongKey
 )
 
+// checkExactlyOnce is the end of every scenario that runs the worker on
+// good intents: each recipient delivered exactly once under its intent's
+// key (checkLedger, reported), and no send request under a key that is no
+// intent's (checkKeys). It returns the ledger for the summary line.
+func checkExactlyOnce(t testing.TB, srv *fakeapi.Server, intents []intent) ledger {
+	t.Helper()
+	l := checkLedger(srv, intents)
+	l.report(t)
+	checkKeys(t, srv, intents)
+	return l
+}
+
 // checkLedger compares the fake's ledger with the intents: each recipient
 // delivered exactly once, under its intent's key.
 func checkLedger(srv *fakeapi.Server, intents []intent) ledger {

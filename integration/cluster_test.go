@@ -9,29 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sendonce/sendonce/internal/pgcluster"
 	"github.com/sendonce/sendonce/internal/pgtest"
 )
-
-// ownCluster starts a durable PostgreSQL cluster for one scenario alone
-// (the one that crashes it). Durable: with fsync and synchronous commit off,
-// a crash would lose commits the workers were told had happened, and the
-// scenario would be testing PostgreSQL's settings instead of sendonce.
-func ownCluster(t testing.TB) *pgcluster.Cluster {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("start PostgreSQL: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Logf("stop PostgreSQL: %v", err)
-		}
-	})
-	return c
-}
 
 // newDatabase creates an empty database on the server and migrates it
 // with `sendonce migrate`. When the test ends, after its processes are

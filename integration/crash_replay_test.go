@@ -84,14 +84,10 @@ func TestCrashReplay(t *testing.T) {
 	})
 
 	for _, w := range workers {
-		if code := w.terminate(20 * time.Second); code != 0 {
-			t.Errorf("%s: exit %d after SIGTERM, want 0\n%s", w.name, code, w.output())
-		}
+		w.stop(t)
 	}
 
-	l := checkLedger(srv, intents)
-	l.report(t)
-	checkKeys(t, srv, intents)
+	l := checkExactlyOnce(t, srv, intents)
 
 	// Every send whose answer a kill cut off (the fake recorded 499, client
 	// gone, after delivering) must have been recorded as a replay.

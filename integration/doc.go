@@ -81,7 +81,7 @@
 //     API key. TestMain scans again after the last test.
 //
 // The harness is in main_test.go (flags, build, summaries), cluster_test.go
-// (PostgreSQL, databases, dumps), processes_test.go (process groups, output
+// (databases and their dumps), processes_test.go (process groups, output
 // capture, worker flags), fake_test.go (the fake API and the key) and
 // checks_test.go (intents, polling, ledger checks).
 //

@@ -91,13 +91,9 @@ func TestFaults(t *testing.T) {
 	}
 	enqueueGo(t, pool, intents)
 	waitAllSent(t, pool, len(intents), 2*time.Minute, nil)
-	if code := w.terminate(20 * time.Second); code != 0 {
-		t.Errorf("worker: exit %d after SIGTERM, want 0\n%s", code, w.output())
-	}
+	w.stop(t)
 
-	l := checkLedger(srv, intents)
-	l.report(t)
-	checkKeys(t, srv, intents)
+	l := checkExactlyOnce(t, srv, intents)
 
 	rows := outboxRows(t, pool)
 	reqs := sendRequests(srv)

@@ -79,9 +79,7 @@ func TestManyWorkers(t *testing.T) {
 	}
 
 	for _, w := range workers {
-		if code := w.terminate(20 * time.Second); code != 0 {
-			t.Errorf("%s: exit %d after SIGTERM, want 0\n%s", w.name, code, w.output())
-		}
+		w.stop(t)
 	}
 
 	byLog := make([]int, nWorkers)
@@ -121,9 +119,7 @@ func TestManyWorkers(t *testing.T) {
 			t.Errorf("intent %s: %d attempts, want 1 (no faults, no crashes)", key, r.Attempts)
 		}
 	}
-	l := checkLedger(srv, intents)
-	l.report(t)
-	checkKeys(t, srv, intents)
+	l := checkExactlyOnce(t, srv, intents)
 
 	summary(t, "many-workers: seed=%d intents=%d workers=%d sent_by_river=%s sent_by_logs=%s jobs=%d deliveries=%d duplicates=%d lost=%d elapsed=%s",
 		suite.seed, n, nWorkers, ints(byRiver), ints(byLog), jobs, l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))

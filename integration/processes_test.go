@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,26 +13,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sendonce/sendonce/internal/syncbuf"
 )
 
 // capture is a thread-safe buffer for one stream of one process. Every
 // capture of the run is kept, so the secrets check can read all of them.
 type capture struct {
 	name string
-	mu   sync.Mutex
-	buf  bytes.Buffer
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *capture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
+	syncbuf.Buffer
 }
 
 var captures struct {
@@ -180,6 +168,15 @@ func (p *proc) terminate(timeout time.Duration) int {
 		return -1
 	}
 	return exitCode(p.err)
+}
+
+// stop is terminate with the check every scenario makes at its end: the
+// process exits 0 within 20 s of SIGTERM, or the test fails with its output.
+func (p *proc) stop(t testing.TB) {
+	t.Helper()
+	if code := p.terminate(20 * time.Second); code != 0 {
+		t.Errorf("%s: exit %d after SIGTERM, want 0\n%s", p.name, code, p.output())
+	}
 }
 
 // output is everything the process printed, for failure messages.

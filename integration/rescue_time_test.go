@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/internal/pgtest"
-	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
 // TestRescueTime SIGKILLs a worker running with the command's default
@@ -31,12 +31,12 @@ func TestRescueTime(t *testing.T) {
 	enqueueGo(t, pool, intents)
 
 	// A database server that started moments ago gives owners a grace to
-	// take their locks again (outbox.DefaultRestartGrace); a production
+	// take their locks again (sendstate.DefaultRestartGrace); a production
 	// server has been up for longer.
 	waitFor(t, time.Minute, "the server to be up longer than the restart grace", func() (bool, string) {
 		var up time.Duration
 		err := pool.QueryRow(context.Background(), `SELECT now() - pg_postmaster_start_time()`).Scan(&up)
-		return err == nil && up > outbox.DefaultRestartGrace, fmt.Sprint(up, err)
+		return err == nil && up > sendstate.DefaultRestartGrace, fmt.Sprint(up, err)
 	})
 
 	opts := workerOptions{Concurrency: 8, Defaults: true}
@@ -71,13 +71,9 @@ func TestRescueTime(t *testing.T) {
 		o, err := outboxStates(context.Background(), pool)
 		return err == nil && o["sent"] == n, fmt.Sprint(o, err)
 	})
-	if code := survivor.terminate(20 * time.Second); code != 0 {
-		t.Errorf("survivor: exit %d after SIGTERM, want 0\n%s", code, survivor.output())
-	}
+	survivor.stop(t)
 
-	l := checkLedger(srv, intents)
-	l.report(t)
-	checkKeys(t, srv, intents)
+	l := checkExactlyOnce(t, srv, intents)
 	rows := outboxRows(t, pool)
 	for _, k := range cut {
 		if !rows[k].Replayed {

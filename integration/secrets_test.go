@@ -85,9 +85,7 @@ func TestSecrets(t *testing.T) {
 		o, err := outboxStates(ctx, pool)
 		return err == nil && o["failed"] == len(intents), fmt.Sprint(o, err)
 	})
-	if code := w.terminate(20 * time.Second); code != 0 {
-		t.Errorf("worker: exit %d after SIGTERM, want 0\n%s", code, w.output())
-	}
+	w.stop(t)
 	if n := len(stranger.Requests()); n == 0 {
 		t.Fatalf("the worker made no request: nothing was put to the test")
 	}
@@ -114,9 +112,7 @@ func TestSecrets(t *testing.T) {
 	}
 	w2 := startWorker(t, "worker-ok", e2, workerOptions{Concurrency: 2, LogLevel: "debug", APITimeout: time.Second, RateLimitWait: time.Second})
 	waitAllSent(t, pool, len(intents), 60*time.Second, nil)
-	if code := w2.terminate(20 * time.Second); code != 0 {
-		t.Errorf("worker: exit %d after SIGTERM, want 0\n%s", code, w2.output())
-	}
+	w2.stop(t)
 	inspect("sent")
 	l := checkLedger(friend, intents)
 	l.report(t)

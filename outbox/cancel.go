@@ -22,7 +22,7 @@ func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 			WHERE idempotency_key = $1 AND state = 'pending' AND attempts = 0
 			RETURNING `+columns, key))
 		if errors.Is(err, pgx.ErrNoRows) {
-			cur, gerr := Get(ctx, tx, key)
+			cur, gerr := get(ctx, tx, key)
 			if gerr != nil {
 				return gerr
 			}

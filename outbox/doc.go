@@ -46,7 +46,6 @@
 // outcome is unknown (a network error, a 5xx, a crash): the API may hold a
 // delivery under its key. Retry puts a failed intent back to pending with
 // the same key, refusing an uncertain one past its replay window unless
-// forced. The worker moves intents with Claim, MarkSent, MarkFailed and
-// MarkPending, and Sweep, RescueAbandoned and Reconcile give intents left
-// without a working job a new one; Get, List and ReadStats read them.
+// forced. Package worker moves intents through the states; Get, List and
+// Stats read them.
 package outbox

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/sendonce/sendonce/internal/sendjob"
 )
 
 // EnqueueResult is what Enqueue did.
@@ -58,14 +60,15 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 	byKey := make(map[string]int, len(intents))
 	var dups [][2]int // later intents that repeat an earlier one's key
 	for i, in := range intents {
-		if err := in.Validate(); err != nil {
+		raw, err := in.validate()
+		if err != nil {
 			var inv *InvalidError
 			if errors.As(err, &inv) {
 				inv.Index = i
 			}
 			return nil, err
 		}
-		in.Kind = in.kind()
+		in.Kind, in.raw = in.kind(), raw
 		if in.Key == "" {
 			in.Key = "oe-" + uuid.NewString()
 		}
@@ -152,7 +155,7 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	batch := make([]Intent, len(idx))
 	for n, i := range idx {
 		batch[n] = in[i]
-		params[n] = river.InsertManyParams{Args: SendArgs{Key: in[i].Key}, InsertOpts: o.insertOpts(in[i].SendAt, priorityNormal)}
+		params[n] = river.InsertManyParams{Args: sendjob.Args{Key: in[i].Key}, InsertOpts: sendjob.InsertOpts(o.queue, in[i].SendAt, sendjob.PriorityNormal)}
 	}
 	jobs, err := o.river.InsertManyTx(ctx, tx, params)
 	if err != nil {
@@ -261,7 +264,7 @@ func columnsOf(in []Intent) (kinds []string, payloads []string, templates []*str
 	sendAts = make([]*time.Time, len(in))
 	for i := range in {
 		kinds[i] = string(in[i].Kind)
-		payloads[i] = string(in[i].Payload)
+		payloads[i] = string(in[i].raw)
 		if in[i].TemplateID != "" {
 			templates[i] = &in[i].TemplateID
 		}
@@ -284,8 +287,8 @@ func sameAsFirst(ctx context.Context, tx pgx.Tx, in []Intent, dups [][2]int) err
 		if a.Kind != b.Kind || a.TemplateID != b.TemplateID {
 			return &KeyReuseError{Key: b.Key, Index: d[1]}
 		}
-		if string(a.Payload) != string(b.Payload) {
-			firsts, laters = append(firsts, string(a.Payload)), append(laters, string(b.Payload))
+		if string(a.raw) != string(b.raw) {
+			firsts, laters = append(firsts, string(a.raw)), append(laters, string(b.raw))
 			idx = append(idx, d[1])
 		}
 	}

@@ -6,13 +6,13 @@ import (
 )
 
 // ErrInvalid matches (errors.Is) every *InvalidError.
-var ErrInvalid = errors.New("sendonce: invalid intent")
+var ErrInvalid = errors.New("outbox: invalid intent")
 
 // ErrNotFound is returned when no intent has the given key.
-var ErrNotFound = errors.New("sendonce: no intent with that key")
+var ErrNotFound = errors.New("outbox: no intent with that key")
 
 // ErrKeyReuse matches (errors.Is) every *KeyReuseError.
-var ErrKeyReuse = errors.New("sendonce: idempotency key reused with a different payload")
+var ErrKeyReuse = errors.New("outbox: idempotency key reused with a different payload")
 
 // KeyReuseError is returned when an intent is enqueued with the key of an
 // existing intent but a different kind, template or payload: the outbox's
@@ -25,9 +25,9 @@ type KeyReuseError struct {
 }
 
 func (e *KeyReuseError) Error() string {
-	prefix := "sendonce"
+	prefix := "outbox"
 	if e.Index >= 0 {
-		prefix = fmt.Sprintf("sendonce: intent %d", e.Index)
+		prefix = fmt.Sprintf("outbox: intent %d", e.Index)
 	}
 	return fmt.Sprintf("%s: idempotency key %q is already used by an intent with a different kind, template or payload (idempotency_key_reuse)", prefix, e.Key)
 }
@@ -50,5 +50,5 @@ type StateError struct {
 func (e *StateError) Unwrap() error { return e.err }
 
 func (e *StateError) Error() string {
-	return fmt.Sprintf("sendonce: cannot %s intent %q (state %s): %s", e.Op, e.Key, e.State, e.Reason)
+	return fmt.Sprintf("outbox: cannot %s intent %q (state %s): %s", e.Op, e.Key, e.State, e.Reason)
 }

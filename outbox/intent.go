@@ -50,13 +50,18 @@ type Intent struct {
 	Key string
 	// Kind selects the send call; empty means KindEmail.
 	Kind Kind
-	// Payload is the JSON body of the call, exactly as the API takes it
+	// Payload is the body of the call, exactly as the API takes it
 	// (camelCase names; for a batch, {"emails": [...]}).
-	Payload json.RawMessage
+	//
+	// A json.RawMessage, a []byte or a string is taken as JSON text as it
+	// is; any other value (a struct, a map) is encoded with encoding/json.
+	Payload any
 	// TemplateID is the template's id or slug, for KindTemplate only.
 	TemplateID string
 	// SendAt holds the send until then; zero sends as soon as possible.
 	SendAt time.Time
+
+	raw json.RawMessage // Payload as JSON text, once validated
 }
 
 // InvalidError is returned for an intent that cannot be enqueued. Nothing
@@ -73,9 +78,9 @@ type InvalidError struct {
 
 func (e *InvalidError) Error() string {
 	if e.Index >= 0 {
-		return fmt.Sprintf("sendonce: intent %d: invalid %s: %s", e.Index, e.Field, e.Reason)
+		return fmt.Sprintf("outbox: intent %d: invalid %s: %s", e.Index, e.Field, e.Reason)
 	}
-	return fmt.Sprintf("sendonce: invalid %s: %s", e.Field, e.Reason)
+	return fmt.Sprintf("outbox: invalid %s: %s", e.Field, e.Reason)
 }
 
 // Is makes errors.Is(err, ErrInvalid) true.
@@ -98,6 +103,40 @@ func ValidateKey(key string) error {
 // refuses bad input before it touches the caller's transaction. An empty key
 // is valid here: Enqueue generates one.
 func (in *Intent) Validate() error {
+	_, err := in.validate()
+	return err
+}
+
+// payloadJSON returns the payload as JSON text.
+func (in *Intent) payloadJSON() (json.RawMessage, error) {
+	switch p := in.Payload.(type) {
+	case nil:
+		return nil, invalid("payload", "missing: want the JSON body of the send call")
+	case json.RawMessage:
+		return p, nil
+	case []byte:
+		return p, nil
+	case string:
+		return json.RawMessage(p), nil
+	default:
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, invalid("payload", "cannot be encoded as JSON: "+strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return b, nil
+	}
+}
+
+// validate checks the intent and returns its payload as JSON text.
+func (in *Intent) validate() (json.RawMessage, error) {
+	payload, err := in.payloadJSON()
+	if err != nil {
+		return nil, err
+	}
+	return payload, in.check(payload)
+}
+
+func (in *Intent) check(payload json.RawMessage) error {
 	if in.Key != "" {
 		if err := ValidateKey(in.Key); err != nil {
 			return err
@@ -116,20 +155,20 @@ func (in *Intent) Validate() error {
 	if !utf8.ValidString(in.TemplateID) || strings.ContainsRune(in.TemplateID, 0) {
 		return invalid("template_id", "must be UTF-8 text without NUL characters")
 	}
-	if len(in.Payload) > MaxPayloadBytes {
-		return invalid("payload", fmt.Sprintf("%d bytes, over the 1 MiB limit", len(in.Payload)))
+	if len(payload) > MaxPayloadBytes {
+		return invalid("payload", fmt.Sprintf("%d bytes, over the 1 MiB limit", len(payload)))
 	}
-	if !json.Valid(in.Payload) {
+	if !json.Valid(payload) {
 		var v any
-		err := json.Unmarshal(in.Payload, &v)
+		err := json.Unmarshal(payload, &v)
 		return invalid("payload", "malformed JSON: "+strings.TrimPrefix(fmt.Sprint(err), "json: "))
 	}
-	if reason := storableJSON(in.Payload); reason != "" {
+	if reason := storableJSON(payload); reason != "" {
 		return invalid("payload", reason)
 	}
 	var body map[string]json.RawMessage
-	if err := json.Unmarshal(in.Payload, &body); err != nil || body == nil {
-		return invalid("payload", "must be a JSON object, not "+jsonType(in.Payload))
+	if err := json.Unmarshal(payload, &body); err != nil || body == nil {
+		return invalid("payload", "must be a JSON object, not "+jsonType(payload))
 	}
 	if raw, ok := body["scheduledAt"]; ok && !bytes.Equal(raw, []byte("null")) {
 		var at string

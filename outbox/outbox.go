@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -14,19 +13,6 @@ import (
 
 // DefaultQueue is the River queue intents' jobs go to unless configured.
 const DefaultQueue = "sendonce"
-
-// DefaultMaxAttempts is River's attempt limit for a send job. The worker
-// gives up sooner by its own limit and replay window; this only keeps River
-// from discarding a job before the worker has recorded why.
-const DefaultMaxAttempts = 100
-
-// DB is what the read functions need: a *pgxpool.Pool, a *pgx.Conn or a
-// pgx.Tx all satisfy it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Config tunes an Outbox. The zero value is ready to use.
 type Config struct {

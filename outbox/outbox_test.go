@@ -13,22 +13,18 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/internal/outboxtest"
 	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-const invoiceBody = `{"from":"billing@example.com","to":["ada@example.com"],"subject":"Invoice inv_4192","text":"Attached."}`
+const invoiceBody = outboxtest.InvoiceBody
 
 func setup(t *testing.T) (*pgxpool.Pool, *outbox.Outbox) {
 	t.Helper()
-	pool := pgtest.NewDB(t)
-	ob, err := outbox.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pool, ob
+	return outboxtest.New(t)
 }
 
 func enqueue(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, in outbox.Intent) (*outbox.EnqueueResult, error) {
@@ -44,15 +40,11 @@ func enqueue(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, in outbox.Inte
 
 func countJobs(t *testing.T, pool *pgxpool.Pool, state string) int {
 	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM river_job WHERE kind = 'sendonce_send' AND ($1 = '' OR state::text = $1)`, state).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job WHERE kind = 'sendonce_send' AND ($1 = '' OR state::text = $1)`, state)
 }
 
 func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 
@@ -65,7 +57,7 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 	if rbErr := tx.Rollback(ctx); err != nil || rbErr != nil {
 		t.Fatalf("enqueue: %v; rollback: %v", err, rbErr)
 	}
-	if _, err := outbox.Get(ctx, pool, "invoice:rolled_back"); !errors.Is(err, outbox.ErrNotFound) {
+	if _, err := ob.Get(ctx, "invoice:rolled_back"); !errors.Is(err, outbox.ErrNotFound) {
 		t.Fatalf("Get after rollback: %v, want ErrNotFound", err)
 	}
 	if n := countJobs(t, pool, ""); n != 0 {
@@ -89,6 +81,7 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 }
 
 func TestEnqueueSameKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 	first, err := enqueue(t, pool, ob, outbox.Intent{Key: "invoice:1", Payload: json.RawMessage(invoiceBody)})
@@ -128,6 +121,7 @@ func TestEnqueueSameKey(t *testing.T) {
 }
 
 func TestEnqueueGeneratesAndStoresKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 	res, err := enqueue(t, pool, ob, outbox.Intent{Payload: json.RawMessage(invoiceBody)})
@@ -137,13 +131,14 @@ func TestEnqueueGeneratesAndStoresKey(t *testing.T) {
 	if !strings.HasPrefix(res.Record.Key, "oe-") || len(res.Record.Key) != 39 {
 		t.Fatalf("generated key %q, want oe-<uuid>", res.Record.Key)
 	}
-	stored, err := outbox.Get(ctx, pool, res.Record.Key)
+	stored, err := ob.Get(ctx, res.Record.Key)
 	if err != nil || stored.ID != res.Record.ID {
 		t.Fatalf("Get(generated key) = %v, %v", stored, err)
 	}
 }
 
 func TestEnqueueRacingSameKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 	const n = 8
@@ -170,6 +165,7 @@ func TestEnqueueRacingSameKey(t *testing.T) {
 }
 
 func TestEnqueueMany(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "k:0", Payload: json.RawMessage(invoiceBody)}); err != nil {
@@ -230,6 +226,7 @@ func TestEnqueueMany(t *testing.T) {
 }
 
 func TestEnqueueRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("a", 256)
 	cases := []struct {
 		name  string
@@ -280,6 +277,7 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 }
 
 func TestPlainSQLInsert(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 
@@ -310,23 +308,15 @@ func TestPlainSQLInsert(t *testing.T) {
 		VALUES ('php:order:77', 'email', $1)`, strings.Replace(invoiceBody, "{", `{"scheduledAt":"2030-01-02T03:04:05.678+01:00",`, 1)); err != nil {
 		t.Fatal(err)
 	}
-	n, err := ob.Sweep(ctx)
-	if err != nil || n != 1 {
-		t.Fatalf("Sweep = %d, %v; want 1", n, err)
-	}
-	rec, err := outbox.Get(ctx, pool, "php:order:77")
-	if err != nil || rec.JobID == nil {
-		t.Fatalf("swept intent %+v, %v: want a job id", rec, err)
-	}
-	if n, _ := ob.Sweep(ctx); n != 0 {
-		t.Fatalf("second Sweep scheduled %d, want 0", n)
-	}
-	if countJobs(t, pool, "") != 1 {
-		t.Fatalf("want exactly one job")
+	// A valid row waits for the workers' sweeper to give it a job.
+	rec, err := ob.Get(ctx, "php:order:77")
+	if err != nil || rec.JobID != nil || rec.State != outbox.StatePending {
+		t.Fatalf("plain-SQL intent %+v, %v: want pending without a job", rec, err)
 	}
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 	res, err := enqueue(t, pool, ob, outbox.Intent{Key: "c:1", Payload: json.RawMessage(invoiceBody), SendAt: time.Now().Add(time.Hour)})
@@ -347,7 +337,7 @@ func TestCancel(t *testing.T) {
 	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "c:2", Payload: json.RawMessage(invoiceBody)}); err != nil {
 		t.Fatal(err)
 	}
-	claim(t, pool, "c:2")
+	attempted(t, pool, ob, "c:2", outbox.StateSending, false)
 	_, err = ob.Cancel(ctx, "c:2")
 	var se *outbox.StateError
 	if !errors.As(err, &se) || se.State != outbox.StateSending {
@@ -359,6 +349,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestRetry(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 	first, err := enqueue(t, pool, ob, outbox.Intent{Key: "r:1", Payload: json.RawMessage(invoiceBody)})
@@ -368,21 +359,21 @@ func TestRetry(t *testing.T) {
 	if _, err := ob.Retry(ctx, "r:1", nil); err == nil {
 		t.Fatal("Retry of a pending intent succeeded")
 	}
-	c := claim(t, pool, "r:1")
-	fail(t, pool, "r:1", "422 validation_error", false)
+	c := attempted(t, pool, ob, "r:1", outbox.StateFailed, false)
 	rec, err := ob.Retry(ctx, "r:1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The window still runs from the first attempt.
 	if rec.State != outbox.StatePending || rec.Attempts != 1 || rec.FirstAttemptAt == nil ||
-		!rec.FirstAttemptAt.Equal(*c.Record.FirstAttemptAt) || rec.Key != "r:1" ||
+		!rec.FirstAttemptAt.Equal(*c.FirstAttemptAt) || rec.Key != "r:1" ||
 		rec.JobID == nil || *rec.JobID == *first.Record.JobID || rec.ForcedRetryAt != nil {
 		t.Fatalf("retried intent %+v", rec)
 	}
 }
 
 func TestListAndStats(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
 	for i := range 5 {
@@ -390,20 +381,19 @@ func TestListAndStats(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claim(t, pool, "l:0")
-	outbox.MarkSent(ctx, pool, outbox.Sent{Key: "l:0", MessageID: "msg_1"})
-	sent, err := outbox.List(ctx, pool, outbox.ListParams{State: outbox.StateSent})
-	if err != nil || len(sent) != 1 || sent[0].MessageID != "msg_1" {
+	l0 := attempted(t, pool, ob, "l:0", outbox.StateSent, false)
+	sent, err := ob.List(ctx, outbox.ListParams{State: outbox.StateSent})
+	if err != nil || len(sent) != 1 || sent[0].MessageID != l0.MessageID {
 		t.Fatalf("List(sent) = %v, %v", sent, err)
 	}
-	page, err := outbox.List(ctx, pool, outbox.ListParams{Limit: 2, AfterID: sent[0].ID})
+	page, err := ob.List(ctx, outbox.ListParams{Limit: 2, AfterID: sent[0].ID})
 	if err != nil || len(page) != 2 || page[0].Key != "l:1" {
 		t.Fatalf("List page = %v, %v", page, err)
 	}
-	if _, err := outbox.List(ctx, pool, outbox.ListParams{State: "lost"}); err == nil {
+	if _, err := ob.List(ctx, outbox.ListParams{State: "lost"}); err == nil {
 		t.Fatal("List of an unknown state succeeded")
 	}
-	st, err := outbox.ReadStats(ctx, pool)
+	st, err := ob.Stats(ctx)
 	if err != nil || st.Counts[outbox.StateSent] != 1 || st.Counts[outbox.StatePending] != 4 || st.Counts[outbox.StateFailed] != 0 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
@@ -412,67 +402,12 @@ func TestListAndStats(t *testing.T) {
 	}
 }
 
-func TestClaimManyAndMarkSentMany(t *testing.T) {
-	ctx := context.Background()
-	pool, ob := setup(t)
-	for _, k := range []string{"m:1", "m:2", "m:3"} {
-		if _, err := enqueue(t, pool, ob, outbox.Intent{Key: k, Payload: json.RawMessage(invoiceBody)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	claim(t, pool, "m:3")
-	outbox.MarkSent(ctx, pool, outbox.Sent{Key: "m:3", MessageID: "msg_3"})
-
-	reqs := []outbox.ClaimRequest{request(t, pool, "m:1"), request(t, pool, "m:2"), request(t, pool, "m:3"), {Key: "m:missing", JobID: -1},
-		{Key: "m:1", JobID: -2}} // a job that is not the intent's own claims nothing
-	claimed, err := outbox.ClaimMany(ctx, pool, reqs, claimOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m1, m2 := claimed[reqs[0].JobID], claimed[reqs[1].JobID]
-	if len(claimed) != 2 || m1 == nil || m2 == nil || m1.Record.State != outbox.StateSending || m2.Record.Attempts != 1 ||
-		m1.Record.FirstAttemptAt == nil || m1.WindowLeft < outbox.DefaultReplayWindow-time.Minute || m1.WindowLeft > outbox.DefaultReplayWindow {
-		t.Fatalf("claimed %v, want m:1 and m:2 sending with a whole window left", claimed)
-	}
-	_, err = outbox.MarkSentMany(ctx, pool, []outbox.Sent{{Key: "m:1", MessageID: "msg_1"}, {Key: "m:2", MessageID: "msg_2", Replayed: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for key, want := range map[string]string{"m:1": "msg_1", "m:2": "msg_2", "m:3": "msg_3"} {
-		rec, _ := outbox.Get(ctx, pool, key)
-		if rec.State != outbox.StateSent || rec.MessageID != want || rec.Replayed != (key == "m:2") || rec.SentAt == nil {
-			t.Errorf("%s: %+v", key, rec)
-		}
-	}
-}
-
-var claimOpts = outbox.ClaimOptions{ReplayWindow: outbox.DefaultReplayWindow, KeyFingerprint: "sha256:000000000001"}
-
-// request is the claim the intent's own job would make.
-func request(t *testing.T, pool *pgxpool.Pool, key string) outbox.ClaimRequest {
+// attempted moves an intent as the worker would after an attempt: to
+// state, one more attempt, the first attempt's time stamped.
+func attempted(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, key string, state outbox.State, uncertain bool) *outbox.Record {
 	t.Helper()
-	rec, err := outbox.Get(context.Background(), pool, key)
-	if err != nil || rec.JobID == nil {
-		t.Fatalf("get %s: %+v, %v", key, rec, err)
-	}
-	return outbox.ClaimRequest{Key: key, JobID: *rec.JobID}
-}
-
-// claim claims the intent as its own job would.
-func claim(t *testing.T, pool *pgxpool.Pool, key string) *outbox.Claimed {
-	t.Helper()
-	c, ok, err := outbox.Claim(context.Background(), pool, request(t, pool, key), claimOpts)
-	if err != nil || !ok {
-		t.Fatalf("claim %s: %+v, %v, %v", key, c, ok, err)
-	}
-	return c
-}
-
-// fail parks the intent as its own job would.
-func fail(t *testing.T, pool *pgxpool.Pool, key, reason string, uncertain bool) {
-	t.Helper()
-	err := outbox.MarkFailed(context.Background(), pool, outbox.Outcome{Key: key, JobID: request(t, pool, key).JobID, Reason: reason, Uncertain: uncertain})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = $2, attempts = attempts + 1,
+		first_attempt_at = coalesce(first_attempt_at, now()), uncertain = uncertain OR $3,
+		message_id = CASE WHEN $2 = 'sent' THEN 'msg_' || id END WHERE idempotency_key = $1`, key, state, uncertain)
+	return outboxtest.Get(t, ob, key)
 }

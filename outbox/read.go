@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,10 +11,19 @@ import (
 
 // Get returns the intent with the given key, or an error matching
 // ErrNotFound.
-func Get(ctx context.Context, db DB, key string) (*Record, error) {
+func (o *Outbox) Get(ctx context.Context, key string) (*Record, error) {
+	return get(ctx, o.pool, key)
+}
+
+func get(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, key string) (*Record, error) {
 	rec, err := scanRecord(db.QueryRow(ctx, `SELECT `+columns+` FROM sendonce_outbox WHERE idempotency_key = $1`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound(err, key)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("outbox: get: %w", notFound(err, key))
+		return nil, fmt.Errorf("outbox: get %q: %w", key, err)
 	}
 	return rec, nil
 }
@@ -29,7 +39,7 @@ type ListParams struct {
 }
 
 // List returns intents in id order.
-func List(ctx context.Context, db DB, p ListParams) ([]*Record, error) {
+func (o *Outbox) List(ctx context.Context, p ListParams) ([]*Record, error) {
 	if p.State != "" && !p.State.Valid() {
 		return nil, fmt.Errorf("outbox: list: unknown state %q: want one of %v", p.State, States)
 	}
@@ -37,7 +47,7 @@ func List(ctx context.Context, db DB, p ListParams) ([]*Record, error) {
 		p.Limit = 100
 	}
 	p.Limit = min(p.Limit, 10_000)
-	rows, err := db.Query(ctx, `SELECT `+columns+` FROM sendonce_outbox
+	rows, err := o.pool.Query(ctx, `SELECT `+columns+` FROM sendonce_outbox
 		WHERE ($1 = '' OR state = $1) AND id > $2 ORDER BY id LIMIT $3`, string(p.State), p.AfterID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
@@ -59,8 +69,9 @@ type Stats struct {
 	OldestPending time.Duration `json:"oldestPendingNanos"`
 }
 
-// ReadStats counts intents by state and ages the oldest due one.
-func ReadStats(ctx context.Context, db DB) (*Stats, error) {
+// Stats counts intents by state and ages the oldest due one.
+func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
+	db := o.pool
 	st := &Stats{Counts: map[State]int64{}}
 	for _, s := range States {
 		st.Counts[s] = 0

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sendonce/sendonce/internal/sendjob"
 )
 
 // DefaultReplayWindow is how long after an intent's first attempt its key
@@ -29,7 +31,7 @@ type RetryOptions struct {
 
 // ErrMayDeliverTwice matches (errors.Is) the *StateError of a retry refused
 // because it could deliver the intent a second time.
-var ErrMayDeliverTwice = errors.New("sendonce: a retry could deliver a second time")
+var ErrMayDeliverTwice = errors.New("outbox: a retry could deliver a second time")
 
 // Retry puts a failed intent back to pending with the same key and a new
 // River job. The intent keeps its first attempt's time, so the replay
@@ -76,7 +78,7 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 		if cur.SendAt != nil {
 			sendAt = *cur.SendAt
 		}
-		job, err := o.river.InsertTx(ctx, tx, SendArgs{Key: key}, o.insertOpts(sendAt, priorityUrgent))
+		job, err := o.river.InsertTx(ctx, tx, sendjob.Args{Key: key}, sendjob.InsertOpts(o.queue, sendAt, sendjob.PriorityUrgent))
 		if err != nil {
 			return fmt.Errorf("insert river job: %w", err)
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
 // batcher turns the two row updates every send makes (Claim before the API
@@ -18,7 +18,7 @@ import (
 // nothing is reported done before it is committed.
 type batcher struct {
 	pool   *pgxpool.Pool
-	opts   outbox.ClaimOptions
+	opts   sendstate.ClaimOptions
 	claims chan claimRequest
 	sents  chan sentRequest
 }
@@ -31,18 +31,18 @@ const (
 )
 
 type claimRequest struct {
-	req  outbox.ClaimRequest
+	req  sendstate.ClaimRequest
 	done chan claimResult
 }
 
 type claimResult struct {
-	claimed *outbox.Claimed
+	claimed *sendstate.Claimed
 	ok      bool
 	err     error
 }
 
 type sentRequest struct {
-	sent outbox.Sent
+	sent sendstate.Sent
 	done chan sentResult
 }
 
@@ -52,7 +52,7 @@ type sentResult struct {
 }
 
 // newBatcher starts the batch loops; they end when ctx does.
-func newBatcher(ctx context.Context, pool *pgxpool.Pool, opts outbox.ClaimOptions) *batcher {
+func newBatcher(ctx context.Context, pool *pgxpool.Pool, opts sendstate.ClaimOptions) *batcher {
 	b := &batcher{pool: pool, opts: opts, claims: make(chan claimRequest), sents: make(chan sentRequest)}
 	for range batchLoops {
 		go b.claimLoop(ctx)
@@ -61,7 +61,7 @@ func newBatcher(ctx context.Context, pool *pgxpool.Pool, opts outbox.ClaimOption
 	return b
 }
 
-func (b *batcher) claim(ctx context.Context, r outbox.ClaimRequest) (*outbox.Claimed, bool, error) {
+func (b *batcher) claim(ctx context.Context, r sendstate.ClaimRequest) (*sendstate.Claimed, bool, error) {
 	req := claimRequest{req: r, done: make(chan claimResult, 1)}
 	select {
 	case b.claims <- req:
@@ -74,7 +74,7 @@ func (b *batcher) claim(ctx context.Context, r outbox.ClaimRequest) (*outbox.Cla
 
 // markSent waits for its batch whatever ctx says: once the API has answered,
 // the answer must be recorded if at all possible.
-func (b *batcher) markSent(ctx context.Context, s outbox.Sent) (bool, error) {
+func (b *batcher) markSent(ctx context.Context, s sendstate.Sent) (bool, error) {
 	req := sentRequest{sent: s, done: make(chan sentResult, 1)}
 	select {
 	case b.sents <- req:
@@ -82,7 +82,7 @@ func (b *batcher) markSent(ctx context.Context, s outbox.Sent) (bool, error) {
 		return res.overrode, res.err
 	case <-ctx.Done():
 		// The loops are gone (the worker is stopping): record it alone.
-		return outbox.MarkSent(context.WithoutCancel(ctx), b.pool, s)
+		return sendstate.MarkSent(context.WithoutCancel(ctx), b.pool, s)
 	}
 }
 
@@ -95,11 +95,11 @@ func (b *batcher) claimLoop(ctx context.Context) {
 			return
 		}
 		batch := drain(b.claims, first)
-		reqs := make([]outbox.ClaimRequest, len(batch))
+		reqs := make([]sendstate.ClaimRequest, len(batch))
 		for i, r := range batch {
 			reqs[i] = r.req
 		}
-		claimed, err := outbox.ClaimMany(context.WithoutCancel(ctx), b.pool, reqs, b.opts)
+		claimed, err := sendstate.ClaimMany(context.WithoutCancel(ctx), b.pool, reqs, b.opts)
 		for _, r := range batch {
 			switch c, ok := claimed[r.req.JobID]; {
 			case err != nil:
@@ -107,9 +107,8 @@ func (b *batcher) claimLoop(ctx context.Context) {
 			case ok:
 				r.done <- claimResult{claimed: c, ok: true}
 			default:
-				// Not this job's to send: say why with the row as it is.
-				rec, err := outbox.Get(context.WithoutCancel(ctx), b.pool, r.req.Key)
-				r.done <- claimResult{claimed: &outbox.Claimed{Record: rec}, err: err}
+				// Not this job's to send.
+				r.done <- claimResult{}
 			}
 		}
 	}
@@ -124,11 +123,11 @@ func (b *batcher) sentLoop(ctx context.Context) {
 			return
 		}
 		batch := drain(b.sents, first)
-		sent := make([]outbox.Sent, len(batch))
+		sent := make([]sendstate.Sent, len(batch))
 		for i, r := range batch {
 			sent[i] = r.sent
 		}
-		overrode, err := outbox.MarkSentMany(context.WithoutCancel(ctx), b.pool, sent)
+		overrode, err := sendstate.MarkSentMany(context.WithoutCancel(ctx), b.pool, sent)
 		for _, r := range batch {
 			r.done <- sentResult{overrode: slices.Contains(overrode, r.sent.Key), err: err}
 		}

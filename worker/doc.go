@@ -4,9 +4,9 @@
 //
 // # One intent, one outcome
 //
-// SendWorker.Work claims the intent (pending or sending → sending, one more
-// attempt, the first attempt's time stamped), makes the API call, and maps
-// the outcome:
+// Each send job claims its intent (pending or sending → sending, one more
+// attempt, the first attempt's time stamped), makes the API call with the
+// stored payload and key, and maps the outcome:
 //
 //   - success, fresh or replayed → sent, with the message id and whether
 //     the API replayed an earlier delivery;
@@ -17,16 +17,18 @@
 //     minute) → the job is snoozed for exactly the asked time
 //     (river.JobSnooze), at most MaxSnoozes times;
 //   - a network error or a 5xx after the client's own retries → back to
-//     pending, and River retries the job with backoff; after MaxAttempts
-//     attempts → failed.
+//     pending and uncertain (the API may have delivered it), and River
+//     retries the job with backoff; after MaxAttempts attempts → failed.
 //
 // # The replay window
 //
 // The API honours an idempotency key only for a limited time (24 h at the
 // email APIs we know). A send attempted again after that could be delivered
 // a second time. So no retry or snooze may reach past ReplayWindow (default
-// 23 h) measured from the intent's first attempt: an intent that would is
-// parked as failed, with a reason that says so, for an operator to look at.
+// 23 h, at most 24 h) measured from the intent's first attempt on the
+// database's clock, and no HTTP attempt goes on past it: an intent that
+// would is parked as failed, with a reason that says so, for an operator to
+// look at.
 //
 // # Crashes
 //
@@ -57,10 +59,11 @@
 //
 // Worker bundles a River client working the send queue with a sweeper that
 // gives jobs to rows inserted by plain SQL (the table's trigger notifies it;
-// it also sweeps every second):
+// it also sweeps every second) and to intents left without a working job.
+// It is the one way to run the send jobs: they rely on its claim batching,
+// its liveness lock and its sweeper.
 //
-//	c, _ := client.New() // OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL
-//	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 100})
+//	w, err := worker.New(pool, nil) // client from OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL
 //	if err != nil { ... }
 //	if err := w.Start(ctx); err != nil { ... }
 //	defer w.Stop(shutdownCtx) // in-flight sends finish, or are cancelled when shutdownCtx ends

@@ -9,11 +9,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
 // liveness is a worker instance's proof of life: a PostgreSQL session that
-// holds the advisory lock (outbox.OwnerLockClass, id) for as long as the
+// holds the advisory lock (sendstate.OwnerLockClass, id) for as long as the
 // process lives. Every claim records the id; when the process dies, even by
 // SIGKILL, its session ends, the lock goes with it, and any worker's
 // reconciler hands the intents it left sending to new jobs within a second
@@ -42,7 +42,7 @@ func (l *liveness) lock(ctx context.Context) error {
 		return fmt.Errorf("worker: connect for the liveness lock: %w", err)
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, outbox.OwnerLockClass, l.id).Scan(&ok); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, sendstate.OwnerLockClass, l.id).Scan(&ok); err != nil {
 		conn.Close(ctx)
 		return fmt.Errorf("worker: take the liveness lock: %w", err)
 	}

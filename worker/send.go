@@ -23,7 +23,7 @@ type sendResult struct {
 // is already the call's JSON body, so it goes out as it is; the client
 // applies only the contract's wire rules to it (recipients as arrays,
 // scheduledAt in UTC), the same way on every attempt.
-func (w *SendWorker) send(ctx context.Context, rec *outbox.Record) (res sendResult, err error) {
+func (w *sendWorker) send(ctx context.Context, rec *outbox.Record) (res sendResult, err error) {
 	key := client.WithIdempotencyKey(rec.Key)
 	switch rec.Kind {
 	case outbox.KindEmail:

@@ -13,6 +13,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/sendjob"
+	"github.com/sendonce/sendonce/internal/sendstate"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -28,9 +30,9 @@ const (
 
 // MaxAttempts is the most SendConfig.MaxAttempts may be: one less than the
 // River job's own limit.
-const MaxAttempts = outbox.DefaultMaxAttempts - 1
+const MaxAttempts = sendjob.MaxAttempts - 1
 
-// SendConfig tunes how a SendWorker maps outcomes to states.
+// SendConfig tunes how a sendWorker maps outcomes to states.
 type SendConfig struct {
 	// ReplayWindow bounds, from an intent's first attempt, how long its
 	// retries and snoozes may go on, measured on the database's clock; no
@@ -91,7 +93,7 @@ func (c *SendConfig) withDefaults() SendConfig {
 	return out
 }
 
-// SendWorker is the River worker that sends one intent through the
+// sendWorker is the River worker that sends one intent through the
 // OpenEmail client, with the intent's stored idempotency key, and records
 // the outcome on the intent's row.
 //
@@ -101,8 +103,8 @@ func (c *SendConfig) withDefaults() SendConfig {
 // and completes without calling the API. That is as safe as completing the
 // job in the row's transaction (JobCompleteTx), without a transaction per
 // job on the hot path.
-type SendWorker struct {
-	river.WorkerDefaults[outbox.SendArgs]
+type sendWorker struct {
+	river.WorkerDefaults[sendjob.Args]
 
 	pool   *pgxpool.Pool
 	client *client.Client
@@ -114,7 +116,7 @@ type SendWorker struct {
 	batch *batcher
 
 	// owner is this worker instance's advisory lock id (set by
-	// Worker.Start), recorded with each claim; 0 when the SendWorker runs
+	// Worker.Start), recorded with each claim; 0 when the sendWorker runs
 	// on a River client of the application's own.
 	owner int32
 
@@ -127,24 +129,24 @@ type SendWorker struct {
 	afterSend func(key string) error
 }
 
-// NewSendWorker returns a SendWorker. Register it with river.AddWorker.
-func NewSendWorker(pool *pgxpool.Pool, c *client.Client, cfg *SendConfig) *SendWorker {
+// newSendWorker returns a sendWorker. Register it with river.AddWorker.
+func newSendWorker(pool *pgxpool.Pool, c *client.Client, cfg *SendConfig) *sendWorker {
 	if cfg == nil {
 		cfg = &SendConfig{}
 	}
-	return &SendWorker{pool: pool, client: c, cfg: cfg.withDefaults(), keyFingerprint: c.KeyFingerprint()}
+	return &sendWorker{pool: pool, client: c, cfg: cfg.withDefaults(), keyFingerprint: c.KeyFingerprint()}
 }
 
 // NextRetry spaces River's attempts: RetryBase·2^(attempt-1), at most
 // RetryMax, less up to 10% jitter so a fleet recovering from an outage does
 // not retry in step.
-func (w *SendWorker) NextRetry(job *river.Job[outbox.SendArgs]) time.Time {
+func (w *sendWorker) NextRetry(job *river.Job[sendjob.Args]) time.Time {
 	d := w.retryDelay(job.Attempt)
 	d -= time.Duration(rand.Int64N(int64(d)/10 + 1))
 	return time.Now().Add(d)
 }
 
-func (w *SendWorker) retryDelay(attempt int) time.Duration {
+func (w *sendWorker) retryDelay(attempt int) time.Duration {
 	d := w.cfg.RetryBase
 	for i := 1; i < attempt && d < w.cfg.RetryMax; i++ {
 		d *= 2
@@ -153,30 +155,17 @@ func (w *SendWorker) retryDelay(attempt int) time.Duration {
 }
 
 // Work sends the intent named by the job and maps the outcome to a state.
-func (w *SendWorker) Work(ctx context.Context, job *river.Job[outbox.SendArgs]) error {
+func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) error {
 	key := job.Args.Key
-	c, ok, err := w.claim(ctx, outbox.ClaimRequest{Key: key, JobID: job.ID})
-	if errors.Is(err, outbox.ErrNotFound) {
-		return river.JobCancel(fmt.Errorf("no intent with key %q", key))
-	}
+	c, ok, err := w.claim(ctx, sendstate.ClaimRequest{Key: key, JobID: job.ID})
 	if err != nil {
 		return err
 	}
+	if !ok {
+		return w.skip(ctx, job)
+	}
 	rec := c.Record
 	log := w.cfg.Logger.With("key", key, "kind", string(rec.Kind), "attempt", rec.Attempts, "job_id", job.ID)
-	if !ok {
-		// Sent, failed or canceled already (a job that ran again after a
-		// crash, or one whose intent was canceled), or the intent has been
-		// given another job since (Retry, or the reconciler after this job
-		// was taken for lost). Nothing to send.
-		if (rec.State == outbox.StatePending || rec.State == outbox.StateSending) && rec.JobID != nil {
-			log.Info("job superseded: the intent has another job", "intent_job_id", *rec.JobID)
-		} else {
-			log.Debug("intent already settled", "state", string(rec.State))
-		}
-		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSkipped})
-		return nil
-	}
 	a := &attempt{w: w, job: job, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft}
 
 	if c.WindowLeft <= 0 {
@@ -211,8 +200,8 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[outbox.SendArgs]) 
 
 // attempt is one claimed send on its way to an outcome.
 type attempt struct {
-	w          *SendWorker
-	job        *river.Job[outbox.SendArgs]
+	w          *sendWorker
+	job        *river.Job[sendjob.Args]
 	rec        *outbox.Record
 	log        *slog.Logger
 	claimedAt  time.Time
@@ -222,12 +211,12 @@ type attempt struct {
 // left is what remains of the replay window now.
 func (a *attempt) left() time.Duration { return a.windowLeft - time.Since(a.claimedAt) }
 
-func (a *attempt) outcome(reason string, uncertain, snoozed bool) outbox.Outcome {
-	return outbox.Outcome{Key: a.rec.Key, JobID: a.job.ID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed}
+func (a *attempt) outcome(reason string, uncertain, snoozed bool) sendstate.Outcome {
+	return sendstate.Outcome{Key: a.rec.Key, JobID: a.job.ID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed}
 }
 
 func (a *attempt) sent(ctx context.Context, res sendResult, elapsed time.Duration) error {
-	overrode, err := a.w.markSent(ctx, outbox.Sent{Key: a.rec.Key, MessageID: res.messageID, Replayed: res.replayed})
+	overrode, err := a.w.markSent(ctx, sendstate.Sent{Key: a.rec.Key, MessageID: res.messageID, Replayed: res.replayed})
 	if err != nil {
 		return err
 	}
@@ -255,7 +244,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		// may have reached the API. Returning the context's error lets River
 		// put the job back without counting an attempt, so a deploy never
 		// burns an intent's attempts or parks it.
-		if err := outbox.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, true, false)); err != nil {
+		if err := sendstate.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, true, false)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
@@ -287,7 +276,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 			return a.park(ctx, ResultExpired, uncertain, fmt.Sprintf(
 				"%s; waiting %s would pass the %s replay window, parked rather than risk a second delivery", reason, wait, w.cfg.ReplayWindow))
 		}
-		if err := outbox.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, uncertain, true)); err != nil {
+		if err := sendstate.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, uncertain, true)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSnoozed, APILatency: elapsed})
@@ -305,7 +294,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 			return a.park(ctx, ResultExpired, true, fmt.Sprintf(
 				"%s; the next attempt would pass the %s replay window, parked rather than risk a second delivery", reason, w.cfg.ReplayWindow))
 		}
-		if err := outbox.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, true, false)); err != nil {
+		if err := sendstate.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, true, false)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
@@ -317,7 +306,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 // park marks the intent failed and cancels its job: River must not retry
 // what the outbox has given up on.
 func (a *attempt) park(ctx context.Context, result Result, uncertain bool, reason string) error {
-	if err := outbox.MarkFailed(context.WithoutCancel(ctx), a.w.pool, a.outcome(reason, uncertain, false)); err != nil {
+	if err := sendstate.MarkFailed(context.WithoutCancel(ctx), a.w.pool, a.outcome(reason, uncertain, false)); err != nil {
 		return err
 	}
 	if result != "" {
@@ -327,22 +316,44 @@ func (a *attempt) park(ctx context.Context, result Result, uncertain bool, reaso
 	return river.JobCancel(errors.New(reason))
 }
 
-func (w *SendWorker) claim(ctx context.Context, req outbox.ClaimRequest) (*outbox.Claimed, bool, error) {
+// skip ends a job that may not send: its intent is sent, failed or canceled
+// already (a job that ran again after a crash, or one whose intent was
+// canceled), or has been given another job since (Retry, or the sweeper
+// after this job was taken for lost), or is gone.
+func (w *sendWorker) skip(ctx context.Context, job *river.Job[sendjob.Args]) error {
+	p, err := sendstate.Peek(ctx, w.pool, job.Args.Key)
+	if errors.Is(err, outbox.ErrNotFound) {
+		return river.JobCancel(fmt.Errorf("no intent with key %q", job.Args.Key))
+	}
+	if err != nil {
+		return err
+	}
+	log := w.cfg.Logger.With("key", job.Args.Key, "job_id", job.ID)
+	if (p.State == outbox.StatePending || p.State == outbox.StateSending) && p.JobID != nil {
+		log.Info("job superseded: the intent has another job", "intent_job_id", *p.JobID)
+	} else {
+		log.Debug("intent already settled", "state", string(p.State))
+	}
+	w.cfg.Observer.Observe(Outcome{Kind: p.Kind, Result: ResultSkipped})
+	return nil
+}
+
+func (w *sendWorker) claim(ctx context.Context, req sendstate.ClaimRequest) (*sendstate.Claimed, bool, error) {
 	if w.batch != nil {
 		return w.batch.claim(ctx, req)
 	}
-	return outbox.Claim(ctx, w.pool, req, w.claimOptions())
+	return sendstate.Claim(ctx, w.pool, req, w.claimOptions())
 }
 
-func (w *SendWorker) claimOptions() outbox.ClaimOptions {
-	return outbox.ClaimOptions{Owner: w.owner, KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow}
+func (w *sendWorker) claimOptions() sendstate.ClaimOptions {
+	return sendstate.ClaimOptions{Owner: w.owner, KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow}
 }
 
-func (w *SendWorker) markSent(ctx context.Context, s outbox.Sent) (bool, error) {
+func (w *sendWorker) markSent(ctx context.Context, s sendstate.Sent) (bool, error) {
 	if w.batch != nil {
 		return w.batch.markSent(ctx, s)
 	}
-	return outbox.MarkSent(context.WithoutCancel(ctx), w.pool, s)
+	return sendstate.MarkSent(context.WithoutCancel(ctx), w.pool, s)
 }
 
 // describe renders an error for last_error and the logs: status, code and
@@ -359,5 +370,5 @@ func describe(err error) string {
 		}
 		return s
 	}
-	return strings.TrimPrefix(err.Error(), "openemail: ")
+	return strings.TrimPrefix(err.Error(), "client: ")
 }

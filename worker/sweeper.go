@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
 // sweeper gives River jobs to rows inserted by plain SQL. It listens on the
@@ -17,12 +17,11 @@ import (
 // restarted database) only delays a send.
 //
 // Every interval it also rescues the intents that crashed workers left
-// sending (outbox.RescueAbandoned), and every reconcileEvery intervals it
-// gives a new job to intents whose job ended without them
-// (outbox.Reconcile): no intent is left where nothing will move it.
+// sending (RescueAbandoned), and every reconcileEvery intervals it gives a
+// new job to intents whose job ended without them (Reconcile): no intent is left where nothing will move it.
 type sweeper struct {
 	pool     *pgxpool.Pool
-	outbox   *outbox.Outbox
+	jobs     *sendstate.Scheduler
 	interval time.Duration
 	logger   *slog.Logger
 	sweeps   int
@@ -60,7 +59,7 @@ func (s *sweeper) listen(ctx context.Context) error {
 	// A connection that has been LISTENing is not handed back to the pool.
 	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+sendstate.NotifyChannel); err != nil {
 		return err
 	}
 	for {
@@ -78,11 +77,11 @@ func (s *sweeper) listen(ctx context.Context) error {
 }
 
 func (s *sweeper) sweep(ctx context.Context) {
-	s.do(ctx, s.outbox.Sweep, "sweep", "scheduled intents inserted by SQL")
-	rescue := func(ctx context.Context) (int, error) { return s.outbox.RescueAbandoned(ctx, s.restartGrace) }
+	s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
+	rescue := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandoned(ctx, s.restartGrace) }
 	s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key")
 	if s.sweeps%reconcileEvery == 0 {
-		s.do(ctx, s.outbox.Reconcile, "reconcile", "gave a new job to intents whose job ended without sending them")
+		s.do(ctx, s.jobs.Reconcile, "reconcile", "gave a new job to intents whose job ended without sending them")
 	}
 	s.sweeps++
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/sendjob"
+	"github.com/sendonce/sendonce/internal/sendstate"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -27,7 +29,8 @@ const (
 
 // Config configures a Worker.
 type Config struct {
-	// Client sends the intents. Required.
+	// Client sends the intents. Nil: client.New(), configured from the
+	// environment.
 	Client *client.Client
 	// Queue is the River queue worked (default outbox.DefaultQueue).
 	Queue string
@@ -55,7 +58,7 @@ type Config struct {
 	SweepInterval time.Duration
 	// RestartGrace is how long after the database server starts the
 	// worker waits before it takes a sending intent's owner for dead
-	// (default outbox.DefaultRestartGrace): a restart drops every session's
+	// (default sendstate.DefaultRestartGrace): a restart drops every session's
 	// advisory locks, and live workers need a moment to take theirs again.
 	RestartGrace time.Duration
 	// Send tunes the outcome mapping.
@@ -67,10 +70,8 @@ type Config struct {
 // Worker drains the outbox: a River client working the send queue, and a
 // sweeper for rows inserted without a job.
 type Worker struct {
-	River  *river.Client[pgx.Tx]
-	Outbox *outbox.Outbox
-
-	sendWorker *SendWorker
+	river      *river.Client[pgx.Tx]
+	sendWorker *sendWorker
 	pool       *pgxpool.Pool
 	sweeper    *sweeper
 	liveness   *liveness
@@ -79,9 +80,21 @@ type Worker struct {
 }
 
 // New builds a Worker over the application's database. Start it with Start.
+// A nil cfg, or a nil Config.Client, uses a client configured from the
+// environment (OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL).
 func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("worker: Config.Client is required")
+	if pool == nil {
+		return nil, errors.New("worker: a database pool is required")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := cfg.Client
+	if c == nil {
+		var err error
+		if c, err = client.New(); err != nil {
+			return nil, fmt.Errorf("worker: no Config.Client, and none from the environment: %w", err)
+		}
 	}
 	queue := cfg.Queue
 	if queue == "" {
@@ -117,7 +130,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 
 	if cfg.Send.MaxAttempts > MaxAttempts {
 		return nil, fmt.Errorf("worker: max attempts %d: want at most %d, below the River job's own limit of %d",
-			cfg.Send.MaxAttempts, MaxAttempts, outbox.DefaultMaxAttempts)
+			cfg.Send.MaxAttempts, MaxAttempts, sendjob.MaxAttempts)
 	}
 	if cfg.Send.ReplayWindow > outbox.MaxReplayWindow {
 		return nil, fmt.Errorf("worker: replay window %s: want at most %s, the time the API keeps an idempotency key",
@@ -125,13 +138,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	}
 	restartGrace := cfg.RestartGrace
 	if restartGrace <= 0 {
-		restartGrace = outbox.DefaultRestartGrace
+		restartGrace = sendstate.DefaultRestartGrace
 	}
 	sendCfg := cfg.Send
 	if sendCfg.Logger == nil {
 		sendCfg.Logger = logger
 	}
-	sendWorker := NewSendWorker(pool, cfg.Client, &sendCfg)
+	sendWorker := newSendWorker(pool, c, &sendCfg)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, sendWorker); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -148,19 +161,20 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: river client: %w", err)
 	}
-	ob, err := outbox.New(pool, &outbox.Config{Queue: queue})
-	if err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
-	}
+	jobs := &sendstate.Scheduler{Pool: pool, River: rc, Queue: queue}
 	return &Worker{
-		River:      rc,
-		Outbox:     ob,
+		river:      rc,
 		sendWorker: sendWorker,
 		pool:       pool,
-		sweeper:    &sweeper{pool: pool, outbox: ob, interval: sweepInterval, logger: logger, restartGrace: restartGrace},
+		sweeper:    &sweeper{pool: pool, jobs: jobs, interval: sweepInterval, logger: logger, restartGrace: restartGrace},
 		liveness:   &liveness{pool: pool, interval: sweepInterval, logger: logger},
 	}, nil
 }
+
+// RiverClient returns the worker's River client, for what works with one:
+// the River UI (riverui.NewEndpoints), subscriptions to job events. Do not
+// stop it directly: Stop does.
+func (w *Worker) RiverClient() *river.Client[pgx.Tx] { return w.river }
 
 // Start starts fetching and sending, and the sweeper.
 func (w *Worker) Start(ctx context.Context) error {
@@ -173,7 +187,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.sendWorker.owner = w.liveness.id
 	w.sendWorker.batch = newBatcher(bgCtx, w.pool, w.sendWorker.claimOptions())
-	if err := w.River.Start(ctx); err != nil {
+	if err := w.river.Start(ctx); err != nil {
 		cancel()
 		w.liveness.conn.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("worker: start river: %w", err)
@@ -189,11 +203,11 @@ func (w *Worker) Start(ctx context.Context) error {
 // jobs go back to River without losing anything: a cancelled send is
 // retried with the same key). It returns once everything has stopped.
 func (w *Worker) Stop(ctx context.Context) error {
-	err := w.River.Stop(ctx)
+	err := w.river.Stop(ctx)
 	if err != nil && ctx.Err() != nil {
 		hardCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err = w.River.StopAndCancel(hardCtx)
+		err = w.river.StopAndCancel(hardCtx)
 	}
 	// Only now, with no send left running, stop the batcher and sweeper.
 	if w.cancel != nil {

@@ -8,26 +8,37 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/outboxtest"
 	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/worker"
 )
 
-// TestWorkerEndToEnd drains a real outbox with a real River client:
-// committed intents are delivered once, rolled-back ones never, scheduled
-// ones not before their time, and rows inserted by plain SQL are picked up.
-func TestWorkerEndToEnd(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool := pgtest.NewDB(t)
+// e2eSetup gives an end-to-end test a fresh database with an outbox, a fake
+// API and a client of it.
+func e2eSetup(t *testing.T) (*pgxpool.Pool, *outbox.Outbox, *fakeapi.Server, *client.Client) {
+	t.Helper()
+	pool, ob := outboxtest.New(t)
 	fake := fakeapi.NewTest(t, fakeapi.Config{})
 	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pool, ob, fake, c
+}
+
+// TestWorkerEndToEnd drains a real outbox with a real River client:
+// committed intents are delivered once, rolled-back ones never, scheduled
+// ones not before their time, and rows inserted by plain SQL are picked up.
+func TestWorkerEndToEnd(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, ob, fake, c := e2eSetup(t)
 	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +61,7 @@ func TestWorkerEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Outbox.Enqueue(ctx, tx, outbox.Intent{Key: fmt.Sprintf("invoice:%d", i), Payload: body(fmt.Sprintf("c%d@example.com", i))}); err != nil {
+		if _, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: fmt.Sprintf("invoice:%d", i), Payload: body(fmt.Sprintf("c%d@example.com", i))}); err != nil {
 			t.Fatal(err)
 		}
 		if i%5 == 0 {
@@ -64,7 +75,7 @@ func TestWorkerEndToEnd(t *testing.T) {
 	}
 	sendAt := time.Now().Add(1500 * time.Millisecond)
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := w.Outbox.Enqueue(ctx, tx, outbox.Intent{Key: "reminder:1", Payload: body("later@example.com"), SendAt: sendAt})
+		_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "reminder:1", Payload: body("later@example.com"), SendAt: sendAt})
 		return err
 	})
 	if err != nil {
@@ -103,7 +114,7 @@ func TestWorkerEndToEnd(t *testing.T) {
 	if perKey["php:order:1"] != 1 || len(fake.Deliveries()) != 18 {
 		t.Errorf("deliveries %v", perKey)
 	}
-	st, err := outbox.ReadStats(ctx, pool)
+	st, err := ob.Stats(ctx)
 	if err != nil || st.Counts[outbox.StateSent] != 18 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
@@ -116,16 +127,7 @@ func TestWorkerReconcilesStrandedIntents(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool := pgtest.NewDB(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ob, err := outbox.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, ob, fake, c := e2eSetup(t)
 	for i, how := range []string{
 		`DELETE FROM river_job WHERE id = $1`,
 		`UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1`,
@@ -158,17 +160,23 @@ func TestWorkerReconcilesStrandedIntents(t *testing.T) {
 }
 
 // TestNewRefusesSettingsThatBreakTheGuarantee: a window longer than the
-// API keeps keys, or more attempts than the River job allows (River would
+// API keeps keys, or as many attempts as the River job allows (River would
 // discard the job while the intent is still pending).
 func TestNewRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
 	t.Parallel()
+	pool := pgtest.NewDB(t)
 	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL("http://127.0.0.1:1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, send := range []worker.SendConfig{{ReplayWindow: 48 * time.Hour}, {MaxAttempts: outbox.DefaultMaxAttempts}} {
-		if _, err := worker.New(nil, &worker.Config{Client: c, Send: send}); err == nil {
+	for _, send := range []worker.SendConfig{{ReplayWindow: outbox.MaxReplayWindow + time.Second}, {MaxAttempts: worker.MaxAttempts + 1}} {
+		if _, err := worker.New(pool, &worker.Config{Client: c, Send: send}); err == nil {
 			t.Errorf("New with %+v succeeded", send)
 		}
+	}
+	// The limits themselves are accepted: what New refused was the settings.
+	limits := worker.SendConfig{ReplayWindow: outbox.MaxReplayWindow, MaxAttempts: worker.MaxAttempts}
+	if _, err := worker.New(pool, &worker.Config{Client: c, Send: limits}); err != nil {
+		t.Errorf("New with %+v: %v", limits, err)
 	}
 }

@@ -87,7 +87,9 @@ const examples = `  openemail-fake
   curl -H 'X-Fake-Fault: error_before=503;times=2' -H 'Idempotency-Key: k1' …   # per request`
 
 // newCommand builds the command; getenv, stdout and stderr are injected so
-// tests can run it in-process.
+// tests can run it in-process. Its cobra.Command is alike in shape to
+// sendonce's commands on purpose: the fake is a program of its own and
+// shares no code with sendonce, only the contract.
 func newCommand(getenv func(string) string, stdout, stderr io.Writer) (*cobra.Command, *options) {
 	o := &options{}
 	cmd := &cobra.Command{

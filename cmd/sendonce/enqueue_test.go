@@ -7,14 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
 func TestEnqueue(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	env := dbEnv(dbURL)
+	dbURL, env := newDBEnv(t)
 
 	r := sendonce(t, env, emailBody("ada@example.com"), "enqueue", "--key", "invoice:inv_1")
 	wantOK(t, r)
@@ -64,8 +62,7 @@ func TestEnqueue(t *testing.T) {
 
 func TestEnqueueRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	env := dbEnv(dbURL)
+	dbURL, env := newDBEnv(t)
 	// One intent already there, for the key-reuse case.
 	wantOK(t, sendonce(t, env, emailBody("ada@example.com"), "enqueue", "--key", "taken"))
 

@@ -61,6 +61,14 @@ func dbEnv(dbURL string) map[string]string {
 	return map[string]string{"DATABASE_URL": dbURL, "SENDONCE_LOG_FORMAT": "text", "OPENEMAIL_API_KEY": testAPIKey}
 }
 
+// newDBEnv makes a migrated database for the test and returns its URL and
+// the environment of a command run against it.
+func newDBEnv(t *testing.T) (dbURL string, env map[string]string) {
+	t.Helper()
+	dbURL = pgtest.NewDBURL(t)
+	return dbURL, dbEnv(dbURL)
+}
+
 // wantOK fails unless r exited 0.
 func wantOK(t *testing.T, r result) {
 	t.Helper()

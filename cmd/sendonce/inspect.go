@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"text/tabwriter"
@@ -30,12 +32,7 @@ A growing age means the worker is not keeping up, or not running.`,
   sendonce status --json | jq .counts.failed`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			pool, err := a.connect(cmd.Context(), 0)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			st, err := outbox.ReadStats(cmd.Context(), pool)
+			st, err := fromOutbox(cmd.Context(), a, "", (*outbox.Outbox).Stats)
 			if err != nil {
 				return err
 			}
@@ -70,22 +67,7 @@ the last error, and its times. The payload (the message) is printed with
 		Example: `  sendonce show invoice:inv_4192
   sendonce show invoice:inv_4192 --json`,
 		Args: keyArg,
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			pool, err := a.connect(cmd.Context(), 0)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			rec, err := outbox.Get(cmd.Context(), pool, args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(a.stdout, rec)
-			}
-			printRecord(a.stdout, rec)
-			return nil
-		}),
+		RunE: a.intentRunE(&asJSON, (*outbox.Outbox).Get, printRecord),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the intent as JSON, payload included")
 	return cmd
@@ -118,12 +100,9 @@ when the page is full).`,
 			if after < 0 {
 				return usagef("--after %d: want an id, 0 or more", after)
 			}
-			pool, err := a.connect(cmd.Context(), 0)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			recs, err := outbox.List(cmd.Context(), pool, outbox.ListParams{State: st, AfterID: after, Limit: limit})
+			recs, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) ([]*outbox.Record, error) {
+				return ob.List(ctx, outbox.ListParams{State: st, AfterID: after, Limit: limit})
+			})
 			if err != nil {
 				return err
 			}
@@ -152,6 +131,9 @@ when the page is full).`,
 	return cmd
 }
 
+// cancelCommand declares `sendonce cancel`. Its declaration is alike in
+// shape to show's and status's on purpose (a cobra.Command literal and its
+// --json flag); the logic they share is in intentRunE.
 func (a *app) cancelCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -163,25 +145,8 @@ intent (being sent, sent, failed, or pending after an attempt that may have
 reached the API) is refused and left as it was.`,
 		Example: `  sendonce cancel welcome:user_17`,
 		Args:    keyArg,
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			pool, err := a.connect(cmd.Context(), 0)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			ob, err := outbox.New(pool, nil)
-			if err != nil {
-				return err
-			}
-			rec, err := ob.Cancel(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(a.stdout, rec)
-			}
-			fmt.Fprintf(a.stdout, "canceled %s\n", summary(rec))
-			return nil
+		RunE: a.intentRunE(&asJSON, (*outbox.Outbox).Cancel, func(w io.Writer, rec *outbox.Record) {
+			fmt.Fprintf(w, "canceled %s\n", summary(rec))
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the canceled intent as JSON")
@@ -230,16 +195,9 @@ retry starts a new window, is logged, and is recorded on the intent
 			if window <= 0 || window > outbox.MaxReplayWindow {
 				return usagef("--replay-window %s: want a positive duration of at most %s", window, outbox.MaxReplayWindow)
 			}
-			pool, err := a.connect(cmd.Context(), 0)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			ob, err := outbox.New(pool, &outbox.Config{Queue: queue})
-			if err != nil {
-				return err
-			}
-			rec, err := ob.Retry(cmd.Context(), args[0], &outbox.RetryOptions{Force: force, ReplayWindow: window})
+			rec, err := fromOutbox(cmd.Context(), a, queue, func(ob *outbox.Outbox, ctx context.Context) (*outbox.Record, error) {
+				return ob.Retry(ctx, args[0], &outbox.RetryOptions{Force: force, ReplayWindow: window})
+			})
 			if err != nil {
 				return err
 			}
@@ -266,4 +224,40 @@ retry starts a new window, is logged, and is recorded on the intent
 	cmd.Flags().StringVar(&queue, "queue", outbox.DefaultQueue, "River queue of the new send job; the worker must work the same queue")
 	bindEnv(cmd.Flags(), "queue", "SENDONCE_QUEUE")
 	return cmd
+}
+
+// intentRunE is the RunE of show and cancel: one call on the intent the
+// argument names, and the intent it returns printed as JSON with --json, or
+// else by text.
+func (a *app) intentRunE(asJSON *bool, call func(*outbox.Outbox, context.Context, string) (*outbox.Record, error), text func(io.Writer, *outbox.Record)) func(*cobra.Command, []string) error {
+	return runE(func(cmd *cobra.Command, args []string) error {
+		rec, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) (*outbox.Record, error) {
+			return call(ob, ctx, args[0])
+		})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(a.stdout, rec)
+		}
+		text(a.stdout, rec)
+		return nil
+	})
+}
+
+// fromOutbox makes one call on an Outbox over a connection of its own (on
+// queue, or the default), then closes the connection: each operator
+// command reads or changes the outbox with a single call.
+func fromOutbox[T any](ctx context.Context, a *app, queue string, call func(*outbox.Outbox, context.Context) (T, error)) (T, error) {
+	var zero T
+	pool, err := a.connect(ctx, 0)
+	if err != nil {
+		return zero, err
+	}
+	defer pool.Close()
+	ob, err := outbox.New(pool, &outbox.Config{Queue: queue})
+	if err != nil {
+		return zero, err
+	}
+	return call(ob, ctx)
 }

@@ -6,14 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
 func TestShowListStatusCancelRetry(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	env := dbEnv(dbURL)
+	dbURL, env := newDBEnv(t)
 	pool := poolFor(t, dbURL)
 	for _, key := range []string{"a:1", "a:2", "a:3"} {
 		wantOK(t, sendonce(t, env, emailBody(key+"@example.com"), "enqueue", "--key", key))

@@ -9,6 +9,9 @@ import (
 	"github.com/sendonce/sendonce/migrations"
 )
 
+// migrateCommand declares `sendonce migrate`. Its cobra.Command literal is
+// alike in shape to demo's on purpose: each command declares its own help,
+// and they share no logic.
 func (a *app) migrateCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",

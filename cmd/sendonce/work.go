@@ -74,6 +74,9 @@ type workOptions struct {
 	uiToken           string
 }
 
+// workCommand declares `sendonce work`. Its cobra.Command literal is alike
+// in shape to enqueue's on purpose: each command declares its own help and
+// flags, and they share no logic.
 func (a *app) workCommand() *cobra.Command {
 	o := &workOptions{}
 	cmd := &cobra.Command{
@@ -223,7 +226,11 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	if pending {
 		return migrations.ErrPending
 	}
-	m.WatchOutbox(pool, 5*time.Second, log)
+	ob, err := outbox.New(pool, &outbox.Config{Queue: o.queue})
+	if err != nil {
+		return err
+	}
+	m.WatchOutbox(ob, 5*time.Second, log)
 
 	w, err := worker.New(pool, &worker.Config{
 		Client:            c,
@@ -260,7 +267,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	)
 	if o.httpAddr != "" {
 		ui, err := riverui.NewHandler(&riverui.HandlerOpts{
-			Endpoints: riverui.NewEndpoints(w.River, nil),
+			Endpoints: riverui.NewEndpoints(w.RiverClient(), nil),
 			Prefix:    httpserver.UIPrefix,
 			Logger:    log,
 		})

@@ -102,7 +102,7 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 	if err != nil {
 		return DrainResult{}, err
 	}
-	events, unsubscribe := w.River.SubscribeConfig(&river.SubscribeConfig{ChanSize: p.N + 1000, Kinds: finishedKinds})
+	events, unsubscribe := w.RiverClient().SubscribeConfig(&river.SubscribeConfig{ChanSize: p.N + 1000, Kinds: finishedKinds})
 	defer unsubscribe()
 	res, err := timeDrain(ctx, env, p, events, w.Start, w.Stop)
 	if err != nil || p.Window > 0 {

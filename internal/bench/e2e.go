@@ -68,7 +68,7 @@ func (s *EndToEnd) Run(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	events, unsubscribe := w.River.SubscribeConfig(&river.SubscribeConfig{
+	events, unsubscribe := w.RiverClient().SubscribeConfig(&river.SubscribeConfig{
 		ChanSize: int(s.rate*s.dur.Seconds()) + 1000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer unsubscribe()
 	if err := w.Start(ctx); err != nil {

@@ -56,15 +56,10 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 	deadline := time.Now().Add(firstWorkerLimit)
 	var c counts
 	for {
-		if err := d.tick(ctx, w1, deadline, "worker 1 to reach the kill"); err != nil {
+		if c, err = d.poll(ctx, w1, b, deadline, "worker 1 to reach the kill"); err != nil {
 			b.close()
 			return nil, err
 		}
-		if c, err = d.readCounts(ctx); err != nil {
-			b.close()
-			return nil, err
-		}
-		b.set(c.Sent)
 		if c.Settled >= total {
 			break
 		}
@@ -136,15 +131,10 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 	deadline = time.Now().Add(recoveryLimit)
 	var leaderSaid, replaySaid bool
 	for c.Settled < total {
-		if err := d.tick(ctx, w2, deadline, "every intent to be sent after the kill"); err != nil {
+		if c, err = d.poll(ctx, w2, b, deadline, "every intent to be sent after the kill"); err != nil {
 			b.close()
 			return nil, err
 		}
-		if c, err = d.readCounts(ctx); err != nil {
-			b.close()
-			return nil, err
-		}
-		b.set(c.Sent)
 		if !leaderSaid {
 			now, _, err := d.leader(ctx)
 			if err != nil {
@@ -173,6 +163,20 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 	res.Recovery = time.Since(killedAt)
 	d.say("All %d intents sent, %s after the kill.", total, round(res.Recovery))
 	return res, d.stopLast(w2)
+}
+
+// poll is one step of a progress loop: it waits for the next tick of w's
+// run, reads the counts and moves the bar to them.
+func (d *demo) poll(ctx context.Context, w *workerProc, b *bar, deadline time.Time, what string) (counts, error) {
+	if err := d.tick(ctx, w, deadline, what); err != nil {
+		return counts{}, err
+	}
+	c, err := d.readCounts(ctx)
+	if err != nil {
+		return counts{}, err
+	}
+	b.set(c.Sent)
+	return c, nil
 }
 
 // tick waits for the next poll, and fails when ctx ends, the deadline has

@@ -17,13 +17,13 @@
 //     sendonce_api_request_duration_seconds{method},
 //     sendonce_api_request_errors_total{method} for attempts with no response);
 //   - the database, through WatchOutbox: sendonce_outbox_intents{state} and
-//     sendonce_outbox_oldest_pending_age_seconds, read with outbox.ReadStats at
+//     sendonce_outbox_oldest_pending_age_seconds, read with Outbox.Stats at
 //     scrape time.
 //
 // Wiring it up:
 //
 //	m := metrics.New()
-//	m.WatchOutbox(pool, 5*time.Second, logger)
+//	m.WatchOutbox(ob, 5*time.Second, logger) // ob from outbox.New
 //	c, _ := client.New(client.WithHTTPClient(&http.Client{Transport: m.InstrumentTransport(nil)}))
 //	w, _ := worker.New(pool, &worker.Config{Client: c, Send: worker.SendConfig{Observer: m}})
 //	http.Handle("/metrics", m.Handler())

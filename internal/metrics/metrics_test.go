@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sendonce/sendonce/internal/metrics"
@@ -121,7 +119,7 @@ func TestWatchOutboxReadsTheDatabaseAtScrapeTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	m.WatchOutbox(pool, 0, nil)
+	m.WatchOutbox(ob, 0, nil)
 	wantLine(t, scrape(t, m), `sendonce_outbox_intents{state="pending"} 0`)
 
 	tx, err := pool.Begin(ctx)
@@ -149,20 +147,12 @@ func TestWatchOutboxReadsTheDatabaseAtScrapeTime(t *testing.T) {
 	}
 }
 
-// brokenDB fails every query, as a database that is down does.
+// brokenDB fails, as a database that is down does.
 type brokenDB struct{}
 
-var errDown = errors.New("database is down")
-
-func (brokenDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, errDown
+func (brokenDB) Stats(context.Context) (*outbox.Stats, error) {
+	return nil, errors.New("database is down")
 }
-func (brokenDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errDown }
-func (brokenDB) QueryRow(context.Context, string, ...any) pgx.Row        { return errRow{} }
-
-type errRow struct{}
-
-func (errRow) Scan(...any) error { return errDown }
 
 func TestWatchOutboxReportsNothingWhenTheDatabaseIsDown(t *testing.T) {
 	m := metrics.New()

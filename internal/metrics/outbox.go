@@ -10,20 +10,25 @@ import (
 	"github.com/sendonce/sendonce/outbox"
 )
 
-// WatchOutbox registers a collector that reads outbox.ReadStats from db
+// StatsReader reads the outbox's counts: an *outbox.Outbox.
+type StatsReader interface {
+	Stats(ctx context.Context) (*outbox.Stats, error)
+}
+
+// WatchOutbox registers a collector that reads the outbox's Stats
 // each time the registry is scraped, bounded by timeout (5 s when zero), and
 // reports sendonce_outbox_intents{state} and
 // sendonce_outbox_oldest_pending_age_seconds. When the database does not
 // answer, the scrape carries neither metric (rather than stale or zero
 // values that would look healthy) and the error is logged at warn level.
-func (m *Metrics) WatchOutbox(db outbox.DB, timeout time.Duration, logger *slog.Logger) {
+func (m *Metrics) WatchOutbox(ob StatsReader, timeout time.Duration, logger *slog.Logger) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m.Registry.MustRegister(&outboxCollector{db: db, timeout: timeout, logger: logger})
+	m.Registry.MustRegister(&outboxCollector{ob: ob, timeout: timeout, logger: logger})
 }
 
 var (
@@ -34,7 +39,7 @@ var (
 )
 
 type outboxCollector struct {
-	db      outbox.DB
+	ob      StatsReader
 	timeout time.Duration
 	logger  *slog.Logger
 }
@@ -47,7 +52,7 @@ func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	st, err := outbox.ReadStats(ctx, c.db)
+	st, err := c.ob.Stats(ctx)
 	if err != nil {
 		c.logger.Warn("metrics: cannot read outbox stats; scrape carries no outbox metrics", "error", err)
 		return

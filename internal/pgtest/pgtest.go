@@ -106,19 +106,56 @@ func NewDB(t testing.TB) *pgxpool.Pool {
 // processes, say): it returns the new database's URL.
 func NewDBURL(t testing.TB) string {
 	t.Helper()
-	srv := ServerURL(t)
-	mu.Lock()
-	if template == nil {
-		tmpl, err := createTemplate(srv)
-		if err != nil {
-			mu.Unlock()
-			t.Fatalf("pgtest: %v", err)
-		}
-		template = tmpl
+	srv, tmpl, err := serverAndTemplate()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	tmpl := template.Name
-	mu.Unlock()
 	return create(t, srv, "sendonce_test_", tmpl)
+}
+
+// Exec runs a statement for a test's set-up, failing the test on error.
+func Exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+}
+
+// ExampleDB is NewDB for Example functions, which have no *testing.T: it
+// panics when no database can be had, and done closes the pool and drops
+// the database.
+func ExampleDB() (pool *pgxpool.Pool, done func()) {
+	srv, tmpl, err := serverAndTemplate()
+	if err != nil {
+		panic("pgtest: " + err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := pgcluster.CreateDatabase(ctx, srv, "sendonce_example_", tmpl)
+	if err != nil {
+		panic("pgtest: " + err.Error())
+	}
+	if pool, err = pgxpool.New(ctx, db.URL); err != nil {
+		drop(db)
+		panic("pgtest: " + err.Error())
+	}
+	return pool, func() { pool.Close(); drop(db) }
+}
+
+// serverAndTemplate returns the server's URL and the migrated template's
+// name, making either first if need be.
+func serverAndTemplate() (srv, tmpl string, err error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if err := ensureServer(); err != nil {
+		return "", "", err
+	}
+	if template == nil {
+		if template, err = createTemplate(server); err != nil {
+			return "", "", err
+		}
+	}
+	return server, template.Name, nil
 }
 
 // NewCluster starts a throwaway cluster of the test's own, for a test that

@@ -1,18 +1,49 @@
-package outbox
-
-import (
-	"context"
-	"fmt"
-	"time"
-)
-
-// The functions in this file are the worker's side of an intent's
-// lifecycle. Each is one statement, so each is atomic on its own.
+// Package sendstate is the worker's side of an intent's lifecycle: claiming
+// an intent for an attempt, recording the attempt's outcome, and giving a new
+// River job to intents left without a working one. Producers and operators
+// use package outbox; this is machinery behind package worker.
+//
+// Each function that moves one intent is one statement, so each is atomic
+// on its own.
 //
 // An intent's row names the one River job that may send it (job_id). A job
 // that is not that job (a job revived after Retry or after the reconciler
 // gave the intent a new one) claims nothing and records nothing but a
 // success, so two jobs never run one intent's send at once by design.
+package sendstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// DB is a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// claimColumns is what a claim returns of an intent: what a send needs.
+const claimColumns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), state, attempts,
+	uncertain, snoozes, coalesce(api_key_fingerprint, ''), job_id, first_attempt_at`
+
+func scanClaimed(row pgx.Row, extra ...any) (*outbox.Record, error) {
+	r := &outbox.Record{}
+	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.State, &r.Attempts,
+		&r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.JobID, &r.FirstAttemptAt}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 
 // ClaimRequest names an intent and the River job that wants to send it.
 type ClaimRequest struct {
@@ -31,9 +62,9 @@ type ClaimOptions struct {
 	ReplayWindow time.Duration
 }
 
-// Claimed is an intent claimed for one attempt.
+// Claimed is an intent claimed for one attempt: the fields a send needs.
 type Claimed struct {
-	Record *Record
+	Record *outbox.Record
 	// WindowLeft is what remains of the replay window, measured by the
 	// database's clock at the claim: zero or less when it has run out.
 	WindowLeft time.Duration
@@ -45,7 +76,7 @@ type Claimed struct {
 // by a crashed worker is claimed again, and marked uncertain: that is how a
 // crash turns into a replay. The result holds the claims made, by job id; a
 // job it does not hold may not send (its intent is settled, gone, or owned
-// by another job): ask Get about it. Rows are locked in id order, so
+// by another job): ask Peek about it. Rows are locked in id order, so
 // concurrent calls cannot deadlock.
 func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOptions) (map[int64]*Claimed, error) {
 	keys := make([]string, len(reqs))
@@ -76,42 +107,59 @@ func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOption
 				updated_at = now()
 			FROM l WHERE o.id = l.id
 			RETURNING o.*)
-		SELECT `+columns+`, extract(epoch FROM first_attempt_at + $5::float8 * interval '1 second' - now())::float8 FROM u`,
+		SELECT `+claimColumns+`, extract(epoch FROM first_attempt_at + $5::float8 * interval '1 second' - now())::float8 FROM u`,
 		keys, jobIDs, owner, opts.KeyFingerprint, opts.ReplayWindow.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
+		return nil, fmt.Errorf("sendstate: claim: %w", err)
 	}
 	defer rows.Close()
 	out := make(map[int64]*Claimed, len(reqs))
 	for rows.Next() {
 		var left float64
-		rec, err := scanRecord(rows, &left)
+		rec, err := scanClaimed(rows, &left)
 		if err != nil {
-			return nil, fmt.Errorf("outbox: claim: %w", err)
+			return nil, fmt.Errorf("sendstate: claim: %w", err)
 		}
 		out[*rec.JobID] = &Claimed{Record: rec, WindowLeft: time.Duration(left * float64(time.Second))}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
+		return nil, fmt.Errorf("sendstate: claim: %w", err)
 	}
 	return out, nil
 }
 
-// Claim is ClaimMany for one job. ok is false, with the record as it
-// stands, when the job may not send.
+// Claim is ClaimMany for one job. ok is false when the job may not send;
+// Peek says why.
 func Claim(ctx context.Context, db DB, req ClaimRequest, opts ClaimOptions) (c *Claimed, ok bool, err error) {
 	claimed, err := ClaimMany(ctx, db, []ClaimRequest{req}, opts)
 	if err != nil {
 		return nil, false, err
 	}
-	if c := claimed[req.JobID]; c != nil {
-		return c, true, nil
+	c, ok = claimed[req.JobID]
+	return c, ok, nil
+}
+
+// Peeked is what Peek tells of an intent.
+type Peeked struct {
+	State outbox.State
+	Kind  outbox.Kind
+	JobID *int64
+}
+
+// Peek tells a job that could not claim its intent where the intent stands.
+// It returns an error matching outbox.ErrNotFound when there is none. It
+// is alike in shape to the outbox's Get on purpose: a skipped job reads
+// three columns, not the whole intent.
+func Peek(ctx context.Context, db DB, key string) (*Peeked, error) {
+	p := &Peeked{}
+	err := db.QueryRow(ctx, `SELECT state, kind, job_id FROM sendonce_outbox WHERE idempotency_key = $1`, key).Scan(&p.State, &p.Kind, &p.JobID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %q", outbox.ErrNotFound, key)
 	}
-	rec, err := Get(ctx, db, req.Key)
 	if err != nil {
-		return nil, false, err
+		return nil, fmt.Errorf("sendstate: peek %q: %w", key, err)
 	}
-	return &Claimed{Record: rec}, false, nil
+	return p, nil
 }
 
 // Sent is one API answer for MarkSentMany.
@@ -145,21 +193,21 @@ func MarkSentMany(ctx context.Context, db DB, sent []Sent) (overrode []string, e
 		WHERE o.id = l.id AND o.idempotency_key = m.key
 		RETURNING o.idempotency_key, l.old_state`, keys, ids, replayed)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: mark sent: %w", err)
+		return nil, fmt.Errorf("sendstate: mark sent: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var key string
-		var old State
+		var old outbox.State
 		if err := rows.Scan(&key, &old); err != nil {
-			return nil, fmt.Errorf("outbox: mark sent: %w", err)
+			return nil, fmt.Errorf("sendstate: mark sent: %w", err)
 		}
-		if old == StateFailed {
+		if old == outbox.StateFailed {
 			overrode = append(overrode, key)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: mark sent: %w", err)
+		return nil, fmt.Errorf("sendstate: mark sent: %w", err)
 	}
 	return overrode, nil
 }
@@ -203,7 +251,7 @@ func MarkPending(ctx context.Context, db DB, o Outcome) error {
 
 func update(ctx context.Context, db DB, op, sql string, args ...any) error {
 	if _, err := db.Exec(ctx, sql, args...); err != nil {
-		return fmt.Errorf("outbox: %s %q: %w", op, args[0], err)
+		return fmt.Errorf("sendstate: %s %q: %w", op, args[0], err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package outbox
+package sendstate
 
 import (
 	"context"
@@ -6,12 +6,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/sendonce/sendonce/internal/sendjob"
 )
 
 // NotifyChannel is the PostgreSQL channel on which the table's trigger
 // announces rows inserted without a River job (by plain SQL).
 const NotifyChannel = "sendonce_outbox"
+
+// Scheduler gives River jobs to intents that need one.
+type Scheduler struct {
+	Pool  *pgxpool.Pool
+	River *river.Client[pgx.Tx]
+	Queue string
+}
 
 // sweepBatch bounds the rows one Sweep schedules.
 const sweepBatch = 1000
@@ -20,7 +30,7 @@ const sweepBatch = 1000
 // producer in another language inserted with plain SQL. It returns how many
 // it scheduled. Rows locked by a concurrent sweeper are skipped, so any
 // number of workers may sweep at once.
-func (o *Outbox) Sweep(ctx context.Context) (int, error) {
+func (o *Scheduler) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		n, err := o.sweepOnce(ctx)
@@ -31,8 +41,8 @@ func (o *Outbox) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-func (o *Outbox) sweepOnce(ctx context.Context) (int, error) {
-	return o.reschedule(ctx, "sweep", priorityNormal, `SELECT id, idempotency_key, send_at FROM sendonce_outbox
+func (o *Scheduler) sweepOnce(ctx context.Context) (int, error) {
+	return o.reschedule(ctx, "sweep", sendjob.PriorityNormal, `SELECT id, idempotency_key, send_at FROM sendonce_outbox
 		WHERE job_id IS NULL AND state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, sweepBatch)
 }
 
@@ -55,8 +65,8 @@ const DefaultRestartGrace = 5 * time.Second
 // intent's job and does nothing. Within restartGrace of the database
 // server's start nothing is rescued (see DefaultRestartGrace). It returns
 // how many it rescued.
-func (o *Outbox) RescueAbandoned(ctx context.Context, restartGrace time.Duration) (int, error) {
-	return o.rescheduleAll(ctx, "rescue", priorityUrgent, `SELECT o.id, o.idempotency_key, o.send_at FROM sendonce_outbox o
+func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Duration) (int, error) {
+	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.send_at FROM sendonce_outbox o
 		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
 			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
@@ -69,15 +79,15 @@ func (o *Outbox) RescueAbandoned(ctx context.Context, restartGrace time.Duration
 // or cancelled in the River UI, discarded after its attempts ran out, or
 // discarded by a River client that does not know sendonce's job kind. It
 // returns how many it rescheduled.
-func (o *Outbox) Reconcile(ctx context.Context) (int, error) {
-	return o.rescheduleAll(ctx, "reconcile", priorityNormal, `SELECT o.id, o.idempotency_key, o.send_at FROM sendonce_outbox o
+func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
+	return o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.send_at FROM sendonce_outbox o
 		LEFT JOIN river_job j ON j.id = o.job_id
 		WHERE o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL
 			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
 		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`)
 }
 
-func (o *Outbox) rescheduleAll(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
+func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
 	total := 0
 	for {
 		n, err := o.reschedule(ctx, op, priority, query, append([]any{sweepBatch}, args...)...)
@@ -90,9 +100,9 @@ func (o *Outbox) rescheduleAll(ctx context.Context, op string, priority int, que
 
 // reschedule selects intents (id, key, send_at) with query, locked, and
 // gives each a new River job in the same transaction.
-func (o *Outbox) reschedule(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
+func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
 	var n int
-	err := o.inTx(ctx, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
 			return err
@@ -112,13 +122,13 @@ func (o *Outbox) reschedule(ctx context.Context, op string, priority int, query 
 				at = *sendAt
 			}
 			ids = append(ids, id)
-			params = append(params, river.InsertManyParams{Args: SendArgs{Key: key}, InsertOpts: o.insertOpts(at, priority)})
+			params = append(params, river.InsertManyParams{Args: sendjob.Args{Key: key}, InsertOpts: sendjob.InsertOpts(o.Queue, at, priority)})
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(ids) == 0 {
 			return err
 		}
-		jobs, err := o.river.InsertManyTx(ctx, tx, params)
+		jobs, err := o.River.InsertManyTx(ctx, tx, params)
 		if err != nil {
 			return fmt.Errorf("insert river jobs: %w", err)
 		}
@@ -136,7 +146,7 @@ func (o *Outbox) reschedule(ctx context.Context, op string, priority int, query 
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("outbox: %s: %w", op, err)
+		return 0, fmt.Errorf("sendstate: %s: %w", op, err)
 	}
 	return n, nil
 }

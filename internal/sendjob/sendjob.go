@@ -1,0 +1,41 @@
+// Package sendjob defines the River job that sends one intent: its
+// arguments, its kind and how it is inserted. The outbox inserts it, the
+// worker works it, and the sweeper inserts it again for an intent left
+// without a working job; all three agree here.
+package sendjob
+
+import (
+	"time"
+
+	"github.com/riverqueue/river"
+)
+
+// Args are the arguments of the River job that sends one intent. The job
+// carries only the key: the outbox row is the source of truth, read afresh
+// on every attempt.
+type Args struct {
+	Key string `json:"key"`
+}
+
+// Kind is the River job kind of a send job.
+func (Args) Kind() string { return "sendonce_send" }
+
+// MaxAttempts is River's attempt limit for a send job. The worker gives up
+// sooner by its own limit and replay window; this only keeps River from
+// discarding a job before the worker has recorded why.
+const MaxAttempts = 100
+
+// River priorities of send jobs (1 runs first). Intents rescued from a
+// crashed worker, and those an operator retries, go ahead of the queue: an
+// uncertain intent's replay window is running, and the backlog of a billing
+// run must not hold it back.
+const (
+	PriorityNormal = 2
+	PriorityUrgent = 1
+)
+
+// InsertOpts are the options of a send job on queue, held until sendAt
+// (zero: now).
+func InsertOpts(queue string, sendAt time.Time, priority int) *river.InsertOpts {
+	return &river.InsertOpts{Queue: queue, MaxAttempts: MaxAttempts, ScheduledAt: sendAt, Priority: priority}
+}

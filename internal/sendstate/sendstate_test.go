@@ -1,0 +1,286 @@
+package sendstate_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/sendonce/sendonce/internal/outboxtest"
+	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const invoiceBody = outboxtest.InvoiceBody
+
+// setup gives an outbox and a scheduler over a fresh database.
+func setup(t *testing.T) (*pgxpool.Pool, *outbox.Outbox, *sendstate.Scheduler) {
+	t.Helper()
+	pool, ob := outboxtest.New(t)
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, ob, &sendstate.Scheduler{Pool: pool, River: rc, Queue: outbox.DefaultQueue}
+}
+
+func enqueue(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, keys ...string) {
+	t.Helper()
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		for _, k := range keys {
+			if _, err := ob.Enqueue(context.Background(), tx, outbox.Intent{Key: k, Payload: json.RawMessage(invoiceBody)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, pool *pgxpool.Pool, key string) *outbox.Record {
+	t.Helper()
+	ob, err := outbox.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outboxtest.Get(t, ob, key)
+}
+
+func TestClaimManyAndMarkSentMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t)
+	for _, k := range []string{"m:1", "m:2", "m:3"} {
+		enqueue(t, pool, ob, k)
+	}
+	claim(t, pool, "m:3")
+	sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "m:3", MessageID: "msg_3"})
+
+	reqs := []sendstate.ClaimRequest{request(t, pool, "m:1"), request(t, pool, "m:2"), request(t, pool, "m:3"), {Key: "m:missing", JobID: -1},
+		{Key: "m:1", JobID: -2}} // a job that is not the intent's own claims nothing
+	claimed, err := sendstate.ClaimMany(ctx, pool, reqs, claimOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, m2 := claimed[reqs[0].JobID], claimed[reqs[1].JobID]
+	if len(claimed) != 2 || m1 == nil || m2 == nil || m1.Record.State != outbox.StateSending || m2.Record.Attempts != 1 ||
+		m1.Record.FirstAttemptAt == nil || m1.WindowLeft < outbox.DefaultReplayWindow-time.Minute || m1.WindowLeft > outbox.DefaultReplayWindow {
+		t.Fatalf("claimed %v, want m:1 and m:2 sending with a whole window left", claimed)
+	}
+	_, err = sendstate.MarkSentMany(ctx, pool, []sendstate.Sent{{Key: "m:1", MessageID: "msg_1"}, {Key: "m:2", MessageID: "msg_2", Replayed: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"m:1": "msg_1", "m:2": "msg_2", "m:3": "msg_3"} {
+		rec := get(t, pool, key)
+		if rec.State != outbox.StateSent || rec.MessageID != want || rec.Replayed != (key == "m:2") || rec.SentAt == nil {
+			t.Errorf("%s: %+v", key, rec)
+		}
+	}
+}
+
+var claimOpts = sendstate.ClaimOptions{ReplayWindow: outbox.DefaultReplayWindow, KeyFingerprint: "sha256:000000000001"}
+
+// request is the claim the intent's own job would make.
+func request(t *testing.T, pool *pgxpool.Pool, key string) sendstate.ClaimRequest {
+	t.Helper()
+	rec := get(t, pool, key)
+	if rec.JobID == nil {
+		t.Fatalf("%s has no job: %+v", key, rec)
+	}
+	return sendstate.ClaimRequest{Key: key, JobID: *rec.JobID}
+}
+
+// claim claims the intent as its own job would.
+func claim(t *testing.T, pool *pgxpool.Pool, key string) *sendstate.Claimed {
+	t.Helper()
+	c, ok, err := sendstate.Claim(context.Background(), pool, request(t, pool, key), claimOpts)
+	if err != nil || !ok {
+		t.Fatalf("claim %s: %+v, %v, %v", key, c, ok, err)
+	}
+	return c
+}
+
+// fail parks the intent as its own job would.
+func fail(t *testing.T, pool *pgxpool.Pool, key, reason string, uncertain bool) {
+	t.Helper()
+	err := sendstate.MarkFailed(context.Background(), pool, sendstate.Outcome{Key: key, JobID: request(t, pool, key).JobID, Reason: reason, Uncertain: uncertain})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Hole 2: nothing moved an intent whose River job ended without it.
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, jobs := setup(t)
+	keys := []string{"s:discarded", "s:deleted", "s:cancelled", "s:live", "s:sent"}
+	for _, k := range keys {
+		enqueue(t, pool, ob, k)
+	}
+	old := map[string]int64{}
+	for _, k := range keys {
+		old[k] = *get(t, pool, k).JobID
+	}
+	// (a) A River client that does not know sendonce's kind rescued the job
+	// of a crashed worker and discarded it, leaving the intent sending.
+	claim(t, pool, "s:discarded")
+	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, old["s:discarded"])
+	// (b) Deleted, and (c) cancelled, in the River UI.
+	pgtest.Exec(t, pool, `DELETE FROM river_job WHERE id = $1`, old["s:deleted"])
+	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1`, old["s:cancelled"])
+	// A sent intent whose job completed is settled.
+	claim(t, pool, "s:sent")
+	if _, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "s:sent", MessageID: "msg_1"}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, old["s:sent"])
+
+	n, err := jobs.Reconcile(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("Reconcile = %d, %v; want 3", n, err)
+	}
+	for _, k := range []string{"s:discarded", "s:deleted", "s:cancelled"} {
+		rec := get(t, pool, k)
+		if *rec.JobID == old[k] || jobState(t, pool, *rec.JobID) != "available" {
+			t.Errorf("%s: job %d (was %d), want a new available job", k, *rec.JobID, old[k])
+		}
+	}
+	if get(t, pool, "s:discarded").State != outbox.StateSending {
+		t.Errorf("a rescued sending intent must stay sending, so its next claim marks it uncertain")
+	}
+	for _, k := range []string{"s:live", "s:sent"} {
+		if rec := get(t, pool, k); *rec.JobID != old[k] {
+			t.Errorf("%s: job changed from %d to %d", k, old[k], *rec.JobID)
+		}
+	}
+	if n, err := jobs.Reconcile(ctx); err != nil || n != 0 {
+		t.Fatalf("second Reconcile = %d, %v; want 0", n, err)
+	}
+}
+
+// A worker that dies leaves its intents sending; once its session (and so
+// its advisory lock) is gone, RescueAbandoned hands them to new jobs.
+func TestRescueAbandoned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, jobs := setup(t)
+	enqueue(t, pool, ob, "r:a")
+	// The owner: a session of its own holding the lock, as a worker does.
+	owner, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = 4242
+	if _, err := owner.Exec(ctx, `SELECT pg_advisory_lock($1, $2)`, sendstate.OwnerLockClass, int32(id)); err != nil {
+		t.Fatal(err)
+	}
+	opts := claimOpts
+	opts.Owner = id
+	req := request(t, pool, "r:a")
+	if _, ok, err := sendstate.Claim(ctx, pool, req, opts); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if n, err := jobs.RescueAbandoned(ctx, 0); err != nil || n != 0 {
+		t.Fatalf("RescueAbandoned with the owner alive = %d, %v; want 0", n, err)
+	}
+	// Within the grace after a database start, nothing is taken for dead.
+	owner.Close(ctx)
+	if n, err := jobs.RescueAbandoned(ctx, 100*365*24*time.Hour); err != nil || n != 0 {
+		t.Fatalf("RescueAbandoned within the restart grace = %d, %v; want 0", n, err)
+	}
+	var n int
+	// The server ends the closed session's backend a moment after the
+	// socket closes: poll for it, bounded.
+	for deadline := time.Now().Add(10 * time.Second); n == 0 && time.Now().Before(deadline); {
+		if n, err = jobs.RescueAbandoned(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := get(t, pool, "r:a")
+	if n != 1 || *rec.JobID == req.JobID || rec.State != outbox.StateSending {
+		t.Fatalf("RescueAbandoned after the owner died = %d; intent %+v", n, rec)
+	}
+	// The old job can no longer claim; the new one can, and its claim
+	// marks the intent uncertain (the dead owner may have sent it).
+	if _, ok, _ := sendstate.Claim(ctx, pool, req, claimOpts); ok {
+		t.Fatal("the superseded job claimed the intent")
+	}
+	c := claim(t, pool, "r:a")
+	if !c.Record.Uncertain || c.Record.Attempts != 2 {
+		t.Fatalf("claim after rescue: %+v", c.Record)
+	}
+}
+
+// Hole 3: a success recorded after another run parked the intent as failed
+// was dropped, and a later retry sent it again.
+func TestSentWinsOverFailed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t)
+	enqueue(t, pool, ob, "f:1")
+	claim(t, pool, "f:1")
+	fail(t, pool, "f:1", "409 conflict_error: request in progress", true)
+	overrode, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "f:1", MessageID: "msg_9", Replayed: true})
+	rec := get(t, pool, "f:1")
+	if err != nil || !overrode || rec.State != outbox.StateSent || rec.MessageID != "msg_9" || !rec.Replayed {
+		t.Fatalf("MarkSent over failed = %v, %v; intent %+v", overrode, err, rec)
+	}
+	if _, err := ob.Retry(ctx, "f:1", nil); err == nil {
+		t.Fatal("a sent intent was retried")
+	}
+}
+
+// Hole 4: the window is measured on the database's clock; the claim says
+// how much of it is left.
+func TestClaimMeasuresTheWindowInTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t)
+	enqueue(t, pool, ob, "c:w")
+	claim(t, pool, "c:w")
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'pending', first_attempt_at = now() - interval '22 hours 59 minutes'`)
+	c := claim(t, pool, "c:w")
+	if c.WindowLeft <= 50*time.Second || c.WindowLeft > time.Minute {
+		t.Fatalf("window left %s, want just under a minute", c.WindowLeft)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'pending', first_attempt_at = now() - interval '23 hours 1 second'`)
+	if c := claim(t, pool, "c:w"); c.WindowLeft > 0 {
+		t.Fatalf("window left %s, want none", c.WindowLeft)
+	}
+	_ = ctx
+}
+
+func jobState(t *testing.T, pool *pgxpool.Pool, id int64) string {
+	t.Helper()
+	return outboxtest.Value[string](t, pool, `SELECT state::text FROM river_job WHERE id = $1`, id)
+}
+
+// A row inserted by plain SQL (a producer in another language) gets a job.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, jobs := setup(t)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('php:order:77', 'email', $1)`, invoiceBody)
+	n, err := jobs.Sweep(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1", n, err)
+	}
+	if rec := get(t, pool, "php:order:77"); rec.JobID == nil || jobState(t, pool, *rec.JobID) != "available" {
+		t.Fatalf("swept intent %+v: want an available job", rec)
+	}
+	if n, _ := jobs.Sweep(ctx); n != 0 {
+		t.Fatalf("second Sweep scheduled %d, want 0", n)
+	}
+}

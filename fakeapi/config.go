@@ -38,8 +38,30 @@ type Config struct {
 	// repeated by passing that seed back.
 	Seed int64
 
+	// Rate, when not empty, limits the requests of each API key: every limit
+	// must hold, each a token bucket per API key (see RateLimit). Every
+	// authenticated API request counts, whatever it asks for; requests
+	// refused before authentication and the /_fake/ control endpoints do
+	// not. A request over a limit is answered 429 rate_limit_error, code
+	// rate_limited, before anything else is done with it. Build it from text
+	// with ParseRate ("10/s,500/m"). New panics on an invalid limit.
+	Rate []RateLimit
+
+	// RateRetryAfter makes a 429 of the limiter carry Retry-After: the whole
+	// seconds, rounded up, until the key's next request would pass. The API
+	// sends none on a 429 (retry-contract.md §3), so neither does the fake by
+	// default.
+	RateRetryAfter bool
+
+	// RateHeaders makes every answer to a limited request, passed or refused,
+	// carry the IETF draft fields RateLimit-Limit (the bucket's capacity),
+	// RateLimit-Remaining (whole tokens left) and RateLimit-Reset (whole
+	// seconds until the bucket is full). With several limits they describe
+	// the one closest to refusing. The API is not known to send them.
+	RateHeaders bool
+
 	// Now is the fake's clock, used for idempotency expiry, scheduled sends,
-	// timestamps and Retry-After dates. Default time.Now. Tests inject a
+	// timestamps, Retry-After dates and the rate limiter's refills. Default time.Now. Tests inject a
 	// clock they can move.
 	Now func() time.Time
 

@@ -12,7 +12,7 @@ import (
 // are never faulted, and are not recorded in the request log.
 //
 //	GET  /_fake/deliveries[?to=addr]  the delivery ledger: {"data":[Delivery…]}
-//	GET  /_fake/requests              the request log: {"data":[RequestRecord…]}
+//	GET  /_fake/requests              the request log: {"data":[RequestRecord…],"rateLimited":n}
 //	POST /_fake/reset                 clear all state, restore the configured faults and the seed
 //	GET  /_fake/faults                {"faults":["rule",…],"seed":n}
 //	POST /_fake/faults                replace the rules: {"faults":["rule",…]}, optionally "seed":n
@@ -49,7 +49,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request, requestID 
 		answer(http.StatusOK, map[string]any{"data": nonNil(data)})
 	case "/_fake/requests":
 		if only(http.MethodGet) {
-			answer(http.StatusOK, map[string]any{"data": nonNil(s.Requests())})
+			answer(http.StatusOK, map[string]any{"data": nonNil(s.Requests()), "rateLimited": s.RateLimited()})
 		}
 	case "/_fake/reset":
 		if only(http.MethodPost) {

@@ -82,6 +82,7 @@
 //	413 invalid_request_error  request_too_large (Config.MaxBodyBytes, default 10 MiB)
 //	422 validation_error       missing_field, invalid_field, invalid_address, missing_content,
 //	                           unsupported_field, idempotency_key_reuse
+//	429 rate_limit_error       rate_limited (Config.Rate, and the rate_limit/retry_after faults)
 //
 // # Idempotency
 //
@@ -143,6 +144,52 @@
 // email_already_sent, a cancelled one 409 email_cancelled; any other field is
 // 422 unsupported_field.
 //
+// # Rate limit
+//
+// Config.Rate (--rate on the command) limits each API key, as the API does:
+//
+//	cfg.Rate, err = fakeapi.ParseRate("10/s,500/m")   // or []RateLimit{{Count: 10, Per: time.Second}}
+//
+// Each limit is COUNT/UNIT with UNIT s, m or h; with several, every one must
+// hold. Each is a token bucket per API key that refills at its rate and holds
+// one second's worth of it, but at least one token: 10/s admits a burst of 10
+// and then one request every 100 ms; 600/m the same; 5/m one request, then one
+// every 12 s. Buckets start full, refill on Config.Now (so a test moves its
+// clock instead of sleeping), and POST /_fake/reset fills them again.
+//
+// What counts: every authenticated API request, whatever its method, path or
+// outcome (a GET, a 404, a 422, a replay and a request a fault answers all
+// spend a token). Requests refused by authentication are not counted (they
+// have no key to count against), nor are the /_fake/ control endpoints.
+//
+// A request over a limit is answered right after authentication with
+//
+//	429 {"error":{"type":"rate_limit_error","code":"rate_limited","message":"…","param":null,"requestId":"req_…"}}
+//
+// and goes no further: its body is not read, no fault fires or spends its
+// times count, its Idempotency-Key is not claimed and nothing is delivered,
+// so the same send retried after the limit lifts is a fresh send, not a
+// replay. A refused request spends no token of any limit.
+//
+// By default the 429 carries no Retry-After: the API sends none
+// (retry-contract.md §3), so a faithful client raises at once. Two options
+// change that, for testing clients against servers that do more:
+//
+//   - Config.RateRetryAfter (--rate-retry-after): the 429 carries Retry-After,
+//     the whole seconds (rounded up, so at least 1) until every limit of the
+//     key has a token again.
+//   - Config.RateHeaders (--rate-headers): every answer to an authenticated
+//     request, passed or refused, carries the IETF draft fields
+//     RateLimit-Limit (the bucket's capacity), RateLimit-Remaining (whole
+//     tokens left after this request) and RateLimit-Reset (whole seconds,
+//     rounded up, until the bucket is full). With several limits they
+//     describe the one closest to refusing. X-RateLimit-* is not sent: its
+//     Reset means epoch seconds to some servers and a delay to others.
+//
+// A refusal by the limiter is recorded with RateLimited set in its
+// RequestRecord (an injected rate_limit fault shows in Fault instead), and
+// Server.RateLimited counts them.
+//
 // # Ledger and request log
 //
 // Every message actually delivered is a Delivery in the ledger: MessageID,
@@ -155,17 +202,19 @@
 // Every API request is a RequestRecord, added on arrival: time received and
 // answered, method, path, query, Idempotency-Key, key prefix, status answered
 // (0 while in flight or when dropped, 499 when the client went away first),
-// Dropped, Replayed, the fault rules that fired, and the Retry-After sent. Read it
-// with Requests or GET /_fake/requests; WaitRequests waits for requests to end.
+// Dropped, Replayed, RateLimited (refused by the rate limiter), the fault rules
+// that fired, and the Retry-After sent. Read it with Requests or GET
+// /_fake/requests; WaitRequests waits for requests to end.
 //
 // The control endpoints need no key, are never faulted and are not logged:
 //
 //	GET  /_fake/deliveries[?to=addr]   {"data":[Delivery…]}
-//	GET  /_fake/requests               {"data":[RequestRecord…]}
+//	GET  /_fake/requests               {"data":[RequestRecord…],"rateLimited":n}
 //	GET  /_fake/faults                 {"faults":["rule",…],"seed":n}
 //	POST /_fake/faults                 {"faults":["rule",…],"seed":n}: replace the rules (seed optional)
 //	POST /_fake/reset                  forget everything: messages, keys, ledger, log, counts;
-//	                                   restore the configured rules; restart the RNG from the seed
+//	                                   fill the rate buckets; restore the configured rules;
+//	                                   restart the RNG from the seed
 //	GET  /_fake/health                 {"ok":true}
 //
 // # Faults

@@ -49,6 +49,9 @@ type RequestRecord struct {
 	Replayed   bool   `json:"replayed,omitempty"` // answered from a stored idempotency key
 	Fault      string `json:"fault,omitempty"`    // the fault rules that fired, comma-separated
 	RetryAfter string `json:"retryAfter,omitempty"`
+	// RateLimited is set when the rate limiter (Config.Rate) answered 429;
+	// an injected rate_limit or retry_after fault shows in Fault instead.
+	RateLimited bool `json:"rateLimited,omitempty"`
 }
 
 // Deliveries returns the ledger in delivery order. It first promotes

@@ -40,12 +40,13 @@ type call struct {
 	body      []byte
 	faults    []Fault // rules from X-Fake-Fault
 
-	status    int
-	header    http.Header
-	respBody  []byte
-	abandoned bool // no answer: the client left or the server is closing
-	dropped   bool // drop_after fired: close the connection instead of answering
-	fired     []string
+	status      int
+	header      http.Header
+	respBody    []byte
+	abandoned   bool // no answer: the client left or the server is closing
+	dropped     bool // drop_after fired: close the connection instead of answering
+	rateLimited bool // the rate limiter refused it (not an injected fault)
+	fired       []string
 }
 
 func newID(prefix string) string {
@@ -97,6 +98,12 @@ func idempotencyKeyHeader(h http.Header) (string, bool) {
 func (s *Server) serveAPI(c *call) {
 	if err := s.authenticate(c); err != nil {
 		c.fail(err)
+		return
+	}
+	// The limiter comes right after authentication: every authenticated
+	// request counts, even one for an unknown path, and a refused one goes
+	// no further (no body read, no fault fired, no key claimed, nothing sent).
+	if !s.applyRateLimit(c) {
 		return
 	}
 	rt, id, err := matchRoute(c.r.Method, c.r.URL.EscapedPath())
@@ -171,6 +178,7 @@ func (s *Server) finish(c *call) {
 	s.mu.Lock()
 	c.rec.Status = status
 	c.rec.Dropped = c.dropped
+	c.rec.RateLimited = c.rateLimited
 	c.rec.Fault = strings.Join(c.fired, ", ")
 	c.rec.RetryAfter = c.header.Get(headerRetryAfter)
 	c.rec.AnsweredAt = s.now()
@@ -242,6 +250,9 @@ func (s *Server) logRequest(c *call, took time.Duration) {
 	}
 	if c.rec.Replayed {
 		attrs = append(attrs, "replayed", true)
+	}
+	if c.rec.RateLimited {
+		attrs = append(attrs, "rate_limited", true)
 	}
 	if c.rec.Fault != "" {
 		attrs = append(attrs, "fault", c.rec.Fault)

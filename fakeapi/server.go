@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -26,21 +27,23 @@ type Server struct {
 
 	// mu guards everything below it. The fake is small; one lock keeps claim,
 	// delivery and ledger in step without reasoning about lock order.
-	mu         sync.Mutex
-	rng        *rand.Rand
-	faults     []Fault
-	faultUses  map[faultUse]int
-	keys       map[keyScope]*keyEntry
-	lastSweep  time.Time
-	messages   map[string]*message
-	order      []*message // creation order
-	scheduled  map[string]*message
-	deliveries []Delivery
-	requests   []*RequestRecord
-	changed    chan struct{} // closed and replaced whenever a delivery or answer is recorded
-	seq        int64
-	httpServer *http.Server
-	baseURL    string
+	mu          sync.Mutex
+	rng         *rand.Rand
+	faults      []Fault
+	faultUses   map[faultUse]int
+	keys        map[keyScope]*keyEntry
+	lastSweep   time.Time
+	messages    map[string]*message
+	order       []*message // creation order
+	scheduled   map[string]*message
+	deliveries  []Delivery
+	requests    []*RequestRecord
+	buckets     map[bucketKey]*bucket // the rate limiter's, per API key and limit
+	rateLimited int                   // requests the limiter refused
+	changed     chan struct{}         // closed and replaced whenever a delivery or answer is recorded
+	seq         int64
+	httpServer  *http.Server
+	baseURL     string
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -53,7 +56,8 @@ type Server struct {
 
 // New returns a Server configured by cfg. It starts the scheduler loop that
 // promotes due scheduled sends, so call Close when done even if Start was never
-// called. New panics if cfg.Faults holds an invalid rule.
+// called. New panics if cfg.Faults holds an invalid rule or cfg.Rate an
+// invalid limit.
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	faults, err := checkFaults(cfg.Faults)
@@ -61,6 +65,10 @@ func New(cfg Config) *Server {
 		panic("fakeapi: " + err.Error())
 	}
 	cfg.Faults = faults
+	if err := checkRate(cfg.Rate); err != nil {
+		panic("fakeapi: " + err.Error())
+	}
+	cfg.Rate = slices.Clone(cfg.Rate)
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = rand.Int64N(1<<53) + 1
@@ -73,13 +81,17 @@ func New(cfg Config) *Server {
 		closed: make(chan struct{}),
 	}
 	s.resetLocked()
-	s.logger.Info("fake OpenEmail API ready", "seed", seed, "faults", len(faults), "key_window", cfg.KeyWindow.String())
+	attrs := []any{"seed", seed, "faults", len(faults), "key_window", cfg.KeyWindow.String()}
+	if len(cfg.Rate) > 0 {
+		attrs = append(attrs, "rate", formatRate(cfg.Rate))
+	}
+	s.logger.Info("fake OpenEmail API ready", attrs...)
 	go s.runScheduler(cfg.SchedulerInterval)
 	return s
 }
 
 // resetLocked puts the server back in its starting state: no messages, keys,
-// deliveries or requests, the configured faults, and the RNG restarted from
+// deliveries or requests, full rate buckets, the configured faults, and the RNG restarted from
 // the current seed.
 func (s *Server) resetLocked() {
 	s.rng = rand.New(rand.NewPCG(uint64(s.seed), 0))
@@ -91,13 +103,16 @@ func (s *Server) resetLocked() {
 	s.scheduled = map[string]*message{}
 	s.deliveries = nil
 	s.requests = nil
+	s.buckets = map[bucketKey]*bucket{}
+	s.rateLimited = 0
 	if s.changed != nil {
 		close(s.changed)
 	}
 	s.changed = make(chan struct{})
 }
 
-// Reset clears all state, as POST /_fake/reset does.
+// Reset clears all state, as POST /_fake/reset does: the rate limiter's
+// buckets are full again and its count is zero.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

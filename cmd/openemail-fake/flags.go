@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,9 @@ type options struct {
 	latency         time.Duration
 	maxBody         byteSize
 	apiKeys         []string
+	rate            rateValue
+	rateRetryAfter  bool
+	rateHeaders     bool
 	logFormat       string
 	logLevel        string
 	schedulerTick   time.Duration
@@ -42,6 +46,9 @@ var envNames = map[string]string{
 	"latency":          envPrefix + "LATENCY",
 	"max-body":         envPrefix + "MAX_BODY",
 	"api-key":          envPrefix + "API_KEYS",
+	"rate":             envPrefix + "RATE",
+	"rate-retry-after": envPrefix + "RATE_RETRY_AFTER",
+	"rate-headers":     envPrefix + "RATE_HEADERS",
 	"log-format":       envPrefix + "LOG_FORMAT",
 	"log-level":        envPrefix + "LOG_LEVEL",
 	"scheduler-tick":   envPrefix + "SCHEDULER_TICK",
@@ -65,6 +72,14 @@ func (o *options) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.apiKeys, "api-key", nil,
 		"accept only this API key (repeatable or comma-separated); default: any oe_test_…/oe_live_… key. "+
 			"Prefer the environment variable: flags show in ps")
+	fs.Var(&o.rate, "rate",
+		"limit each API key to COUNT/UNIT requests (UNIT s, m or h), e.g. 10/s or 10/s,500/m "+
+			"(repeatable; all limits must hold); over it is 429 rate_limit_error; default: no limit")
+	fs.BoolVar(&o.rateRetryAfter, "rate-retry-after", false,
+		"with --rate: a 429 of the limiter carries Retry-After (seconds until the next token); "+
+			"the API sends none, so neither does the fake by default")
+	fs.BoolVar(&o.rateHeaders, "rate-headers", false,
+		"with --rate: every API answer carries RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (info logs one line per request)")
 	fs.DurationVar(&o.schedulerTick, "scheduler-tick", fakeapi.DefaultSchedulerInterval,
@@ -104,6 +119,17 @@ func (o *options) config(logger *slog.Logger) (fakeapi.Config, error) {
 		Seed:              o.seed,
 		SchedulerInterval: o.schedulerTick,
 		Logger:            logger,
+		Rate:              o.rate,
+		RateRetryAfter:    o.rateRetryAfter,
+		RateHeaders:       o.rateHeaders,
+	}
+	if len(o.rate) == 0 {
+		switch {
+		case o.rateRetryAfter:
+			return cfg, errors.New("--rate-retry-after needs --rate: without a limit there is no 429 to carry it")
+		case o.rateHeaders:
+			return cfg, errors.New("--rate-headers needs --rate: without a limit there are no RateLimit fields to send")
+		}
 	}
 	for _, v := range o.faults {
 		faults, err := fakeapi.ParseFaults(v)
@@ -141,6 +167,29 @@ func (o *options) newLogger(w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 	}
 }
+
+// rateValue is the --rate flag: limits as fakeapi.ParseRate reads them.
+// Repeating the flag adds limits; all of them must hold.
+type rateValue []fakeapi.RateLimit
+
+func (r *rateValue) Set(s string) error {
+	limits, err := fakeapi.ParseRate(s)
+	if err != nil {
+		return err
+	}
+	*r = append(*r, limits...)
+	return nil
+}
+
+func (r *rateValue) String() string {
+	parts := make([]string, len(*r))
+	for i, l := range *r {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (r *rateValue) Type() string { return "rate" }
 
 // byteSize is a flag value in bytes that also reads KiB, MiB and GiB
 // (K/KB, M/MB, G/GB are taken as the same binary units).

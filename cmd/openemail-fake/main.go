@@ -19,10 +19,40 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cmd, _ := newCommand(os.Getenv, os.Stdout, os.Stderr)
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		os.Exit(1)
+	code := execute(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitRuntime = 1 // the settings were good but serving failed (the address is taken, …)
+	exitUsage   = 2 // a flag, an argument or an environment variable was wrong; nothing was started
+)
+
+// runtimeError marks a failure after the settings were accepted; every
+// other error (cobra's own, a bad flag value, a bad environment variable) is
+// a usage error.
+type runtimeError struct{ err error }
+
+func (e runtimeError) Error() string { return e.err.Error() }
+func (e runtimeError) Unwrap() error { return e.err }
+
+// execute runs the command with args and returns its exit status. A bad
+// setting is reported on stderr as one line, "Error: …", and exits 2.
+func execute(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cmd, _ := newCommand(getenv, stdout, stderr)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	var re runtimeError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &re):
+		return exitRuntime
+	default:
+		return exitUsage
 	}
 }
 
@@ -77,13 +107,34 @@ in an X-Fake-Fault header):
     p=P         fire with probability P (seeded by --seed, so runs repeat)
     status=S    the status of error_before, error_after or retry_after
 
-  Several rules: repeat --fault, or separate them with commas.`
+  Several rules: repeat --fault, or separate them with commas.
+
+Rate limit (--rate, OPENEMAIL_FAKE_RATE; default none):
+
+  COUNT/UNIT with UNIT s, m or h: 10/s, 600/m, 36000/h; several comma-separated
+  (10/s,500/m), all of which must hold. Each is a token bucket per API key that
+  holds one second's worth of its rate, at least 1: 10/s and 600/m admit a
+  burst of 10, then one request every 100 ms; 5/m one, then one every 12 s.
+  Every authenticated API request spends a token, whatever it asks for; the
+  /_fake/ endpoints and requests without a valid key do not. A request over a
+  limit is answered 429 rate_limit_error (code rate_limited) and not processed:
+  no Idempotency-Key is claimed, nothing is sent, no fault fires. Like the API,
+  the 429 carries no Retry-After, unless asked:
+    --rate-retry-after  Retry-After: whole seconds until the key's next token
+    --rate-headers      RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset on
+                        every API answer (the IETF draft fields)
+  /_fake/requests marks such a 429 "rateLimited": true and counts them.
+
+Exit status: 0 after a graceful shutdown, 1 when serving failed (say, the
+address is taken), 2 for a bad flag or environment variable (one line on
+stderr, nothing started).`
 
 const examples = `  openemail-fake
   openemail-fake --addr 0.0.0.0:8025 --seed 42 --log-format json
   openemail-fake --fault 'drop_after:p=0.2' --fault 'error_before=503:times=2:to=flaky@'
   openemail-fake --fault 'retry_after=120:status=503:path=/emails/batch' --latency 50ms
   OPENEMAIL_FAKE_FAULTS='latency_after=30s:key=invoice:,rate_limit:p=0.05' openemail-fake
+  openemail-fake --rate 10/s,500/m --rate-headers
   curl -H 'X-Fake-Fault: error_before=503;times=2' -H 'Idempotency-Key: k1' …   # per request`
 
 // newCommand builds the command; getenv, stdout and stderr are injected so
@@ -126,7 +177,7 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer) error {
 	url, err := srv.Start(o.addr)
 	if err != nil {
 		srv.Close()
-		return err
+		return runtimeError{err}
 	}
 	fmt.Fprintf(stdout, "openemail-fake listening on %s (seed %d)\n", url, srv.Seed())
 
@@ -136,7 +187,7 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer) error {
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		if !errors.Is(err, context.DeadlineExceeded) {
-			return err
+			return runtimeError{err}
 		}
 		logger.Warn("requests still in flight were cut off", "timeout", o.shutdownTimeout.String())
 	}

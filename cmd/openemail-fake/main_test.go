@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -42,6 +43,8 @@ func TestHelpDocumentsEveryKnob(t *testing.T) {
 		"times=", "p=", "to=", "key=", "path=", "method=", "status=", "date+5s",
 		"X-Fake-Fault", "/_fake/deliveries", "/_fake/requests", "/_fake/faults", "/_fake/reset",
 		"SIGTERM", "--fault 'drop_after:p=0.2'",
+		"10/s", "600/m", "36000/h", "10/s,500/m", "rate_limit_error", "Retry-After",
+		"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "rateLimited", "Exit status",
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("--help does not mention %q", want)
@@ -137,5 +140,139 @@ func TestServesUntilCancelled(t *testing.T) {
 	}
 	if _, err := http.Get(m[1] + "/_fake/health"); err == nil {
 		t.Fatal("still serving after shutdown")
+	}
+}
+
+func TestRateFlags(t *testing.T) {
+	cases := []struct {
+		args       []string
+		vars       map[string]string
+		rate       string
+		retryAfter bool
+		headers    bool
+	}{
+		{nil, nil, "", false, false},
+		{[]string{"--rate", "10/s"}, nil, "10/s", false, false},
+		{[]string{"--rate", "10/s,500/m", "--rate", "36000/h", "--rate-retry-after"}, nil, "10/s 500/m 36000/h", true, false},
+		{[]string{"--rate", " 600/m ", "--rate-headers"}, map[string]string{"OPENEMAIL_FAKE_RATE": "1/h"}, "600/m", false, true},
+		{nil, map[string]string{
+			"OPENEMAIL_FAKE_RATE":             "5/m,1/s",
+			"OPENEMAIL_FAKE_RATE_RETRY_AFTER": "true",
+			"OPENEMAIL_FAKE_RATE_HEADERS":     "1",
+		}, "5/m 1/s", true, true},
+	}
+	for _, tc := range cases {
+		cmd, o := newCommand(env(tc.vars), io.Discard, io.Discard)
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if err := applyEnv(cmd, env(tc.vars)); err != nil {
+			t.Fatalf("%v %v: %v", tc.args, tc.vars, err)
+		}
+		cfg, err := o.config(nil)
+		if err != nil {
+			t.Fatalf("%v %v: %v", tc.args, tc.vars, err)
+		}
+		var rate []string
+		for _, l := range cfg.Rate {
+			rate = append(rate, l.String())
+		}
+		if strings.Join(rate, " ") != tc.rate || cfg.RateRetryAfter != tc.retryAfter || cfg.RateHeaders != tc.headers {
+			t.Errorf("%v %v: rate %v, retry-after %v, headers %v; want %q, %v, %v",
+				tc.args, tc.vars, rate, cfg.RateRetryAfter, cfg.RateHeaders, tc.rate, tc.retryAfter, tc.headers)
+		}
+	}
+}
+
+func TestBadSettingsExitTwoWithOneLine(t *testing.T) {
+	cases := []struct {
+		args []string
+		vars map[string]string
+		want string
+	}{
+		{[]string{"--rate", "0"}, nil, `invalid argument "0" for "--rate" flag: rate "0": no "/UNIT"`},
+		{[]string{"--rate", "-1/s"}, nil, `rate "-1/s": count -1 is not positive`},
+		{[]string{"--rate=10/fortnight"}, nil, `rate "10/fortnight": unit "fortnight" is not s, m or h`},
+		{[]string{"--rate", "abc"}, nil, `rate "abc": no "/UNIT"`},
+		{[]string{"--rate", "10/"}, nil, `rate "10/": no unit after the /`},
+		{[]string{"--rate", ""}, nil, "rate is empty"},
+		{[]string{"--rate", "10/s,,1/m"}, nil, "empty item between commas"},
+		{nil, map[string]string{"OPENEMAIL_FAKE_RATE": "10/fortnight"}, `OPENEMAIL_FAKE_RATE="10/fortnight": rate "10/fortnight": unit "fortnight"`},
+		{nil, map[string]string{"OPENEMAIL_FAKE_RATE_HEADERS": "maybe"}, "OPENEMAIL_FAKE_RATE_HEADERS"},
+		{[]string{"--rate-retry-after"}, nil, "--rate-retry-after needs --rate"},
+		{[]string{"--rate-headers"}, nil, "--rate-headers needs --rate"},
+		{[]string{"--fault", "explode"}, nil, "explode"},
+		{[]string{"--log-format", "xml"}, nil, "xml"},
+		{[]string{"--no-such-flag"}, nil, "unknown flag"},
+		{[]string{"extra"}, nil, "unknown command"},
+	}
+	for _, tc := range cases {
+		var stdout, stderr bytes.Buffer
+		code := execute(context.Background(), tc.args, env(tc.vars), &stdout, &stderr)
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		if code != exitUsage || len(lines) != 1 || !strings.HasPrefix(lines[0], "Error: ") ||
+			!strings.Contains(lines[0], tc.want) || stdout.Len() != 0 {
+			t.Errorf("%q %v: exit %d, stderr %q, stdout %q; want exit 2 and one line with %q",
+				tc.args, tc.vars, code, stderr.String(), stdout.String(), tc.want)
+		}
+	}
+
+	// A good command line that cannot serve is a runtime failure, not a usage one.
+	var stderr bytes.Buffer
+	if code := execute(context.Background(), []string{"--addr", "256.0.0.1:1", "--log-level", "error"}, env(nil), io.Discard, &stderr); code != exitRuntime {
+		t.Errorf("unusable address: exit %d, want %d; stderr %q", code, exitRuntime, stderr.String())
+	}
+}
+
+func TestServesWithRate(t *testing.T) {
+	stdout, w := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- execute(ctx, []string{"--addr", "127.0.0.1:0", "--rate", "1/h", "--rate-retry-after", "--rate-headers"},
+			env(nil), w, io.Discard)
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`listening on (http://\S+) `).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("start line %q", line)
+	}
+	get := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, m[1]+"/emails", nil)
+		req.Header.Set("Authorization", "Bearer oe_test_cmd")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	fields := func(r *http.Response) string {
+		return fmt.Sprintf("%d retry-after=%s limit=%s remaining=%s reset=%s", r.StatusCode, r.Header.Get("Retry-After"),
+			r.Header.Get("RateLimit-Limit"), r.Header.Get("RateLimit-Remaining"), r.Header.Get("RateLimit-Reset"))
+	}
+	if got := fields(get()); got != "200 retry-after= limit=1 remaining=0 reset=3600" {
+		t.Errorf("first request: %s", got)
+	}
+	if got := fields(get()); got != "429 retry-after=3600 limit=1 remaining=0 reset=3600" {
+		t.Errorf("second request: %s", got)
+	}
+	resp, err := http.Get(m[1] + "/_fake/requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"rateLimited":1`) || !strings.Contains(string(body), `"rateLimited":true`) {
+		t.Errorf("/_fake/requests %s", body)
+	}
+
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d after shutdown", code)
 	}
 }

@@ -33,8 +33,9 @@ type faultClass struct {
 // exactly-once delivery, and reads the worker's waits from the fake's
 // request log against the retry contract: the same key on every attempt,
 // backoff retry n after [cap/2, cap] with cap = min(0.5s·2^(n-1), 8s),
-// Retry-After honoured exactly, no retry within the call after a 429 that
-// named no wait.
+// Retry-After honoured exactly; after a 429 that named no wait the call
+// ends, and the worker sends again in the same attempt once the fleet's
+// budget gives it a token.
 func TestFaults(t *testing.T) {
 	setup(t)
 	start := time.Now()
@@ -129,9 +130,9 @@ func TestFaults(t *testing.T) {
 	for _, rs := range reqs {
 		requests += len(rs)
 	}
-	summary(t, "faults: seed=%d intents=%d requests=%d deliveries=%d duplicates=%d lost=%d replayed=%d backoffs=%d retry_afters=%d snoozes=%d river_retries=%d max_overshoot=%s elapsed=%s",
+	summary(t, "faults: seed=%d intents=%d requests=%d deliveries=%d duplicates=%d lost=%d replayed=%d backoffs=%d retry_afters=%d snoozes=%d budget_resends=%d river_retries=%d max_overshoot=%s elapsed=%s",
 		suite.seed, len(intents), requests, l.Deliveries, l.Duplicates, l.Lost, countReplayed(rows), all.backoffs, all.retryAfters,
-		all.snoozes, all.riverRetries, all.maxOvershoot.Round(time.Millisecond), time.Since(start).Round(time.Second))
+		all.snoozes, all.budgetResends, all.riverRetries, all.maxOvershoot.Round(time.Millisecond), time.Since(start).Round(time.Second))
 }
 
 // retryModel is what the contract and the worker's flags say about the
@@ -144,15 +145,16 @@ type retryModel struct {
 }
 
 type gapStats struct {
-	backoffs, retryAfters, snoozes, riverRetries int
-	maxOvershoot                                 time.Duration
-	problems                                     []string
+	backoffs, retryAfters, snoozes, riverRetries, budgetResends int
+	maxOvershoot                                                time.Duration
+	problems                                                    []string
 }
 
 func (s *gapStats) add(o gapStats) {
 	s.backoffs += o.backoffs
 	s.retryAfters += o.retryAfters
 	s.snoozes += o.snoozes
+	s.budgetResends += o.budgetResends
 	s.riverRetries += o.riverRetries
 	s.maxOvershoot = max(s.maxOvershoot, o.maxOvershoot)
 }
@@ -166,8 +168,8 @@ func (s *gapStats) add(o gapStats) {
 // 408/500/502/503/504 it backs off, retry n waiting in [cap/2, cap] with cap
 // = min(0.5s·2^(n-1), 8s); after a Retry-After of up to a minute it waits
 // exactly that. A 429 without Retry-After ends the call at once: the worker
-// snoozes the job, and the next request comes no sooner than its
-// rate-limit wait. A call that spent its retries ends too: River tries again
+// slows the fleet's budget and sends again, in the same attempt, when the
+// budget hands it a token. A call that spent its retries ends too: River tries again
 // after the worker's RetryBase·2^(attempt-1), less up to 10 %.
 func (m retryModel) check(rs []fakeapi.RequestRecord) gapStats {
 	var st gapStats
@@ -221,10 +223,11 @@ func (m retryModel) check(rs []fakeapi.RequestRecord) gapStats {
 			}
 
 		case prev.Status == http.StatusTooManyRequests:
-			// No wait named: the call must end at once; the next request
-			// comes from the snoozed job.
-			st.snoozes++
-			within(gap, m.rateLimitWait, 0, what+" (429 without Retry-After: snoozed, not retried within the call)")
+			// No wait named: the client's call ends at once; the worker
+			// tells the fleet's budget, which slows every worker down, and
+			// sends again in the same attempt once the budget gives it a
+			// token (no new claim, so no attempt counted).
+			st.budgetResends++
 			retry = 1
 
 		case prev.Dropped || prev.Status == 499 || retryableStatus(prev.Status):

@@ -280,6 +280,8 @@ type workerOptions struct {
 	// Defaults leaves every timing (job timeout, rescue, polling,
 	// sweeping) at the command's defaults.
 	Defaults bool
+	// APIRate is --api-rate (none when empty).
+	APIRate string
 }
 
 // workerArgs renders the options as flags. Timings the suite depends on
@@ -316,6 +318,7 @@ func workerArgs(t testing.TB, o workerOptions) []string {
 		{"max-retries", fmt.Sprint(o.MaxRetries), o.MaxRetries > 0},
 		{"max-attempts", fmt.Sprint(o.MaxAttempts), o.MaxAttempts > 0},
 		{"rate-limit-wait", o.RateLimitWait.String(), o.RateLimitWait > 0},
+		{"api-rate", o.APIRate, o.APIRate != ""},
 		{"fetch-poll-interval", "100ms", !o.Defaults},
 		{"sweep-interval", "250ms", !o.Defaults},
 		{"shutdown-grace", "10s", true},

@@ -18,6 +18,11 @@ const (
 	ResultFailed   Result = "failed"   // parked as failed (permanent error or limits reached)
 	ResultExpired  Result = "expired"  // parked as failed: the replay window ran out
 	ResultSkipped  Result = "skipped"  // the job found its intent already settled
+
+	// The budget's events, before or around an attempt.
+	ResultRateLimited   Result = "rate_limited"   // the API answered 429; the fleet slows down
+	ResultBudgetToken   Result = "budget_token"   // a send got its token (BudgetWait says after how long)
+	ResultBudgetSnoozed Result = "budget_snoozed" // no token came in time: the job waits outside its slot
 )
 
 // Outcome is one attempt's result.
@@ -27,6 +32,9 @@ type Outcome struct {
 	// APILatency is how long the client call took, retries included; zero
 	// when no call was made.
 	APILatency time.Duration
+	// BudgetWait is how long the send waited for the fleet's budget (for
+	// ResultBudgetToken and ResultBudgetSnoozed).
+	BudgetWait time.Duration
 }
 
 // Observer is told of every outcome, for metrics. It must be safe for

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/budget"
 	"github.com/sendonce/sendonce/internal/sendjob"
 	"github.com/sendonce/sendonce/internal/sendstate"
 	"github.com/sendonce/sendonce/outbox"
@@ -47,8 +48,10 @@ type SendConfig struct {
 	// River job's own limit, so River never discards a job the worker has
 	// not given up on).
 	MaxAttempts int
-	// MaxSnoozes caps how often a send is snoozed for a rate limit or a long
-	// Retry-After before it is parked as failed. Default 20.
+	// MaxSnoozes caps how often a send is snoozed for a Retry-After the
+	// client would not wait (over a minute, on an error other than 429)
+	// before it is parked as failed. A rate limit (429) never parks an
+	// intent. Default 20.
 	MaxSnoozes int
 	// RateLimitWait is the snooze after a 429 that named no wait. Default 30 s.
 	RateLimitWait time.Duration
@@ -123,6 +126,9 @@ type sendWorker struct {
 	// keyFingerprint identifies the client's API key.
 	keyFingerprint string
 
+	// budget, when set (by New), paces sends to the fleet's rate limit.
+	budget *budget.Budget
+
 	// afterSend, when set (by tests), runs after the API answered and
 	// before the outcome is recorded; an error from it stands for a crash
 	// in that window.
@@ -157,6 +163,11 @@ func (w *sendWorker) retryDelay(attempt int) time.Duration {
 // Work sends the intent named by the job and maps the outcome to a state.
 func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) error {
 	key := job.Args.Key
+	// Wait for the fleet's budget before claiming: waiting is not an
+	// attempt, starts no replay window and counts against no limit.
+	if err := w.waitForBudget(ctx); err != nil {
+		return err
+	}
 	c, ok, err := w.claim(ctx, sendstate.ClaimRequest{Key: key, JobID: job.ID})
 	if err != nil {
 		return err
@@ -186,6 +197,22 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) err
 	defer cancel()
 	start := time.Now()
 	res, sendErr := w.send(sendCtx, rec)
+	// A 429 slows the whole fleet; this send waits for a token again and
+	// goes again, as long as a token comes soon.
+	for w.budget != nil && client.IsRateLimited(sendErr) && ctx.Err() == nil {
+		var apiErr *client.APIError
+		errors.As(sendErr, &apiErr)
+		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRateLimited})
+		if err := w.budget.Throttle(ctx, apiErr.RetryAfter); err != nil {
+			log.Warn("cannot tell the fleet of a 429", "error", err)
+		}
+		ok, retryIn, err := w.budget.Wait(sendCtx, w.budgetWaitBound(sendCtx))
+		if err != nil || !ok {
+			a.budgetRetryIn = retryIn
+			break
+		}
+		res, sendErr = w.send(sendCtx, rec)
+	}
 	elapsed := time.Since(start)
 	if w.afterSend != nil {
 		if err := w.afterSend(key); err != nil {
@@ -206,6 +233,10 @@ type attempt struct {
 	log        *slog.Logger
 	claimedAt  time.Time
 	windowLeft time.Duration // at claimedAt, by the database's clock
+
+	// budgetRetryIn is when the fleet's budget expects a token, after a
+	// 429 this attempt could not wait out.
+	budgetRetryIn time.Duration
 }
 
 // left is what remains of the replay window now.
@@ -265,18 +296,25 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 
 	case isAPI && (apiErr.RetryAfter > 0 || apiErr.Status == 429):
 		wait := apiErr.RetryAfter
-		if wait <= 0 {
+		switch {
+		case wait > 0:
+		case a.budgetRetryIn > 0:
+			wait = max(a.budgetRetryIn, time.Second) // the fleet's budget paces it
+		default:
 			wait = w.cfg.RateLimitWait
 		}
 		uncertain := apiErr.Status >= 500
+		// A rate limit never parks an intent: it waits, bounded only by the
+		// replay window. MaxSnoozes caps long Retry-After waits of errors.
+		rateLimited := apiErr.Status == 429
 		switch {
-		case rec.Snoozes >= w.cfg.MaxSnoozes:
+		case !rateLimited && rec.Snoozes >= w.cfg.MaxSnoozes:
 			return a.park(ctx, ResultFailed, uncertain, fmt.Sprintf("%s; gave up after %d snoozes", reason, rec.Snoozes))
 		case wait >= a.left():
 			return a.park(ctx, ResultExpired, uncertain, fmt.Sprintf(
 				"%s; waiting %s would pass the %s replay window, parked rather than risk a second delivery", reason, wait, w.cfg.ReplayWindow))
 		}
-		if err := sendstate.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, uncertain, true)); err != nil {
+		if err := sendstate.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, uncertain, !rateLimited)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSnoozed, APILatency: elapsed})
@@ -336,6 +374,42 @@ func (w *sendWorker) skip(ctx context.Context, job *river.Job[sendjob.Args]) err
 	}
 	w.cfg.Observer.Observe(Outcome{Kind: p.Kind, Result: ResultSkipped})
 	return nil
+}
+
+// maxBudgetWait bounds how long a send holds its River slot waiting for the
+// budget; past it the job is snoozed and comes back when a token is due.
+const maxBudgetWait = 30 * time.Second
+
+// waitForBudget waits for a token, or returns the snooze that gives the
+// job's slot back until one is due.
+func (w *sendWorker) waitForBudget(ctx context.Context) error {
+	if w.budget == nil {
+		return nil
+	}
+	start := time.Now()
+	ok, retryIn, err := w.budget.Wait(ctx, w.budgetWaitBound(ctx))
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Shutdown: back to the queue, no attempt counted.
+		return fmt.Errorf("waiting for the send budget: %w", ctx.Err())
+	case err != nil:
+		return err
+	case !ok:
+		w.cfg.Observer.Observe(Outcome{Result: ResultBudgetSnoozed, BudgetWait: time.Since(start)})
+		return river.JobSnooze(max(retryIn, time.Second))
+	}
+	w.cfg.Observer.Observe(Outcome{Result: ResultBudgetToken, BudgetWait: time.Since(start)})
+	return nil
+}
+
+// budgetWaitBound is how long a send may wait for a token: maxBudgetWait,
+// or half of what is left of the job's time.
+func (w *sendWorker) budgetWaitBound(ctx context.Context) time.Duration {
+	d := maxBudgetWait
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)/2)
+	}
+	return d
 }
 
 func (w *sendWorker) claim(ctx context.Context, req sendstate.ClaimRequest) (*sendstate.Claimed, bool, error) {

@@ -345,9 +345,11 @@ func TestRateLimitSnoozes(t *testing.T) {
 		})
 	}
 
+	// A 503 with a Retry-After over a minute snoozes, at most MaxSnoozes
+	// times; a 429 never parks an intent (TestRateLimitNeverParks).
 	t.Run("cap on snoozes", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, SendConfig{MaxSnoozes: 3}, fakeapi.Fault{Kind: fakeapi.FaultRateLimit})
+		h := newHarness(t, SendConfig{MaxSnoozes: 3}, fakeapi.Fault{Kind: fakeapi.FaultRetryAfter, RetryAfter: "120", Status: 503})
 		h.enqueue(outbox.Intent{Key: "k:cap", Payload: emailBody("ada@example.com")})
 		// Snoozes give the attempt back (snoozed checks it), so River runs
 		// attempt 1 each time; the count lives on the row.
@@ -356,7 +358,7 @@ func TestRateLimitSnoozes(t *testing.T) {
 				t.Fatalf("snooze %d: %s, want a snooze", i+1, show(res, err))
 			}
 		}
-		if rec := h.get("k:cap"); rec.Snoozes != 3 || rec.Uncertain {
+		if rec := h.get("k:cap"); rec.Snoozes != 3 {
 			t.Fatalf("after 3 snoozes: %+v", rec)
 		}
 		if res, err := h.work("k:cap", 1); err != nil || !cancelled(res) {
@@ -488,5 +490,25 @@ func TestInsecureBaseURLFailsAtOnce(t *testing.T) {
 	}
 	if rec := h.get("k:insecure"); rec.State != outbox.StateFailed || !strings.Contains(rec.LastError, "plain http") {
 		t.Fatalf("record %+v", rec)
+	}
+}
+
+// A 429 never parks an intent, however often it comes: rate limits wait
+// (issue 12), bounded only by the replay window.
+func TestRateLimitNeverParks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{MaxSnoozes: 2}, fakeapi.Fault{Kind: fakeapi.FaultRateLimit})
+	h.enqueue(outbox.Intent{Key: "k:429", Payload: emailBody("ada@example.com")})
+	for i := range 5 {
+		if res, err := h.work("k:429", 1); err != nil || !snoozed(res, 1) {
+			t.Fatalf("429 number %d: %s, want a snooze", i+1, show(res, err))
+		}
+	}
+	if rec := h.get("k:429"); rec.State != outbox.StatePending || rec.Snoozes != 0 {
+		t.Fatalf("after five 429s: %+v, want pending with no snooze counted", rec)
+	}
+	h.fake.SetFaults()
+	if res, err := h.work("k:429", 1); err != nil || !completed(res) {
+		t.Fatalf("after the limit lifted: %s", show(res, err))
 	}
 }

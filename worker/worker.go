@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/budget"
 	"github.com/sendonce/sendonce/internal/sendjob"
 	"github.com/sendonce/sendonce/internal/sendstate"
 	"github.com/sendonce/sendonce/outbox"
@@ -56,6 +57,12 @@ type Config struct {
 	// SweepInterval is how often rows inserted by plain SQL are looked for
 	// besides the trigger's notifications (default 1 s).
 	SweepInterval time.Duration
+	// RateLimits are the provider's limits on send requests for the API
+	// key (e.g. 10/s and 500/m; see ParseRateLimits). Every worker using
+	// the same database and API key shares one budget that keeps them all.
+	// Empty: the fleet sends unlimited until the API answers 429, then
+	// finds the limit from 429s.
+	RateLimits []RateLimit
 	// RestartGrace is how long after the database server starts the
 	// worker waits before it takes a sending intent's owner for dead
 	// (default sendstate.DefaultRestartGrace): a restart drops every session's
@@ -144,7 +151,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if sendCfg.Logger == nil {
 		sendCfg.Logger = logger
 	}
+	for _, l := range cfg.RateLimits {
+		if l.Count < 1 || l.Per <= 0 {
+			return nil, fmt.Errorf("worker: rate limit %s: want a count of 1 or more per a positive period", l)
+		}
+	}
 	sendWorker := newSendWorker(pool, c, &sendCfg)
+	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budgetRate(cfg.RateLimits), logger)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, sendWorker); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)

@@ -180,3 +180,52 @@ func TestNewRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
 		t.Errorf("New with %+v: %v", limits, err)
 	}
 }
+
+// TestRateLimitLongerThanSnoozes: the API answers 429 for longer than
+// MaxSnoozes × RateLimitWait; nothing is parked failed, and everything is
+// sent once the limit lifts.
+func TestRateLimitLongerThanSnoozes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, ob, fake, c := e2eSetup(t)
+	if err := fake.SetFaults(fakeapi.Fault{Kind: fakeapi.FaultRateLimit}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	for i := range n {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: fmt.Sprintf("limited:%d", i),
+				Payload: fmt.Sprintf(`{"from":"a@example.com","to":["l%d@example.com"],"text":"x"}`, i)})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 4,
+		Send: worker.SendConfig{MaxSnoozes: 1, RateLimitWait: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	// Far more 429s than the snoozes allowed: four per intent.
+	if err := fake.WaitRequests(ctx, 4*n*2); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ob.Stats(ctx); err != nil || st.Counts[outbox.StateFailed] != 0 {
+		t.Fatalf("while rate limited: %+v, %v; want none failed", st, err)
+	}
+	if err := fake.SetFaults(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.WaitDeliveries(ctx, n); err != nil {
+		t.Fatalf("after the limit lifted: %v (%d deliveries)", err, len(fake.Deliveries()))
+	}
+	if st, err := ob.Stats(ctx); err != nil || st.Counts[outbox.StateFailed] != 0 {
+		t.Fatalf("after: %+v, %v; want none failed", st, err)
+	}
+}

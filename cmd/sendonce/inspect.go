@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sendonce/sendonce/internal/budget"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -18,6 +19,27 @@ import (
 type statusOutput struct {
 	Counts               map[outbox.State]int64 `json:"counts"`
 	OldestPendingSeconds float64                `json:"oldestPendingSeconds"`
+	Budgets              []budget.Status        `json:"budgets"`
+}
+
+// budgetLine describes a send budget in a few words.
+func budgetLine(b budget.Status) string {
+	var s string
+	switch {
+	case b.Rate == 0:
+		s = "unlimited: no limit configured, no 429 met yet"
+	case b.Ceiling > 0:
+		s = fmt.Sprintf("%.4g/s of the configured %.4g/s", b.Rate, b.Ceiling)
+	default:
+		s = fmt.Sprintf("%.4g/s, found from 429s", b.Rate)
+	}
+	if b.Throttles > 0 {
+		s += fmt.Sprintf(", lowered %d times by 429s", b.Throttles)
+	}
+	if b.PausedFor > 0 {
+		s += fmt.Sprintf(", paused for %s more", b.PausedFor.Round(100*time.Millisecond))
+	}
+	return s
 }
 
 func (a *app) statusCommand() *cobra.Command {
@@ -27,18 +49,29 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "Count intents by state and age the oldest pending one",
 		Long: `status counts the outbox's intents in each state (pending, sending, sent, failed,
 canceled) and gives the age of the oldest intent that is due and not yet sent.
-A growing age means the worker is not keeping up, or not running.`,
+A growing age means the worker is not keeping up, or not running.
+
+It also shows the fleet's send budget for each API key (by its fingerprint,
+never the key): the rate the workers send at, the configured limit, and
+whether a Retry-After has paused them.`,
 		Example: `  sendonce status
   sendonce status --json | jq .counts.failed`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			st, err := fromOutbox(cmd.Context(), a, "", (*outbox.Outbox).Stats)
+			var budgets []budget.Status
+			st, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) (*outbox.Stats, error) {
+				st, err := ob.Stats(ctx)
+				if err == nil {
+					budgets, err = budget.Read(ctx, ob.Pool())
+				}
+				return st, err
+			})
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				return printJSON(a.stdout, statusOutput{Counts: st.Counts,
-					OldestPendingSeconds: math.Round(st.OldestPending.Seconds()*1000) / 1000})
+					OldestPendingSeconds: math.Round(st.OldestPending.Seconds()*1000) / 1000, Budgets: budgets})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			for _, s := range outbox.States {
@@ -49,6 +82,9 @@ A growing age means the worker is not keeping up, or not running.`,
 				oldest = st.OldestPending.Round(time.Second).String()
 			}
 			fmt.Fprintf(tw, "oldest pending\t%s\n", oldest)
+			for _, b := range budgets {
+				fmt.Fprintf(tw, "send budget %s\t%s\n", b.KeyFingerprint, budgetLine(b))
+			}
 			return tw.Flush()
 		}),
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -63,6 +64,21 @@ func TestShowListStatusCancelRetry(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status: no %q in %q", want, r.stdout)
 		}
+	}
+	// The fleet's send budget, as the workers left it: paced at 8/s of a
+	// configured 10/s after two 429s, paused by a Retry-After.
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_rate_budget (key_fingerprint, ceiling, rate, throttles, paused_until)
+		VALUES ('sha256:0123456789ab', 10, 8, 2, now() + interval '1 minute')`)
+	r = sendonce(t, env, "", "status")
+	wantOK(t, r)
+	for _, want := range []string{"send budget sha256:0123456789ab", "8/s of the configured 10/s", "lowered 2 times", "paused for"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status: no %q in %q", want, r.stdout)
+		}
+	}
+	r = sendonce(t, env, "", "status", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Budgets) != 1 || st.Budgets[0].Rate != 8 || st.Budgets[0].PausedFor <= 0 {
+		t.Errorf("status --json budgets: %v %s", err, r.stdout)
 	}
 
 	// list

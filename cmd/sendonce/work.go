@@ -72,6 +72,8 @@ type workOptions struct {
 	shutdownGrace     time.Duration
 	httpAddr          string
 	uiToken           string
+	apiRate           string
+	rateLimits        []worker.RateLimit
 }
 
 // workCommand declares `sendonce work`. Its cobra.Command literal is alike
@@ -101,6 +103,8 @@ func (a *app) workCommand() *cobra.Command {
 	f.IntVar(&o.maxAttempts, "max-attempts", worker.DefaultMaxAttempts, "attempts before an intent is parked as failed (snoozes do not count)")
 	f.DurationVar(&o.replayWindow, "replay-window", worker.DefaultReplayWindow,
 		"from the first attempt, how long retries may go on (at most 24h, the API's idempotency window)")
+	f.StringVar(&o.apiRate, "api-rate", "",
+		"the API's rate limit for this key, shared by every worker: 10/s, 600/m, 36000/h, or several (10/s,500/m); empty: found from 429s")
 	f.IntVar(&o.maxSnoozes, "max-snoozes", worker.DefaultMaxSnoozes, "rate-limit snoozes before an intent is parked as failed")
 	f.DurationVar(&o.rateLimitWait, "rate-limit-wait", worker.DefaultRateLimitWait, "snooze after a 429 that named no wait")
 	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")
@@ -121,6 +125,7 @@ func (a *app) workCommand() *cobra.Command {
 		"max-attempts":        "SENDONCE_MAX_ATTEMPTS",
 		"replay-window":       "SENDONCE_REPLAY_WINDOW",
 		"max-snoozes":         "SENDONCE_MAX_SNOOZES",
+		"api-rate":            "SENDONCE_API_RATE",
 		"rate-limit-wait":     "SENDONCE_RATE_LIMIT_WAIT",
 		"fetch-cooldown":      "SENDONCE_FETCH_COOLDOWN",
 		"fetch-poll-interval": "SENDONCE_FETCH_POLL_INTERVAL",
@@ -136,6 +141,13 @@ func (a *app) workCommand() *cobra.Command {
 
 // check refuses option values that cannot work, before anything starts.
 func (o *workOptions) check() error {
+	if o.apiRate != "" {
+		limits, err := worker.ParseRateLimits(o.apiRate)
+		if err != nil {
+			return usagef("--api-rate: %v", err)
+		}
+		o.rateLimits = limits
+	}
 	switch {
 	case o.concurrency < 1:
 		return usagef("--concurrency %d: want 1 or more", o.concurrency)
@@ -231,6 +243,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		return err
 	}
 	m.WatchOutbox(ob, 5*time.Second, log)
+	m.WatchBudget(pool, 5*time.Second, log)
 
 	w, err := worker.New(pool, &worker.Config{
 		Client:            c,
@@ -241,6 +254,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		FetchCooldown:     o.fetchCooldown,
 		FetchPollInterval: o.fetchPollInterval,
 		SweepInterval:     o.sweepInterval,
+		RateLimits:        o.rateLimits,
 		Send: worker.SendConfig{
 			ReplayWindow:  o.replayWindow,
 			MaxAttempts:   o.maxAttempts,
@@ -298,8 +312,12 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		}
 		return err
 	}
-	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s\n",
-		o.queue, o.concurrency, addr, apiHost(c.BaseURL()))
+	rate := o.apiRate
+	if rate == "" {
+		rate = "from-429s"
+	}
+	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s\n",
+		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate)
 
 	var srvErr error
 	select {

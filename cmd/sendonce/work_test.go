@@ -51,7 +51,7 @@ func TestWorkSendsAndServesOperations(t *testing.T) {
 	}
 
 	w := startWork(t, env, fastArgs...)
-	if !regexp.MustCompile(`^sendonce work: queue=sendonce concurrency=100 http=http://127\.0\.0\.1:\d+ api=127\.0\.0\.1:\d+\n$`).MatchString(w.stdout.String()) {
+	if !regexp.MustCompile(`^sendonce work: queue=sendonce concurrency=100 http=http://127\.0\.0\.1:\d+ api=127\.0\.0\.1:\d+ api-rate=from-429s\n$`).MatchString(w.stdout.String()) {
 		t.Errorf("startup line: %q", w.stdout.String())
 	}
 
@@ -190,6 +190,10 @@ func TestWorkRefusesToStart(t *testing.T) {
 		{"zero concurrency", base, []string{"--concurrency", "0"}, 2, []string{"--concurrency"}},
 		{"window past the API's", base, []string{"--replay-window", "48h"}, 2, []string{"--replay-window", "24h"}},
 		{"attempts River would discard", base, []string{"--max-attempts", "100"}, 2, []string{"--max-attempts", "99"}},
+		{"zero rate", base, []string{"--api-rate", "0"}, 2, []string{"--api-rate", `"0"`}},
+		{"negative rate", base, []string{"--api-rate", "-1/s"}, 2, []string{"--api-rate", "1 or more"}},
+		{"unknown unit", base, []string{"--api-rate", "10/fortnight"}, 2, []string{"--api-rate", `unit "fortnight"`}},
+		{"not a rate", with("SENDONCE_API_RATE", "abc"), nil, 2, []string{"--api-rate", `"abc"`}},
 		{"bad env value", with("SENDONCE_CONCURRENCY", "lots"), nil, 2, []string{"SENDONCE_CONCURRENCY"}},
 		{"bad duration", base, []string{"--job-timeout", "soon"}, 2, []string{"job-timeout"}},
 		{"no database", with("DATABASE_URL", ""), nil, 2, []string{"DATABASE_URL"}},

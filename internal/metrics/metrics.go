@@ -47,6 +47,10 @@ type Metrics struct {
 	apiRequests *prometheus.CounterVec
 	apiDuration *prometheus.HistogramVec
 	apiErrors   *prometheus.CounterVec
+
+	budgetWait    prometheus.Histogram
+	budgetSnoozes prometheus.Counter
+	rateLimited   prometheus.Counter
 }
 
 // New makes the collectors and registers them, with the Go runtime and
@@ -91,6 +95,22 @@ func New() *Metrics {
 			Name:      "api_request_errors_total",
 			Help:      "HTTP requests to the OpenEmail API that got no response (connection failed, timed out, cancelled), by method.",
 		}, []string{"method"}),
+		budgetWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "budget_wait_seconds",
+			Help:      "How long a send waited for a token of the fleet's send budget before claiming its intent.",
+			Buckets:   []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		budgetSnoozes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "budget_snoozes_total",
+			Help:      "Send jobs snoozed because no token of the send budget came in time (no attempt was made).",
+		}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "rate_limited_total",
+			Help:      "Sends the API answered with 429; each slows the whole fleet down.",
+		}),
 	}
 	// Every kind and result starts at zero, so a rate() over a result that
 	// has not happened yet is 0 rather than absent.
@@ -105,6 +125,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.sends, m.replays, m.retries, m.callDuration,
 		m.apiRequests, m.apiDuration, m.apiErrors,
+		m.budgetWait, m.budgetSnoozes, m.rateLimited,
 	)
 	return m
 }

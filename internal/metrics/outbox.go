@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sendonce/sendonce/internal/budget"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -61,4 +63,65 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(intentsDesc, prometheus.GaugeValue, float64(st.Counts[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(oldestPendingDesc, prometheus.GaugeValue, st.OldestPending.Seconds())
+}
+
+// WatchBudget registers a collector that reads the fleet's send budgets
+// from the database at scrape time: sendonce_budget_rate{key} (requests per
+// second the fleet sends at; 0 while unlimited), sendonce_budget_ceiling{key}
+// (the configured rate), sendonce_budget_paused_seconds{key} and
+// sendonce_budget_throttles_total{key}. key is the API key's fingerprint,
+// never the key.
+func (m *Metrics) WatchBudget(db BudgetReader, timeout time.Duration, logger *slog.Logger) {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m.Registry.MustRegister(&budgetCollector{db: db, timeout: timeout, logger: logger})
+}
+
+// BudgetReader is what WatchBudget reads with: a *pgxpool.Pool.
+type BudgetReader interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+var (
+	budgetRateDesc = prometheus.NewDesc(Namespace+"_budget_rate",
+		"Send requests per second the fleet sends at for the API key (0: unlimited, no limit met yet).", []string{"key"}, nil)
+	budgetCeilingDesc = prometheus.NewDesc(Namespace+"_budget_ceiling",
+		"The configured rate limit in requests per second (0: found from 429s).", []string{"key"}, nil)
+	budgetPausedDesc = prometheus.NewDesc(Namespace+"_budget_paused_seconds",
+		"How much longer the fleet waits before its next send (a Retry-After).", []string{"key"}, nil)
+	budgetThrottlesDesc = prometheus.NewDesc(Namespace+"_budget_throttles_total",
+		"429s that lowered the fleet's rate.", []string{"key"}, nil)
+)
+
+type budgetCollector struct {
+	db      BudgetReader
+	timeout time.Duration
+	logger  *slog.Logger
+}
+
+func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- budgetRateDesc
+	ch <- budgetCeilingDesc
+	ch <- budgetPausedDesc
+	ch <- budgetThrottlesDesc
+}
+
+func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	sts, err := budget.Read(ctx, c.db)
+	if err != nil {
+		c.logger.Warn("metrics: cannot read the send budget; scrape carries no budget metrics", "error", err)
+		return
+	}
+	for _, st := range sts {
+		ch <- prometheus.MustNewConstMetric(budgetRateDesc, prometheus.GaugeValue, st.Rate, st.KeyFingerprint)
+		ch <- prometheus.MustNewConstMetric(budgetCeilingDesc, prometheus.GaugeValue, st.Ceiling, st.KeyFingerprint)
+		ch <- prometheus.MustNewConstMetric(budgetPausedDesc, prometheus.GaugeValue, st.PausedFor.Seconds(), st.KeyFingerprint)
+		ch <- prometheus.MustNewConstMetric(budgetThrottlesDesc, prometheus.CounterValue, float64(st.Throttles), st.KeyFingerprint)
+	}
 }

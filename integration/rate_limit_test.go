@@ -1,0 +1,87 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgtest"
+)
+
+// TestRateLimitedDrain drains intents with three `sendonce work` processes
+// through an API that allows 20 requests a second per key (429 with no
+// Retry-After beyond that, as the SDK pages say), once with --api-rate 20/s
+// and once with no rate given, so the fleet finds the limit from 429s.
+// Every intent must be sent exactly once and none parked failed; the
+// summary line says how much of the budget became deliveries and how many
+// requests were refused (make bench measures the same at a larger size).
+func TestRateLimitedDrain(t *testing.T) {
+	setup(t)
+	for _, tc := range []struct{ name, apiRate string }{{"configured", "20/s"}, {"discovered", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			rng := rngFor("rate-limit-" + tc.name)
+			n := 150 * suite.scale
+			const limit = 20.0
+			srv := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{apiKey}, Seed: seedFor("rate-limit-" + tc.name),
+				Rate: []fakeapi.RateLimit{{Count: int(limit), Per: time.Second}}})
+			dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "rate")
+			e := processEnv(dbURL, srv)
+			intents := makeIntents(rng, fmt.Sprintf("rate-%s-%d", tc.name, suite.seed), n)
+			enqueueGo(t, pool, intents)
+
+			opts := workerOptions{Concurrency: 10, APIRate: tc.apiRate, Defaults: true}
+			workers := make([]*proc, 3)
+			for i := range workers {
+				workers[i] = startWorker(t, fmt.Sprintf("worker%d", i), e, opts)
+			}
+			waitFor(t, 3*time.Minute*time.Duration(suite.scale), "every intent sent", func() (bool, string) {
+				o, err := outboxStates(context.Background(), pool)
+				if o["failed"] > 0 {
+					t.Fatalf("%d intents parked failed under a rate limit", o["failed"])
+				}
+				return err == nil && o["sent"] == n, fmt.Sprint(o, err)
+			})
+			for _, w := range workers {
+				w.stop(t)
+			}
+
+			l := checkExactlyOnce(t, srv, intents)
+			reqs := srv.Requests()
+			first, last := reqs[0].ReceivedAt, reqs[0].ReceivedAt
+			for _, r := range reqs {
+				first, last = minTime(first, r.ReceivedAt), maxTime(last, r.ReceivedAt)
+			}
+			refused := srv.RateLimited()
+			accepted := len(reqs) - refused
+			span := last.Sub(first).Seconds()
+			budget := limit*span + limit // the bucket starts full
+			use := float64(accepted) / budget
+			share := float64(refused) / float64(len(reqs))
+			// A fleet that ignored the limit had 98.5% of its requests refused;
+			// this bound catches a budget that does nothing, not a slow one.
+			if share > 0.25 {
+				t.Errorf("%d of %d requests (%.1f%%) refused with 429: the fleet is not pacing itself", refused, len(reqs), 100*share)
+			}
+			summary(t, "rate-limit-%s: seed=%d intents=%d workers=3 api_rate=%q limit=20/s requests=%d refused_429=%d (%.1f%%) budget_used=%.0f%% span=%.1fs deliveries=%d duplicates=%d lost=%d failed=0 elapsed=%s",
+				tc.name, suite.seed, n, tc.apiRate, len(reqs), refused, 100*share, 100*use, span,
+				l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))
+		})
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,113 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// store reads and writes one API key's budget row, each change in a
+// transaction of its own that holds the row locked, on the database's
+// clock. It reads clock_timestamp(), not now(): now() is when the
+// transaction began, before it waited for the row's lock, and would make
+// time run backwards between two workers' changes.
+type store struct {
+	pool *pgxpool.Pool
+	fp   string
+}
+
+// change locks the row (making it first if need be), lets fn change it,
+// and writes it back.
+func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (bucket, error) {
+	var b bucket
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Lock the row; the key's first worker makes it.
+		tag, err := tx.Exec(ctx, `SELECT 1 FROM sendonce_rate_budget WHERE key_fingerprint = $1 FOR UPDATE`, s.fp)
+		if err == nil && tag.RowsAffected() == 0 {
+			_, err = tx.Exec(ctx, `INSERT INTO sendonce_rate_budget (key_fingerprint) VALUES ($1)
+				ON CONFLICT (key_fingerprint) DO UPDATE SET key_fingerprint = excluded.key_fingerprint`, s.fp)
+		}
+		if err != nil {
+			return err
+		}
+		var sinceRefill, pausedFor, sinceCut float64
+		err = tx.QueryRow(ctx, `SELECT coalesce(ceiling, 0), coalesce(rate, 0), tokens,
+				greatest(0, extract(epoch FROM t - refilled_at))::float8,
+				greatest(0, extract(epoch FROM paused_until - t))::float8,
+				greatest(0, extract(epoch FROM t - decreased_at))::float8
+			FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
+			Scan(&b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &sinceCut)
+		if err != nil {
+			return err
+		}
+		b.sinceRefill, b.pausedFor, b.sinceCut = seconds(sinceRefill), seconds(pausedFor), seconds(sinceCut)
+		cut := fn(&b)
+		_, err = tx.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($2::float8, 0), rate = nullif($3::float8, 0), tokens = $4,
+				refilled_at = clock_timestamp() - $5 * interval '1 second',
+				paused_until = clock_timestamp() + $6 * interval '1 second',
+				decreased_at = CASE WHEN $7 THEN clock_timestamp() ELSE decreased_at END,
+				throttles = throttles + CASE WHEN $7 THEN 1 ELSE 0 END
+			WHERE key_fingerprint = $1`,
+			s.fp, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), cut)
+		return err
+	})
+	if err != nil {
+		return bucket{}, fmt.Errorf("budget: %w", err)
+	}
+	return b, nil
+}
+
+func (s *store) lease(ctx context.Context, want int, ceiling float64) (granted int, wait time.Duration, rate float64, err error) {
+	b, err := s.change(ctx, func(b *bucket) bool {
+		granted, wait = b.lease(want, ceiling)
+		return false
+	})
+	return granted, wait, b.rate, err
+}
+
+func (s *store) throttle(ctx context.Context, pause time.Duration, observed float64) (bucket, error) {
+	return s.change(ctx, func(b *bucket) bool { return b.throttle(pause, observed) })
+}
+
+func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// Status is one API key's budget as the workers see it.
+type Status struct {
+	KeyFingerprint string `json:"keyFingerprint"`
+	// Ceiling is the configured rate in requests per second; 0 when the
+	// fleet finds the limit from 429s.
+	Ceiling float64 `json:"ceiling"`
+	// Rate is the rate the fleet sends at now; 0 while unlimited.
+	Rate float64 `json:"rate"`
+	// PausedFor is how much longer the fleet waits (a Retry-After).
+	PausedFor time.Duration `json:"pausedForNanos"`
+	// Throttles counts the 429s that lowered the rate.
+	Throttles int64 `json:"throttles"`
+}
+
+// Read returns the budget of every API key that has one.
+func Read(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]Status, error) {
+	rows, err := db.Query(ctx, `SELECT key_fingerprint, coalesce(ceiling, 0), coalesce(rate, 0),
+			greatest(0, extract(epoch FROM paused_until - clock_timestamp()))::float8, throttles
+		FROM sendonce_rate_budget ORDER BY key_fingerprint`)
+	if err != nil {
+		return nil, fmt.Errorf("budget: read: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Status, error) {
+		var st Status
+		var paused float64
+		err := r.Scan(&st.KeyFingerprint, &st.Ceiling, &st.Rate, &paused, &st.Throttles)
+		st.PausedFor = seconds(paused)
+		return st, err
+	})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("budget: read: %w", err)
+	}
+	return out, nil
+}

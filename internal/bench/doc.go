@@ -1,9 +1,10 @@
 // Package bench measures sendonce against a real, durable PostgreSQL: how
 // fast a backlog drains next to raw River, how close a worker comes to the
 // ideal when the API is slow, how fast applications can enqueue next to a
-// plain INSERT, how long an email takes from commit to delivery, and how
-// much memory the worker process needs. `make bench` runs it all through
-// the command internal/cmd/bench and writes the table to BENCHMARKS.md.
+// plain INSERT, how long an email takes from commit to delivery, how much
+// memory the worker process needs, and how much of an API's rate limit a
+// fleet of workers turns into sends. `make bench` runs it all through the
+// command internal/cmd/bench and writes the table to BENCHMARKS.md.
 //
 // # Why it looks the way it does
 //
@@ -13,18 +14,21 @@
 // beside it (raw River for the drain, a plain INSERT for the enqueue, the
 // ideal concurrency ÷ latency for the latency-bound drain), and the ratio is
 // taken run by run. Every figure is the median of several runs with its
-// spread (min–max). Scenario 0 measures the machine itself (PostgreSQL's
-// single-row commits per second), because almost everything else is bound
-// by commits or by the CPU they share with the worker.
+// spread (min–max), but for the rate-limited drain's: paced by the API's
+// limit, it takes minutes and is measured once. Scenario 0 measures the
+// machine itself (PostgreSQL's single-row commits per second), because
+// almost everything else is bound by commits or by the CPU they share with
+// the worker.
 //
 // Each scenario is one file and one type implementing Scenario:
 //
-//	commits.go  0. PostgreSQL's commits per second, the machine's yardstick
-//	drain.go    1. drain throughput, full path vs raw River no-op jobs
-//	latency.go  2. latency-bound drain: efficiency against concurrency ÷ latency
-//	enqueue.go  3. Enqueue / EnqueueMany vs plain INSERT
-//	e2e.go      4. commit → delivered latency at a steady rate
-//	memory.go   5. peak RSS of `sendonce work` at concurrency 500
+//	commits.go   0. PostgreSQL's commits per second, the machine's yardstick
+//	drain.go     1. drain throughput, full path vs raw River no-op jobs
+//	latency.go   2. latency-bound drain: efficiency against concurrency ÷ latency
+//	enqueue.go   3. Enqueue / EnqueueMany vs plain INSERT
+//	e2e.go       4. commit → delivered latency at a steady rate
+//	memory.go    5. peak RSS of `sendonce work` at concurrency 500
+//	ratelimit.go 6. three `sendonce work` under a 20/s API limit: budget used, 429s
 //
 // The machinery they share: env.go (the database: a throwaway durable
 // cluster unless BENCH_DATABASE_URL or DATABASE_URL names a server, and a

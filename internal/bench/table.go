@@ -12,11 +12,14 @@ type Unit int
 
 // The units a figure can be shown in.
 const (
-	PerSecond Unit = iota // 12,345/s
-	Millis                // 12.3 ms (value in milliseconds)
-	MiB                   // 45.2 MiB (value in MiB)
-	Times                 // 0.42× (a ratio)
-	Percent               // 87% (value is a fraction: 0.87)
+	PerSecond     Unit = iota // 12,345/s
+	Millis                    // 12.3 ms (value in milliseconds)
+	MiB                       // 45.2 MiB (value in MiB)
+	Times                     // 0.42× (a ratio)
+	Percent                   // 87% (value is a fraction: 0.87)
+	Count                     // 12,345 (a number of things)
+	Seconds                   // 149.2 s (value in seconds)
+	PercentTenths             // 0.4% (value is a fraction: 0.004), for small shares
 )
 
 // Format renders v in the unit.
@@ -35,6 +38,12 @@ func (u Unit) Format(v float64) string {
 		return strconv.FormatFloat(v, 'f', 2, 64) + "×"
 	case Percent:
 		return strconv.FormatFloat(v*100, 'f', 0, 64) + "%"
+	case Count:
+		return Thousands(v)
+	case Seconds:
+		return strconv.FormatFloat(v, 'f', 1, 64) + " s"
+	case PercentTenths:
+		return strconv.FormatFloat(v*100, 'f', 1, 64) + "%"
 	}
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
@@ -43,7 +52,7 @@ func (u Unit) Format(v float64) string {
 // a range ("1,200–1,350/s").
 func (u Unit) formatBare(v float64) string {
 	s := u.Format(v)
-	for _, suffix := range []string{"/s", " ms", " MiB", "×", "%"} {
+	for _, suffix := range []string{"/s", " ms", " s", " MiB", "×", "%"} {
 		if strings.HasSuffix(s, suffix) {
 			return strings.TrimSuffix(s, suffix)
 		}
@@ -138,10 +147,46 @@ type Row struct {
 	// Ratio holds Value ÷ BaselineValue of each run.
 	Ratio Samples
 
+	// Also are figures measured beside Value in the same runs, shown by
+	// their medians after the result: what a goal checks besides the
+	// value (the 429s and failures of a rate-limited drain).
+	Also []*Figure
+
 	// Goal is what the row should reach; the zero Goal means none.
 	Goal Goal
 	// Err, when set, is why the row has no figures.
 	Err error
+}
+
+// Figure is a secondary figure of a row, one value per run, like Value.
+type Figure struct {
+	// Name says what it is ("429s"); it is written before the value.
+	Name string
+	// Unit formats Value.
+	Unit Unit
+	// Value holds the figure of each run.
+	Value Samples
+}
+
+// AtMost is met when the median of f is at most v. Goals use it to check a
+// row's secondary figures.
+func (f *Figure) AtMost(v float64) func(r *Row) bool {
+	return func(*Row) bool { return f.Value.Len() > 0 && f.Value.Median() <= v }
+}
+
+// also renders the medians of the row's secondary figures as
+// " (name value, name value)", or "" when none has a value.
+func (r *Row) also() string {
+	var parts []string
+	for _, f := range r.Also {
+		if f.Value.Len() > 0 {
+			parts = append(parts, f.Name+" "+f.Unit.Format(f.Value.Median()))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // Status is "met", "missed", "—" (no goal), or "not run".
@@ -187,7 +232,7 @@ var Columns = []string{"Scenario", "Measure", "Result (median)", "Spread (min–
 
 // Cells renders the row as table cells, in the order of Columns.
 func (r *Row) Cells() []string {
-	result, spr := cell(r.Unit, r.Value), spread(r.Unit, r.Value)
+	result, spr := cell(r.Unit, r.Value)+r.also(), spread(r.Unit, r.Value)
 	if r.Err != nil {
 		result, spr = "error: "+r.Err.Error(), "—"
 	}

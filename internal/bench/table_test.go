@@ -167,3 +167,35 @@ func TestPayloadIsAValidIntent(t *testing.T) {
 		}
 	}
 }
+
+func TestSecondaryUnitsAndFigures(t *testing.T) {
+	for _, tt := range []struct {
+		u    Unit
+		v    float64
+		want string
+	}{
+		{Count, 3012.4, "3,012"},
+		{Seconds, 149.24, "149.2 s"},
+		{PercentTenths, 0.0042, "0.4%"},
+	} {
+		if got := tt.u.Format(tt.v); got != tt.want {
+			t.Errorf("Format(%v) = %q, want %q", tt.v, got, tt.want)
+		}
+	}
+	if got := spread(Seconds, Samples{12.5, 14}); got != "12.5–14.0 s" {
+		t.Errorf("spread of seconds = %q", got)
+	}
+	refused := &Figure{Name: "429s", Unit: PercentTenths, Value: Samples{0.01, 0.03, 0.02}}
+	empty := &Figure{Name: "never", Unit: Count}
+	r := &Row{Unit: Count, Value: Samples{3000}, Also: []*Figure{refused, empty},
+		Goal: Goal{Text: "429s ≤ 2%", Check: refused.AtMost(0.02)}}
+	if got := r.Cells()[2]; got != "3,000 (429s 2.0%)" {
+		t.Errorf("result cell = %q", got)
+	}
+	if r.Status() != "met" {
+		t.Errorf("AtMost(0.02) on a median of 2%%: %s", r.Status())
+	}
+	if (&Figure{}).AtMost(1)(r) {
+		t.Error("AtMost is met by a figure with no runs")
+	}
+}

@@ -1,12 +1,14 @@
-// Command bench measures sendonce's throughput, latency and memory against
-// a durable PostgreSQL and writes the results to BENCHMARKS.md:
+// Command bench measures sendonce's throughput, latency, memory and pacing
+// under an API rate limit against a durable PostgreSQL and writes the
+// results to BENCHMARKS.md:
 //
 //	go run ./internal/cmd/bench [-runs 3] [-quick] [-only drain,enqueue] [-cpuprofile FILE]
 //
 // It uses the server in BENCH_DATABASE_URL or DATABASE_URL when one is set
 // (creating and dropping a database of its own there), and otherwise starts
 // a throwaway cluster with fsync on. Every figure is the median of -runs
-// runs, with the spread (min–max) beside it. `make bench` runs it.
+// runs, with the spread (min–max) beside it, except the rate-limited drain,
+// which takes minutes and runs once. `make bench` runs it.
 package main
 
 import (
@@ -33,11 +35,11 @@ func run() int {
 	var (
 		runs       = flag.Int("runs", 3, "runs of every scenario; each figure is the median")
 		quick      = flag.Bool("quick", false, "one smaller run of everything (a smoke test: figures are rougher)")
-		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory); default all")
+		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory, ratelimit); default all")
 		out        = flag.String("out", "BENCHMARKS.md", "file to write the table to; empty writes none")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of this process (worker, fake API, enqueuers) to FILE")
 		poolConns  = flag.Int("pool", bench.DefaultPoolConns, "connections in the pool of each worker and of the River baseline")
-		sendonce   = flag.String("sendonce", "", "sendonce binary for the memory scenario (default: build ./cmd/sendonce)")
+		sendonce   = flag.String("sendonce", "", "sendonce binary for the memory and ratelimit scenarios (default: build ./cmd/sendonce)")
 		verbose    = flag.Bool("v", true, "print progress to stderr")
 	)
 	flag.Parse()
@@ -64,6 +66,7 @@ func run() int {
 		bench.NewEnqueue(*quick),
 		bench.NewEndToEnd(*quick),
 		bench.NewMemory(*quick, *sendonce),
+		bench.NewRateLimited(*quick, *sendonce),
 	}
 	scenarios := all
 	if *only != "" {

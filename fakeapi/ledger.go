@@ -106,6 +106,23 @@ func (s *Server) Requests() []RequestRecord {
 	return out
 }
 
+// RequestSpan returns the arrival times of the earliest and the latest
+// request in the log: the span over which a client used the API (zero
+// times when the log is empty).
+func (s *Server) RequestSpan() (first, last time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range s.requests {
+		if i == 0 || r.ReceivedAt.Before(first) {
+			first = r.ReceivedAt
+		}
+		if r.ReceivedAt.After(last) {
+			last = r.ReceivedAt
+		}
+	}
+	return first, last
+}
+
 // WaitDeliveries blocks until the ledger holds at least n deliveries, ctx
 // ends, or the server closes.
 func (s *Server) WaitDeliveries(ctx context.Context, n int) error {

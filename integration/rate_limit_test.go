@@ -50,10 +50,7 @@ func TestRateLimitedDrain(t *testing.T) {
 
 			l := checkExactlyOnce(t, srv, intents)
 			reqs := srv.Requests()
-			first, last := reqs[0].ReceivedAt, reqs[0].ReceivedAt
-			for _, r := range reqs {
-				first, last = minTime(first, r.ReceivedAt), maxTime(last, r.ReceivedAt)
-			}
+			first, last := srv.RequestSpan()
 			refused := srv.RateLimited()
 			accepted := len(reqs) - refused
 			span := last.Sub(first).Seconds()
@@ -70,18 +67,4 @@ func TestRateLimitedDrain(t *testing.T) {
 				l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))
 		})
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

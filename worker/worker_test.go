@@ -18,17 +18,33 @@ import (
 	"github.com/sendonce/sendonce/worker"
 )
 
-// e2eSetup gives an end-to-end test a fresh database with an outbox, a fake
-// API and a client of it.
-func e2eSetup(t *testing.T) (*pgxpool.Pool, *outbox.Outbox, *fakeapi.Server, *client.Client) {
+// e2eSetup gives an end-to-end test a minute, a fresh database with an
+// outbox, a fake API and a client of it.
+func e2eSetup(t *testing.T) (context.Context, *pgxpool.Pool, *outbox.Outbox, *fakeapi.Server, *client.Client) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
 	pool, ob := outboxtest.New(t)
 	fake := fakeapi.NewTest(t, fakeapi.Config{})
 	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pool, ob, fake, c
+	return ctx, pool, ob, fake, c
+}
+
+// start starts a worker on pool that stops when the test ends.
+func start(t *testing.T, pool *pgxpool.Pool, cfg *worker.Config) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(context.Background()) })
+	return w
 }
 
 // TestWorkerEndToEnd drains a real outbox with a real River client:
@@ -36,9 +52,7 @@ func e2eSetup(t *testing.T) (*pgxpool.Pool, *outbox.Outbox, *fakeapi.Server, *cl
 // ones not before their time, and rows inserted by plain SQL are picked up.
 func TestWorkerEndToEnd(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, ob, fake, c := e2eSetup(t)
+	ctx, pool, ob, fake, c := e2eSetup(t)
 	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -125,9 +139,7 @@ func TestWorkerEndToEnd(t *testing.T) {
 // client that does not know sendonce's kind) are sent by a running worker.
 func TestWorkerReconcilesStrandedIntents(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, ob, fake, c := e2eSetup(t)
+	ctx, pool, ob, fake, c := e2eSetup(t)
 	for i, how := range []string{
 		`DELETE FROM river_job WHERE id = $1`,
 		`UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1`,
@@ -146,14 +158,7 @@ func TestWorkerReconcilesStrandedIntents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 4, SweepInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop(context.Background())
+	start(t, pool, &worker.Config{Client: c, Concurrency: 4, SweepInterval: 20 * time.Millisecond})
 	if err := fake.WaitDeliveries(ctx, 3); err != nil {
 		t.Fatalf("stranded intents not sent: %v (%d deliveries)", err, len(fake.Deliveries()))
 	}
@@ -186,9 +191,7 @@ func TestNewRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
 // sent once the limit lifts.
 func TestRateLimitLongerThanSnoozes(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, ob, fake, c := e2eSetup(t)
+	ctx, pool, ob, fake, c := e2eSetup(t)
 	if err := fake.SetFaults(fakeapi.Fault{Kind: fakeapi.FaultRateLimit}); err != nil {
 		t.Fatal(err)
 	}
@@ -203,15 +206,8 @@ func TestRateLimitLongerThanSnoozes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 4,
+	start(t, pool, &worker.Config{Client: c, Concurrency: 4,
 		Send: worker.SendConfig{MaxSnoozes: 1, RateLimitWait: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop(context.Background())
 	// Far more 429s than the snoozes allowed: four per intent.
 	if err := fake.WaitRequests(ctx, 4*n*2); err != nil {
 		t.Fatal(err)

@@ -123,13 +123,7 @@ func TestServesUntilCancelled(t *testing.T) {
 	if m == nil {
 		t.Fatalf("start line %q", line)
 	}
-	req, _ := http.NewRequest(http.MethodGet, m[1]+"/emails", nil)
-	req.Header.Set("Authorization", "Bearer oe_test_cmd")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp := getEmails(t, m[1])
 	if resp.StatusCode != http.StatusTeapot {
 		t.Fatalf("status %d, want the configured fault's 418", resp.StatusCode)
 	}
@@ -241,16 +235,7 @@ func TestServesWithRate(t *testing.T) {
 	if m == nil {
 		t.Fatalf("start line %q", line)
 	}
-	get := func() *http.Response {
-		req, _ := http.NewRequest(http.MethodGet, m[1]+"/emails", nil)
-		req.Header.Set("Authorization", "Bearer oe_test_cmd")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
+	get := func() *http.Response { return getEmails(t, m[1]) }
 	fields := func(r *http.Response) string {
 		return fmt.Sprintf("%d retry-after=%s limit=%s remaining=%s reset=%s", r.StatusCode, r.Header.Get("Retry-After"),
 			r.Header.Get("RateLimit-Limit"), r.Header.Get("RateLimit-Remaining"), r.Header.Get("RateLimit-Reset"))
@@ -275,4 +260,17 @@ func TestServesWithRate(t *testing.T) {
 	if code := <-done; code != exitOK {
 		t.Fatalf("exit %d after shutdown", code)
 	}
+}
+
+// getEmails lists emails at the fake on base with the test's API key.
+func getEmails(t *testing.T, base string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/emails", nil)
+	req.Header.Set("Authorization", "Bearer oe_test_cmd")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
 }

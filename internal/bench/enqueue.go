@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -163,13 +162,13 @@ func PlainInsert(ctx context.Context, pool *pgxpool.Pool, intents []outbox.Inten
 			if perTx > 100 {
 				keys, kinds, payloads := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
 				for i, in := range chunk {
-					keys[i], kinds[i], payloads[i] = in.Key, string(in.Kind), string(in.Payload.(json.RawMessage))
+					keys[i], kinds[i], payloads[i] = in.Key, string(in.Kind), string(in.Payload.([]byte))
 				}
 				_, err := tx.Exec(ctx, many, keys, kinds, payloads)
 				return err
 			}
 			for _, in := range chunk {
-				if _, err := tx.Exec(ctx, one, in.Key, string(in.Kind), string(in.Payload.(json.RawMessage))); err != nil {
+				if _, err := tx.Exec(ctx, one, in.Key, string(in.Kind), string(in.Payload.([]byte))); err != nil {
 					return err
 				}
 			}

@@ -240,10 +240,7 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 	if len(reqs) == 0 {
 		return errors.New("bench: the fleet sent no request")
 	}
-	first, last := reqs[0].ReceivedAt, reqs[0].ReceivedAt
-	for _, r := range reqs {
-		first, last = minTime(first, r.ReceivedAt), maxTime(last, r.ReceivedAt)
-	}
+	first, last := srv.RequestSpan()
 	refused := srv.RateLimited()
 	accepted := len(reqs) - refused
 	span := last.Sub(first).Seconds()
@@ -585,18 +582,4 @@ func (s *RateLimited) Close() error {
 		return os.RemoveAll(s.tmpDir)
 	}
 	return nil
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

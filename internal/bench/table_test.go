@@ -88,6 +88,9 @@ func TestUnitFormat(t *testing.T) {
 		{Millis, 3.14159, "3.1 ms"},
 		{Millis, 231.6, "232 ms"},
 		{MiB, 82.94, "82.9 MiB"},
+		{Count, 3012.4, "3,012"},
+		{Seconds, 149.24, "149.2 s"},
+		{PercentTenths, 0.0042, "0.4%"},
 		{Times, 0.1234, "0.12×"},
 		{Percent, 0.873, "87%"},
 	}
@@ -168,20 +171,7 @@ func TestPayloadIsAValidIntent(t *testing.T) {
 	}
 }
 
-func TestSecondaryUnitsAndFigures(t *testing.T) {
-	for _, tt := range []struct {
-		u    Unit
-		v    float64
-		want string
-	}{
-		{Count, 3012.4, "3,012"},
-		{Seconds, 149.24, "149.2 s"},
-		{PercentTenths, 0.0042, "0.4%"},
-	} {
-		if got := tt.u.Format(tt.v); got != tt.want {
-			t.Errorf("Format(%v) = %q, want %q", tt.v, got, tt.want)
-		}
-	}
+func TestSecondaryFigures(t *testing.T) {
 	if got := spread(Seconds, Samples{12.5, 14}); got != "12.5–14.0 s" {
 		t.Errorf("spread of seconds = %q", got)
 	}

@@ -2,7 +2,6 @@ package budget
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -106,7 +105,7 @@ func Read(ctx context.Context, db interface {
 		st.PausedFor = seconds(paused)
 		return st, err
 	})
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err != nil {
 		return nil, fmt.Errorf("budget: read: %w", err)
 	}
 	return out, nil

@@ -24,13 +24,19 @@ type StatsReader interface {
 // answer, the scrape carries neither metric (rather than stale or zero
 // values that would look healthy) and the error is logged at warn level.
 func (m *Metrics) WatchOutbox(ob StatsReader, timeout time.Duration, logger *slog.Logger) {
+	timeout, logger = watchDefaults(timeout, logger)
+	m.Registry.MustRegister(&outboxCollector{ob: ob, timeout: timeout, logger: logger})
+}
+
+// watchDefaults fills in a scrape-time read's bound (5 s) and logger.
+func watchDefaults(timeout time.Duration, logger *slog.Logger) (time.Duration, *slog.Logger) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m.Registry.MustRegister(&outboxCollector{ob: ob, timeout: timeout, logger: logger})
+	return timeout, logger
 }
 
 var (
@@ -72,12 +78,7 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 // sendonce_budget_throttles_total{key}. key is the API key's fingerprint,
 // never the key.
 func (m *Metrics) WatchBudget(db BudgetReader, timeout time.Duration, logger *slog.Logger) {
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	timeout, logger = watchDefaults(timeout, logger)
 	m.Registry.MustRegister(&budgetCollector{db: db, timeout: timeout, logger: logger})
 }
 

@@ -31,6 +31,13 @@ there is no flag, because flags show in ps. It is never printed or logged.
 work refuses to start when the key is missing or malformed, or when the
 database needs migrating (run "sendonce migrate").
 
+Every worker that uses the same database and API key shares one send budget:
+--api-rate 10/s (or 600/m, 36000/h, or several: 10/s,500/m) paces them all
+together, and a 429 slows them all down. Without --api-rate they send
+unlimited until the API's first 429, then find its limit from 429s. A send
+waits for its budget before it claims its intent, and a 429 never parks one
+as failed. "sendonce status" shows the budget.
+
 On SIGINT or SIGTERM, work stops fetching, lets the sends in flight finish for
 up to --shutdown-grace (cutting off the rest, whose jobs go back to the queue
 and are retried with the same key), and exits 0. A second signal kills it.

@@ -175,13 +175,10 @@ func buildSendonce(ctx context.Context, env *Env, who string) (string, error) {
 // drain measures one cell: n intents enqueued, then the fleet started and
 // run until every intent is sent or failed.
 func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCell) error {
+	// Reset empties the fleet's budget too: a rate the previous cell found
+	// must not carry over.
 	if err := env.Reset(ctx); err != nil {
 		return err
-	}
-	// The fleet's budget lives in the database: a rate the previous cell
-	// found must not carry over.
-	if _, err := env.Admin.Exec(ctx, "TRUNCATE sendonce_rate_budget"); err != nil {
-		return fmt.Errorf("bench: reset the rate budget: %w", err)
 	}
 	srv := fakeapi.New(fakeapi.Config{
 		APIKeys: []string{APIKey},

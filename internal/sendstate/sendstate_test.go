@@ -21,14 +21,16 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 const invoiceBody = outboxtest.InvoiceBody
 
-// setup gives an outbox and a scheduler over a fresh database.
-func setup(t *testing.T) (*pgxpool.Pool, *outbox.Outbox, *sendstate.Scheduler) {
+// setup gives an outbox and a scheduler over a fresh database, with email
+// intents enqueued under the given keys.
+func setup(t *testing.T, keys ...string) (*pgxpool.Pool, *outbox.Outbox, *sendstate.Scheduler) {
 	t.Helper()
 	pool, ob := outboxtest.New(t)
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	enqueue(t, pool, ob, keys...)
 	return pool, ob, &sendstate.Scheduler{Pool: pool, River: rc, Queue: outbox.DefaultQueue}
 }
 
@@ -59,10 +61,7 @@ func get(t *testing.T, pool *pgxpool.Pool, key string) *outbox.Record {
 func TestClaimManyAndMarkSentMany(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, ob, _ := setup(t)
-	for _, k := range []string{"m:1", "m:2", "m:3"} {
-		enqueue(t, pool, ob, k)
-	}
+	pool, _, _ := setup(t, "m:1", "m:2", "m:3")
 	claim(t, pool, "m:3")
 	sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "m:3", MessageID: "msg_3"})
 
@@ -124,11 +123,8 @@ func fail(t *testing.T, pool *pgxpool.Pool, key, reason string, uncertain bool) 
 func TestReconcile(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, ob, jobs := setup(t)
 	keys := []string{"s:discarded", "s:deleted", "s:cancelled", "s:live", "s:sent"}
-	for _, k := range keys {
-		enqueue(t, pool, ob, k)
-	}
+	pool, _, jobs := setup(t, keys...)
 	old := map[string]int64{}
 	for _, k := range keys {
 		old[k] = *get(t, pool, k).JobID
@@ -175,8 +171,7 @@ func TestReconcile(t *testing.T) {
 func TestRescueAbandoned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, ob, jobs := setup(t)
-	enqueue(t, pool, ob, "r:a")
+	pool, _, jobs := setup(t, "r:a")
 	// The owner: a session of its own holding the lock, as a worker does.
 	owner, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
@@ -228,8 +223,7 @@ func TestRescueAbandoned(t *testing.T) {
 func TestSentWinsOverFailed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, ob, _ := setup(t)
-	enqueue(t, pool, ob, "f:1")
+	pool, ob, _ := setup(t, "f:1")
 	claim(t, pool, "f:1")
 	fail(t, pool, "f:1", "409 conflict_error: request in progress", true)
 	overrode, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "f:1", MessageID: "msg_9", Replayed: true})
@@ -247,8 +241,7 @@ func TestSentWinsOverFailed(t *testing.T) {
 func TestClaimMeasuresTheWindowInTheDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, ob, _ := setup(t)
-	enqueue(t, pool, ob, "c:w")
+	pool, _, _ := setup(t, "c:w")
 	claim(t, pool, "c:w")
 	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'pending', first_attempt_at = now() - interval '22 hours 59 minutes'`)
 	c := claim(t, pool, "c:w")

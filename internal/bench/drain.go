@@ -7,17 +7,23 @@ import (
 )
 
 // Drain is scenario 1: how fast a backlog of intents goes out through the
-// full path, next to raw River draining as many no-op jobs with the same
-// settings in the same run. The ratio is what the outbox's own work (a
-// claim and a mark-sent per intent, the HTTP call and the fake's handling
-// of it) costs on top of River.
+// full path, next to two baselines drained with the same settings in the
+// same run. Raw River draining no-op jobs is the floor: the ratio to it is
+// what the outbox's own work (a claim and a mark-sent per intent, the HTTP
+// call and the fake's handling of it) costs on top of River. A River job
+// making the same client call with no outbox ("River + client") is what a
+// user would write instead: the ratio to it is what the outbox itself
+// costs, its claim and mark-sent, in rate and in database CPU per intent.
 type Drain struct {
 	P         DrainParams
 	row       *Row
+	full, raw costs
+	vsClient  *versusClient
 	runs      int
 	poolConns int
 	cpuFull   []CPU
 	cpuRaw    []CPU
+	cpuClient []CPU
 }
 
 // NewDrain returns scenario 1; quick drains fewer intents.
@@ -26,48 +32,57 @@ func NewDrain(quick bool) *Drain {
 	if quick {
 		p.N = 5_000
 	}
-	return &Drain{P: p, row: &Row{
+	measure := fmt.Sprintf("%s intents, full path, concurrency %d, fetch cooldown %s, no added latency", Thousands(float64(p.N)), p.Concurrency, p.FetchCooldown)
+	d := &Drain{P: p, full: newCosts("", "intent"), raw: newCosts("River no-op", "job")}
+	d.row = &Row{
 		Scenario:     "1. Drain",
-		Measure:      fmt.Sprintf("%s intents, full path, concurrency %d, fetch cooldown %s, no added latency", Thousands(float64(p.N)), p.Concurrency, p.FetchCooldown),
+		Measure:      measure,
 		Unit:         PerSecond,
 		Baseline:     "River no-op jobs",
 		BaselineUnit: PerSecond,
 		RatioUnit:    Times,
+		Also:         append(d.full.figures(), d.raw.figures()...),
 		Goal:         Goal{Text: "≥ 0.5× River", Check: RatioAtLeast(0.5)},
-	}}
+	}
+	d.vsClient = newVersusClient("1. Drain", measure+", vs "+ClientBaseline)
+	d.vsClient.row.Goal = Goal{
+		Text:  "≥ 0.8× River + client; DB CPU/intent ≤ 1.5× River + client",
+		Check: All(RatioAtLeast(0.8), d.vsClient.cpuRatio.AtMost(1.5)),
+	}
+	return d
 }
 
 // Name is "drain".
 func (d *Drain) Name() string { return "drain" }
 
-// Rows is the one row of the scenario.
-func (d *Drain) Rows() []*Row { return []*Row{d.row} }
+// Rows are the full path against River no-op jobs, and against River +
+// client.
+func (d *Drain) Rows() []*Row { return []*Row{d.row, d.vsClient.row} }
 
-// Run drains once through the outbox and once through raw River, in
-// alternating order from run to run.
+// Run drains once through the outbox, once through raw River and once
+// through River + client, in an order that rotates from run to run.
 func (d *Drain) Run(ctx context.Context, env *Env) error {
-	var full, raw DrainResult
-	var err error
-	first, second := &full, &raw
-	firstFn, secondFn := DrainOutbox, DrainRiver
-	if d.runs%2 == 1 {
-		first, second = second, first
-		firstFn, secondFn = secondFn, firstFn
+	var full, raw, cli DrainResult
+	drains := []struct {
+		res   *DrainResult
+		drain func(context.Context, *Env, DrainParams) (DrainResult, error)
+	}{{&full, DrainOutbox}, {&raw, DrainRiver}, {&cli, DrainRiverClient}}
+	d.poolConns = env.PoolConns
+	for i := range drains {
+		dr := drains[(i+d.runs)%len(drains)]
+		var err error
+		if *dr.res, err = dr.drain(ctx, env, d.P); err != nil {
+			return err
+		}
 	}
 	d.runs++
-	d.poolConns = env.PoolConns
-	if *first, err = firstFn(ctx, env, d.P); err != nil {
-		return err
-	}
-	if *second, err = secondFn(ctx, env, d.P); err != nil {
-		return err
-	}
-	fc, rc := full.CPUPerJob(), raw.CPUPerJob()
-	env.Logf("drain: full path %s/s (%s; CPU per intent: process %s, database %s), River %s/s (%s; CPU per job: process %s, database %s)",
-		Thousands(full.Rate()), full.Elapsed.Round(time.Millisecond), fc.Self.Round(time.Microsecond), fc.DB.Round(time.Microsecond),
-		Thousands(raw.Rate()), raw.Elapsed.Round(time.Millisecond), rc.Self.Round(time.Microsecond), rc.DB.Round(time.Microsecond))
-	d.cpuFull = append(d.cpuFull, fc)
-	d.cpuRaw = append(d.cpuRaw, rc)
+	rate, cpu := d.vsClient.add(full, cli)
+	env.Logf("drain: full path %s, River no-op %s, River + client %s; %s", full, raw, cli, ratios(rate, cpu))
+	d.cpuFull = append(d.cpuFull, full.CPUPerJob())
+	d.cpuRaw = append(d.cpuRaw, raw.CPUPerJob())
+	d.cpuClient = append(d.cpuClient, cli.CPUPerJob())
+	d.full.add(full)
+	d.raw.add(raw)
 	d.row.Value.Add(full.Rate())
 	d.row.BaselineValue.Add(raw.Rate())
 	d.row.Ratio.Add(full.Rate() / raw.Rate())
@@ -79,10 +94,18 @@ func (d *Drain) Notes() []string {
 	return []string{fmt.Sprintf("**1. Drain.** %s intents are enqueued with EnqueueMany (batches of 1,000, not timed); "+
 		"then a worker (`worker.New`, concurrency %d, fetch cooldown %s, a pool of %d connections) is started and timed "+
 		"until River reports every send job completed: River job → worker → client → in-process fake API (no added latency) → "+
-		"outbox row marked sent → job completed. The baseline, in the same run on the same database, is raw River "+
-		"draining as many no-op jobs (a trivial `river.Worker` on queue `%s`, inserted with `InsertManyFastTx`) with the same "+
-		"MaxWorkers, FetchCooldown and pool. The ratio is taken run by run. Each run checks that every row ended sent and the fake "+
-		"delivered each intent once.", Thousands(float64(d.P.N)), d.P.Concurrency, d.P.FetchCooldown, d.poolConns, RawQueue),
+		"outbox row marked sent → job completed. It has two baselines, each in the same run on the same database, one after "+
+		"the other (the order rotates from run to run), with the same MaxWorkers, FetchCooldown and pool, their jobs inserted "+
+		"with `InsertManyFastTx` on queue `%s`. *River no-op jobs*: raw River draining as many jobs of a trivial `river.Worker`, "+
+		"River's own cost. *%s* (River + client): what a user would write instead, as many jobs of a `river.Worker` "+
+		"whose Work calls the same client (`Emails.Send` with `WithIdempotencyKey`) against the same fake API and records "+
+		"nothing else. The ratios are taken run by run. Each run checks that every row ended sent and the fake delivered "+
+		"each intent once (for River + client, each email once).",
+		Thousands(float64(d.P.N)), d.P.Concurrency, d.P.FetchCooldown, d.poolConns, RawQueue, ClientBaseline),
 		"CPU per intent while draining (median of runs; this process is the worker, River, the client and the fake API; the " +
-			"database is the backends serving the benchmark): full path " + medianCPU(d.cpuFull) + "; River no-op " + medianCPU(d.cpuRaw) + "."}
+			"database is the backends serving the benchmark): full path " + medianCPU(d.cpuFull) + "; River no-op " + medianCPU(d.cpuRaw) +
+			"; River + client " + medianCPU(d.cpuClient) + ". DB CPU/intent in the table is the database's part; WAL/intent is " +
+			"the write-ahead log the server wrote while draining (`pg_wal_lsn_diff` of `pg_current_wal_lsn()` before and after), " +
+			"over the intents drained: each drain starts right after a CHECKPOINT, so it includes the full-page images of the " +
+			"first change to each page."}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/worker"
 )
@@ -43,6 +44,9 @@ type DrainResult struct {
 	Elapsed time.Duration
 	// CPU is the processor time spent in the measured time.
 	CPU CPU
+	// WAL is the bytes of write-ahead log the server wrote in the measured
+	// time.
+	WAL int64
 }
 
 // Rate is jobs per second.
@@ -55,6 +59,21 @@ func (r DrainResult) CPUPerJob() CPU {
 		return CPU{}
 	}
 	return CPU{Self: r.CPU.Self / time.Duration(r.N), DB: r.CPU.DB / time.Duration(r.N)}
+}
+
+// WALPerJob is the bytes of write-ahead log per job.
+func (r DrainResult) WALPerJob() float64 {
+	if r.N == 0 {
+		return 0
+	}
+	return float64(r.WAL) / float64(r.N)
+}
+
+// String is the rate, the time and the costs per job, for the log.
+func (r DrainResult) String() string {
+	c := r.CPUPerJob()
+	return fmt.Sprintf("%s/s (%s; per job: CPU process %s, database %s; WAL %s B)", Thousands(r.Rate()),
+		r.Elapsed.Round(time.Millisecond), c.Self.Round(time.Microsecond), c.DB.Round(time.Microsecond), Thousands(r.WALPerJob()))
 }
 
 // finishedKinds are the River events that end a job's run; only
@@ -138,6 +157,10 @@ func timeDrain(ctx context.Context, env *Env, p DrainParams, events <-chan *rive
 		windowStart = time.After(p.Warmup)
 		windowEnd = time.After(p.Warmup + p.Window)
 	}
+	wal0, err := env.ReadWAL(ctx)
+	if err != nil {
+		return DrainResult{}, err
+	}
 	cpu0, t0, done0 := env.ReadCPU(), time.Now(), 0
 	if err := start(runCtx); err != nil {
 		return DrainResult{}, err
@@ -158,6 +181,9 @@ loop:
 			}
 			done++
 		case <-windowStart:
+			if wal0, waitErr = env.ReadWAL(runCtx); waitErr != nil {
+				break loop
+			}
 			cpu0, t0, done0, measuring = env.ReadCPU(), time.Now(), done, true
 		case <-windowEnd:
 			break loop
@@ -167,6 +193,9 @@ loop:
 		}
 	}
 	res := DrainResult{N: done - done0, Elapsed: time.Since(t0), CPU: env.ReadCPU().Sub(cpu0)}
+	if waitErr == nil {
+		res.WAL, waitErr = env.WALSince(ctx, wal0)
+	}
 	if !measuring {
 		waitErr = errors.Join(waitErr, fmt.Errorf("bench: all %d jobs completed within the warm-up: insert more", p.N))
 	}
@@ -183,8 +212,8 @@ loop:
 	return res, nil
 }
 
-// RawQueue is the River queue of the raw baseline's no-op jobs, apart from
-// the outbox's queue.
+// RawQueue is the River queue of the baselines' jobs (the no-op jobs and
+// the River + client sends), apart from the outbox's queue.
 const RawQueue = "bench_raw"
 
 // NoopArgs are the raw baseline's job arguments.
@@ -208,6 +237,76 @@ func (NoopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil
 // jobs, inserted up front with InsertManyFast, with the same MaxWorkers,
 // FetchCooldown and pool size.
 func DrainRiver(ctx context.Context, env *Env, p DrainParams) (DrainResult, error) {
+	params := make([]river.InsertManyParams, p.N)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: NoopArgs{}}
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, NoopWorker{})
+	return drainJobs(ctx, env, p, params, workers)
+}
+
+// SendArgs are the River + client baseline's job arguments: what an
+// application without an outbox would put in a job of its own to send an
+// email from it, the idempotency key and enough to build the email.
+type SendArgs struct {
+	Key   string `json:"key"`
+	To    string `json:"to"`
+	Order int    `json:"order"`
+}
+
+// Kind is the job kind.
+func (SendArgs) Kind() string { return "bench_send" }
+
+// InsertOpts puts the jobs on RawQueue.
+func (SendArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: RawQueue} }
+
+// SendWorker is what a user would write instead of the outbox: a River
+// worker that makes the same client call as sendonce's worker, under the
+// job's idempotency key, and records nothing but River's own completion.
+type SendWorker struct {
+	river.WorkerDefaults[SendArgs]
+	Client *client.Client
+}
+
+// Work sends the job's email; an error leaves the retry to River.
+func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) error {
+	_, err := w.Client.Emails.Send(ctx, EmailParams(job.Args.To, job.Args.Order), client.WithIdempotencyKey(job.Args.Key))
+	return err
+}
+
+// DrainRiverClient is the second baseline of DrainOutbox, what a user
+// would write instead: p.N River jobs whose worker (SendWorker) calls the
+// same client against the same fake API, with the same latency,
+// MaxWorkers, FetchCooldown and pool size, and no outbox table. After a
+// burn-down it checks that the fake delivered each email once.
+func DrainRiverClient(ctx context.Context, env *Env, p DrainParams) (DrainResult, error) {
+	fake, err := StartFake(p.Latency, p.Concurrency)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	defer fake.Close()
+	params := make([]river.InsertManyParams, p.N)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: SendArgs{Key: fmt.Sprintf("drain:%d", i), To: Recipient(i), Order: i}}
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &SendWorker{Client: fake.Client})
+	res, err := drainJobs(ctx, env, p, params, workers)
+	if err != nil || p.Window > 0 {
+		return res, err
+	}
+	if delivered := len(fake.Server.Deliveries()); delivered != p.N {
+		return res, fmt.Errorf("bench: %d jobs drained, but the fake delivered %d", p.N, delivered)
+	}
+	return res, nil
+}
+
+// drainJobs empties the tables, inserts jobs in one transaction with
+// InsertManyFast (not timed), then times a River client of workers on
+// RawQueue with the same MaxWorkers, FetchCooldown and pool size as the
+// worker of DrainOutbox.
+func drainJobs(ctx context.Context, env *Env, p DrainParams, jobs []river.InsertManyParams, workers *river.Workers) (DrainResult, error) {
 	if err := env.Reset(ctx); err != nil {
 		return DrainResult{}, err
 	}
@@ -216,7 +315,7 @@ func DrainRiver(ctx context.Context, env *Env, p DrainParams) (DrainResult, erro
 		return DrainResult{}, err
 	}
 	defer pool.Close()
-	if err := insertNoops(ctx, pool, p.N); err != nil {
+	if err := insertJobs(ctx, pool, jobs); err != nil {
 		return DrainResult{}, err
 	}
 	if err := env.Checkpoint(ctx); err != nil {
@@ -227,8 +326,6 @@ func DrainRiver(ctx context.Context, env *Env, p DrainParams) (DrainResult, erro
 	if cooldown <= 0 {
 		cooldown = worker.DefaultFetchCooldown
 	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, NoopWorker{})
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:        map[string]river.QueueConfig{RawQueue: {MaxWorkers: p.Concurrency}},
 		Workers:       workers,
@@ -243,18 +340,14 @@ func DrainRiver(ctx context.Context, env *Env, p DrainParams) (DrainResult, erro
 	return timeDrain(ctx, env, p, events, rc.Start, rc.Stop)
 }
 
-func insertNoops(ctx context.Context, pool *pgxpool.Pool, n int) error {
+func insertJobs(ctx context.Context, pool *pgxpool.Pool, jobs []river.InsertManyParams) error {
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		return fmt.Errorf("bench: river client: %w", err)
 	}
-	params := make([]river.InsertManyParams, n)
-	for i := range params {
-		params[i] = river.InsertManyParams{Args: NoopArgs{}}
-	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := rc.InsertManyFastTx(ctx, tx, params); err != nil {
-			return fmt.Errorf("bench: insert no-op jobs: %w", err)
+		if _, err := rc.InsertManyFastTx(ctx, tx, jobs); err != nil {
+			return fmt.Errorf("bench: insert jobs: %w", err)
 		}
 		return nil
 	})

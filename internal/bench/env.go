@@ -13,8 +13,8 @@ import (
 	"github.com/sendonce/sendonce/outbox"
 )
 
-// DefaultPoolConns is the size of the pools the worker and the raw River
-// baseline get in every scenario. pgxpool's own default (the number of
+// DefaultPoolConns is the size of the pools the worker and the River
+// baselines get in every scenario. pgxpool's own default (the number of
 // cores, at least 4) throttles a worker running hundreds of sends at once,
 // each of which makes two short statements; on two cores, pools much
 // larger than this measured slower (more backends contending for the WAL

@@ -29,6 +29,21 @@ func Payload(i int) []byte {
 		`Track it at https://shop.example.com/orders/%d. Thank you for shopping with us."}`, i, i, i, i)
 }
 
+// Recipient is the address of the i-th benchmark email.
+func Recipient(i int) string { return fmt.Sprintf("customer%d@example.com", i) }
+
+// EmailParams is the email of Payload(i) as client parameters, sent to to:
+// what the River + client baseline builds from its job's arguments.
+func EmailParams(to string, i int) *client.EmailParams {
+	return &client.EmailParams{
+		From:    "Shop <orders@shop.example.com>",
+		To:      client.Recipients{to},
+		Subject: fmt.Sprintf("Your order #%d has shipped", i),
+		Text: fmt.Sprintf("Hello, your order #%d is on its way. Track it at https://shop.example.com/orders/%d. "+
+			"Thank you for shopping with us.", i, i),
+	}
+}
+
 // Intents returns n email intents with keys prefix:0 … prefix:n-1.
 func Intents(prefix string, n int) []outbox.Intent {
 	in := make([]outbox.Intent, n)

@@ -20,6 +20,8 @@ const (
 	Count                     // 12,345 (a number of things)
 	Seconds                   // 149.2 s (value in seconds)
 	PercentTenths             // 0.4% (value is a fraction: 0.004), for small shares
+	Micros                    // 123 µs (value in microseconds)
+	Bytes                     // 1,234 B (value in bytes)
 )
 
 // Format renders v in the unit.
@@ -44,6 +46,13 @@ func (u Unit) Format(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64) + " s"
 	case PercentTenths:
 		return strconv.FormatFloat(v*100, 'f', 1, 64) + "%"
+	case Micros:
+		if v < 10 {
+			return strconv.FormatFloat(v, 'f', 1, 64) + " µs"
+		}
+		return Thousands(v) + " µs"
+	case Bytes:
+		return Thousands(v) + " B"
 	}
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
@@ -52,7 +61,7 @@ func (u Unit) Format(v float64) string {
 // a range ("1,200–1,350/s").
 func (u Unit) formatBare(v float64) string {
 	s := u.Format(v)
-	for _, suffix := range []string{"/s", " ms", " s", " MiB", "×", "%"} {
+	for _, suffix := range []string{"/s", " ms", " µs", " s", " MiB", " B", "×", "%"} {
 		if strings.HasSuffix(s, suffix) {
 			return strings.TrimSuffix(s, suffix)
 		}

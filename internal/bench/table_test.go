@@ -93,6 +93,9 @@ func TestUnitFormat(t *testing.T) {
 		{PercentTenths, 0.0042, "0.4%"},
 		{Times, 0.1234, "0.12×"},
 		{Percent, 0.873, "87%"},
+		{Micros, 4.26, "4.3 µs"},
+		{Micros, 1234.5, "1,235 µs"},
+		{Bytes, 1536.2, "1,536 B"},
 	}
 	for _, tt := range tests {
 		if got := tt.u.Format(tt.v); got != tt.want {
@@ -187,5 +190,14 @@ func TestSecondaryFigures(t *testing.T) {
 	}
 	if (&Figure{}).AtMost(1)(r) {
 		t.Error("AtMost is met by a figure with no runs")
+	}
+}
+
+func TestSpreadOfNewUnits(t *testing.T) {
+	if got := spread(Micros, Samples{120, 95}); got != "95–120 µs" {
+		t.Errorf("spread(Micros) = %q", got)
+	}
+	if got := spread(Bytes, Samples{1200, 980}); got != "980–1,200 B" {
+		t.Errorf("spread(Bytes) = %q", got)
 	}
 }

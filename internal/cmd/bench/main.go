@@ -38,7 +38,7 @@ func run() int {
 		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory, ratelimit); default all")
 		out        = flag.String("out", "BENCHMARKS.md", "file to write the table to; empty writes none")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of this process (worker, fake API, enqueuers) to FILE")
-		poolConns  = flag.Int("pool", bench.DefaultPoolConns, "connections in the pool of each worker and of the River baseline")
+		poolConns  = flag.Int("pool", bench.DefaultPoolConns, "connections in the pool of each worker and of the River baselines")
 		sendonce   = flag.String("sendonce", "", "sendonce binary for the memory and ratelimit scenarios (default: build ./cmd/sendonce)")
 		verbose    = flag.Bool("v", true, "print progress to stderr")
 	)

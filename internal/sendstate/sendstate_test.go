@@ -19,8 +19,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-const invoiceBody = outboxtest.InvoiceBody
-
 // setup gives an outbox and a scheduler over a fresh database, with email
 // intents enqueued under the given keys.
 func setup(t *testing.T, keys ...string) (*pgxpool.Pool, *outbox.Outbox, *sendstate.Scheduler) {
@@ -38,7 +36,7 @@ func enqueue(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, keys ...string
 	t.Helper()
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
 		for _, k := range keys {
-			if _, err := ob.Enqueue(context.Background(), tx, outbox.Intent{Key: k, Payload: json.RawMessage(invoiceBody)}); err != nil {
+			if _, err := ob.Enqueue(context.Background(), tx, outbox.Intent{Key: k, Payload: json.RawMessage(outboxtest.InvoiceBody)}); err != nil {
 				return err
 			}
 		}
@@ -265,7 +263,7 @@ func TestSweep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _, jobs := setup(t)
-	pgtest.Exec(t, pool, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('php:order:77', 'email', $1)`, invoiceBody)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('php:order:77', 'email', $1)`, outboxtest.InvoiceBody)
 	n, err := jobs.Sweep(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("Sweep = %d, %v; want 1", n, err)

@@ -155,7 +155,7 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	batch := make([]Intent, len(idx))
 	for n, i := range idx {
 		batch[n] = in[i]
-		params[n] = river.InsertManyParams{Args: sendjob.Args{Key: in[i].Key}, InsertOpts: sendjob.InsertOpts(o.queue, in[i].SendAt, sendjob.PriorityNormal)}
+		params[n] = river.InsertManyParams{Args: sendjob.Args{Key: in[i].Key, IntentKind: string(in[i].Kind)}, InsertOpts: sendjob.InsertOpts(o.queue, in[i].SendAt, sendjob.PriorityNormal)}
 	}
 	jobs, err := o.river.InsertManyTx(ctx, tx, params)
 	if err != nil {

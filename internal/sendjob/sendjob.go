@@ -11,10 +11,13 @@ import (
 )
 
 // Args are the arguments of the River job that sends one intent. The job
-// carries only the key: the outbox row is the source of truth, read afresh
-// on every attempt.
+// carries the key and the intent's kind: the outbox row is the source of
+// truth, read afresh on every attempt. The kind (empty in jobs written
+// before it was added) only lets a coalescing worker tell, before any
+// query, which jobs may join a batch.
 type Args struct {
-	Key string `json:"key"`
+	Key        string `json:"key"`
+	IntentKind string `json:"kind,omitempty"`
 }
 
 // Kind is the River job kind of a send job.

@@ -42,7 +42,7 @@ func (o *Scheduler) Sweep(ctx context.Context) (int, error) {
 }
 
 func (o *Scheduler) sweepOnce(ctx context.Context) (int, error) {
-	return o.reschedule(ctx, "sweep", sendjob.PriorityNormal, `SELECT id, idempotency_key, send_at FROM sendonce_outbox
+	return o.reschedule(ctx, "sweep", sendjob.PriorityNormal, `SELECT id, idempotency_key, kind, send_at FROM sendonce_outbox
 		WHERE job_id IS NULL AND state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, sweepBatch)
 }
 
@@ -66,7 +66,7 @@ const DefaultRestartGrace = 5 * time.Second
 // server's start nothing is rescued (see DefaultRestartGrace). It returns
 // how many it rescued.
 func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Duration) (int, error) {
-	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.send_at FROM sendonce_outbox o
+	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
 		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
 			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
@@ -80,7 +80,7 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 // discarded by a River client that does not know sendonce's job kind. It
 // returns how many it rescheduled.
 func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
-	return o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.send_at FROM sendonce_outbox o
+	return o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
 		LEFT JOIN river_job j ON j.id = o.job_id
 		WHERE o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL
 			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
@@ -98,7 +98,7 @@ func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, 
 	}
 }
 
-// reschedule selects intents (id, key, send_at) with query, locked, and
+// reschedule selects intents (id, key, kind, send_at) with query, locked, and
 // gives each a new River job in the same transaction.
 func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
 	var n int
@@ -111,9 +111,9 @@ func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, que
 		var params []river.InsertManyParams
 		for rows.Next() {
 			var id int64
-			var key string
+			var key, kind string
 			var sendAt *time.Time
-			if err := rows.Scan(&id, &key, &sendAt); err != nil {
+			if err := rows.Scan(&id, &key, &kind, &sendAt); err != nil {
 				rows.Close()
 				return err
 			}
@@ -122,7 +122,7 @@ func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, que
 				at = *sendAt
 			}
 			ids = append(ids, id)
-			params = append(params, river.InsertManyParams{Args: sendjob.Args{Key: key}, InsertOpts: sendjob.InsertOpts(o.Queue, at, priority)})
+			params = append(params, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind}, InsertOpts: sendjob.InsertOpts(o.Queue, at, priority)})
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(ids) == 0 {

@@ -36,6 +36,14 @@ caller's key is checked before anything is sent (see ValidateIdempotencyKey);
 the same key with a different body is refused by the API with 422
 idempotency_key_reuse (see IsIdempotencyKeyReuse).
 
+A batch can succeed in part. Emails.SendBatch answers one item per email, in
+order, and the API may refuse some emails while sending the rest: such an
+item has Error set (an *ItemError) and no ID, and BatchResult.Failed counts
+them. Sending a refused email again needs a new call, with a new key; the
+batch's key replays the same answer, refusals included. A malformed email
+refuses the whole batch instead: an *APIError whose Param names it
+("emails[2].to") and nothing is sent.
+
 # What is retried
 
 Every GET is retried. A write is retried only when a second identical request

@@ -17,6 +17,10 @@ type EmailsService struct{ c *Client }
 
 // Email is an email as the API returns it. Fields the API may return beyond
 // those modelled here are in Raw, the whole response body.
+//
+// In a BatchResult's Data an Email may stand for an email the API refused on
+// its own while sending the rest of the batch: then Error is set, Status is
+// usually "failed" and there is no ID, as no message was made.
 type Email struct {
 	// ID is the email's id (em_…).
 	ID string `json:"id"`
@@ -37,8 +41,49 @@ type Email struct {
 	// ScheduledAt and CreatedAt are nil when absent or not RFC 3339.
 	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
 	CreatedAt   *time.Time `json:"createdAt,omitempty"`
+	// Error is set on a batch item the API refused: that email was not sent
+	// and has no ID. It is nil for an email the API accepted.
+	Error *ItemError `json:"error,omitempty"`
 	// Raw is the JSON this Email was decoded from.
 	Raw json.RawMessage `json:"-"`
+}
+
+// ItemError is why the API refused one email of a batch while sending the
+// others (the item's "error" object): the fields of an error answer, for that
+// email alone. A batch holding refused emails still succeeds as a call; look
+// at BatchResult.Failed and each item's Error.
+type ItemError struct {
+	// Type is the error type, such as invalid_request_error.
+	Type string `json:"type,omitempty"`
+	// Code says why, such as recipient_rejected.
+	Code string `json:"code,omitempty"`
+	// Message is the API's explanation.
+	Message string `json:"message,omitempty"`
+	// Param names the input the refusal is about, such as emails[2].to.
+	Param string `json:"param,omitempty"`
+}
+
+// UnmarshalJSON decodes leniently: members of an unexpected type stay zero,
+// and a bare string is taken as the message. Any other JSON value is an
+// error, so an Email whose "error" is neither an object nor a string (false,
+// say) is not taken as refused.
+func (e *ItemError) UnmarshalJSON(data []byte) error {
+	var message string
+	if json.Unmarshal(data, &message) == nil {
+		*e = ItemError{Message: message}
+		return nil
+	}
+	m, _ := decodeResponse(data)
+	if m == nil {
+		return fmt.Errorf("client: item error %.40s is neither an object nor a string", data)
+	}
+	*e = ItemError{
+		Type:    field[string](m, "type"),
+		Code:    field[string](m, "code"),
+		Message: field[string](m, "message"),
+		Param:   field[string](m, "param"),
+	}
+	return nil
 }
 
 // UnmarshalJSON decodes leniently: fields of an unexpected type stay zero,
@@ -57,6 +102,7 @@ func (e *Email) UnmarshalJSON(data []byte) error {
 		BroadcastID: field[string](m, "broadcastId"),
 		ScheduledAt: field[*time.Time](m, "scheduledAt"),
 		CreatedAt:   field[*time.Time](m, "createdAt"),
+		Error:       field[*ItemError](m, "error"),
 		Raw:         raw,
 	}
 	return nil
@@ -64,9 +110,11 @@ func (e *Email) UnmarshalJSON(data []byte) error {
 
 // BatchResult is the answer to emails.send_batch.
 type BatchResult struct {
-	// Data holds one Email per accepted message.
+	// Data holds one Email per requested email, in request order. An item
+	// with Error set was refused by the API: it was not sent and has no ID.
+	// The others were accepted.
 	Data []Email `json:"data"`
-	// Sent and Failed count the messages.
+	// Sent and Failed count the accepted and the refused emails.
 	Sent   int `json:"sent"`
 	Failed int `json:"failed"`
 	// Replayed is true when the whole batch was answered from the

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"reflect"
 	"testing"
@@ -162,5 +163,48 @@ func TestDoDecodesIntoOut(t *testing.T) {
 	}
 	if err := c.Do(context.Background(), "", "/x", nil, nil); err == nil {
 		t.Error("empty method accepted")
+	}
+}
+
+// A batch answer lists one item per requested email, in order; a refused one
+// carries an error object and no id.
+func TestBatchResultDecodesRefusedItems(t *testing.T) {
+	t.Parallel()
+	body := `{"data":[` +
+		`{"id":"em_1","status":"sent","to":["a@x.io"]},` +
+		`{"status":"failed","to":["bounced@x.io"],"error":{"type":"invalid_request_error","code":"recipient_rejected","message":"emails[1] was not sent.","param":"emails[1].to"}},` +
+		`{"id":"em_3","status":"sent","to":["c@x.io"],"error":null},` +
+		`{"status":"failed","error":{"code":7,"message":"odd shapes stay zero"}},` +
+		`{"status":"failed","error":"suppressed"}` +
+		`],"sent":2,"failed":3,"replayed":false}`
+	api := newFakeAPI(t, respond(200, body))
+	c, _ := newTestClient(t, api.URL)
+	b, err := c.Emails.SendBatch(context.Background(), []*EmailParams{sampleEmail(), sampleEmail()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Data) != 5 || b.Sent != 2 || b.Failed != 3 {
+		t.Fatalf("got %+v", b)
+	}
+	if e := b.Data[0]; e.ID != "em_1" || e.Error != nil {
+		t.Errorf("data[0] = %+v, want accepted", e)
+	}
+	want := &ItemError{Type: TypeInvalidRequest, Code: "recipient_rejected", Message: "emails[1] was not sent.", Param: "emails[1].to"}
+	if e := b.Data[1]; e.ID != "" || e.Status != "failed" || !reflect.DeepEqual(e.To, []string{"bounced@x.io"}) || !reflect.DeepEqual(e.Error, want) {
+		t.Errorf("data[1] = %+v, error %+v; want refused with %+v", e, e.Error, want)
+	}
+	if e := b.Data[2]; e.ID != "em_3" || e.Error != nil {
+		t.Errorf("data[2] = %+v, want accepted (a null error is none)", e)
+	}
+	if e := b.Data[3].Error; e == nil || e.Code != "" || e.Message != "odd shapes stay zero" {
+		t.Errorf("data[3].Error = %+v", e)
+	}
+	if e := b.Data[4].Error; e == nil || e.Message != "suppressed" {
+		t.Errorf("data[4].Error = %+v, want the bare string as its message", e)
+	}
+	// Neither an object nor a string: not taken as refused.
+	var e Email
+	if err := json.Unmarshal([]byte(`{"id":"em_1","error":false}`), &e); err != nil || e.Error != nil {
+		t.Errorf("error false: %+v, %v", e.Error, err)
 	}
 }

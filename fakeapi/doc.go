@@ -46,9 +46,12 @@
 // email is {"id":"em_…","status","from","to","cc","bcc","subject","templateId",
 // "scheduledAt","createdAt","sentAt","cancelledAt"}; a broadcast is
 // {"id":"bc_…","status","from","subject","audienceIds","scheduledAt",
-// "createdAt","sentAt","cancelledAt"}; a batch is {"data":[email…],"sent":n,
-// "failed":0,"replayed":bool}. The contract names only id, status, replayed
-// and the batch fields; the rest is the fake's choice. Instants are
+// "createdAt","sentAt","cancelledAt"}; a batch is {"data":[item…],"sent":n,
+// "failed":n,"replayed":bool} with one item per requested email, in request
+// order: the email, or, for one the API refused on its own (see Per-email
+// refusals), {"status":"failed","to":[…],"error":{"type","code","message",
+// "param"}} with no id. The contract names only id, status, replayed and the
+// batch fields; the rest is the fake's choice. Instants are
 // UTC with milliseconds (2030-01-02T15:04:05.000Z). Lists use the envelope
 // {"data":[…],"hasMore":bool,"nextCursor":string|null}, newest first; limit is 1
 // to 100 (default 20).
@@ -82,6 +85,7 @@
 //	413 invalid_request_error  request_too_large (Config.MaxBodyBytes, default 10 MiB)
 //	422 validation_error       missing_field, invalid_field, invalid_address, missing_content,
 //	                           unsupported_field, idempotency_key_reuse
+//	422 invalid_request_error  recipient_rejected or another reject fault's code (a single send)
 //	429 rate_limit_error       rate_limited (Config.Rate, and the rate_limit/retry_after faults)
 //
 // # Idempotency
@@ -101,7 +105,11 @@
 //   - The same key with another body or on another endpoint is 422
 //     idempotency_key_reuse, even if the new body would also be invalid.
 //   - A request refused before the claim (auth, a bad body, validation, a
-//     before-fault) stores nothing: the key stays free.
+//     before-fault) stores nothing: the key stays free. So does a single send
+//     a reject fault refuses (see Per-email refusals): the key is released.
+//   - A batch's answer is stored whole, refused emails included: its replay
+//     lists the same items in the same order (the sent emails in their
+//     current state) and sends nothing.
 //   - Keys are scoped per API key and forgotten Config.KeyWindow (default 24 h)
 //     after their claim, measured on Config.Now; after that the same key sends
 //     again.
@@ -123,10 +131,34 @@
 //   - headers, tags, tracking, template, values and the other object-only keys
 //     (and props/slots) must be JSON objects: an empty one is {}, never [];
 //   - an attachment is {"fileId"} or {"filename","content"} with base64 content;
-//   - a batch is validated whole: one bad email refuses the batch and nothing of
-//     it is sent, so "failed" is always 0.
+//   - a batch is validated whole: one malformed email refuses the request (422
+//     naming "emails[i].field") and nothing of it is sent or stored; the
+//     caller must take that email out and send the others again.
 //
 // Unknown fields are accepted and ignored, as the SDKs pass them through.
+//
+// # Per-email refusals
+//
+// The API may also refuse an email it finds well formed but will not deliver
+// (a suppressed or rejected recipient). The fake does so only when told, with
+// the reject fault (see Faults), which acts after validation and after the
+// key is claimed, email by email:
+//
+//   - In a batch, a refused email is not sent and makes no message and no
+//     Delivery; the others are sent as usual. The answer is still 200, its
+//     data holding in the refused email's place
+//     {"status":"failed","to":[…],"error":{"type":"invalid_request_error",
+//     "code":"recipient_rejected","message":"…","param":"emails[2].to"}}
+//     (param names to, or the cc or bcc that held the matching recipient),
+//     and "failed" counts them. When every email is refused the answer is
+//     still 200, with "sent": 0. The whole answer is stored under the key.
+//   - A single send (POST /emails, POST /templates/{id}/send) that is refused
+//     is answered 422 invalid_request_error with the rule's code and param
+//     "to" (or "cc", "bcc", as above), and stores nothing: no message, and
+//     the key is free again, as after a validation error, so the same key
+//     sends once the cause is gone. The contract says nothing of this; the
+//     fake takes the refusal as made before anything was sent.
+//   - Broadcasts are never refused.
 //
 // # Scheduled sends
 //
@@ -195,7 +227,8 @@
 // Every message actually delivered is a Delivery in the ledger: MessageID,
 // IdempotencyKey, Kind (email, batch, template, broadcast), To, Cc, Bcc, From,
 // Subject, TemplateID, DeliveredAt, RequestID and the canonical Payload. A batch
-// makes one per email; a broadcast one, with its audience ids as To. Read it with
+// makes one per email it sent (a refused email makes none); a broadcast one,
+// with its audience ids as To. Read it with
 // Deliveries, DeliveriesTo or GET /_fake/deliveries[?to=addr], and wait for it
 // with WaitDeliveries, which blocks on a signal, not a poll.
 //
@@ -203,7 +236,8 @@
 // answered, method, path, query, Idempotency-Key, key prefix, status answered
 // (0 while in flight or when dropped, 499 when the client went away first),
 // Dropped, Replayed, RateLimited (refused by the rate limiter), the fault rules
-// that fired, and the Retry-After sent. Read it with Requests or GET
+// that fired, Rejected (how many emails a reject fault refused) and the
+// Retry-After sent. Read it with Requests or GET
 // /_fake/requests; WaitRequests waits for requests to end.
 //
 // The control endpoints need no key, are never faulted and are not logged:
@@ -237,10 +271,14 @@
 //	error_after[=STATUS]    handle (deliver and store), then answer STATUS (default 503): answer lost
 //	drop_after              handle, then close the connection with no answer (TCP reset)
 //	latency_after=DURATION  handle, then sleep before answering: the window to kill a worker in
+//	reject[=CODE]           while handling a send, refuse each email it matches with CODE (default
+//	                        recipient_rejected): in a batch that email is listed as failed and the
+//	                        others are sent; a single send is answered 422 and stores nothing
 //
 // Options select requests and limit firing:
 //
-//	to=TEXT      any recipient (to/cc/bcc, any email of a batch) contains TEXT, case-insensitive
+//	to=TEXT      any recipient (to/cc/bcc, any email of a batch) contains TEXT, case-insensitive;
+//	             for reject, a recipient of the email itself
 //	key=TEXT     the Idempotency-Key contains TEXT
 //	path=GLOB    the path matches (path.Match): /emails, /emails/*, /templates/*/send
 //	method=M     the method is M
@@ -252,7 +290,10 @@
 // After-kinds act only on successful answers. Latencies of several firing rules
 // add up; of the rules that decide the answer, the first to fire wins and later
 // ones neither fire nor spend their times count. times counts firings, so with
-// p a rule fires on at most N requests.
+// p a rule fires on at most N requests. reject fires per email: for each email
+// the first reject rule to fire refuses it, p is drawn for each matching email
+// and each refused email spends one of times, so "reject;times=2" refuses the
+// first two emails of a batch. A replay runs no reject rule and spends nothing.
 //
 // Rules come from four places: Config.Faults (and the --fault flag of the command),
 // SetFaults at run time, POST /_fake/faults, and, for one request, the
@@ -264,6 +305,7 @@
 //	X-Fake-Fault: drop_after;times=1
 //	X-Fake-Fault: error_before=503;times=2
 //	X-Fake-Fault: latency_after=30s;key=invoice:
+//	X-Fake-Fault: reject=suppressed;to=bounced@
 //
 // and from flags or Go:
 //

@@ -15,9 +15,10 @@ import (
 type FaultKind string
 
 // The fault kinds. "Before" kinds act before the request is handled, so
-// nothing is claimed, stored or delivered; "after" kinds act once the request
-// was handled and its answer is ready (a send has been delivered and its key
-// stored), on successful answers only.
+// nothing is claimed, stored or delivered; reject acts while a send is
+// handled, email by email; "after" kinds act once the request was handled and
+// its answer is ready (a send has been delivered and its key stored), on
+// successful answers only.
 const (
 	// FaultErrorBefore answers Status (default 503) without handling.
 	FaultErrorBefore FaultKind = "error_before"
@@ -30,6 +31,18 @@ const (
 	// ends the sleep; the request is then not handled at all.
 	FaultLatency FaultKind = "latency"
 
+	// FaultReject refuses, while a send is handled, each email it matches:
+	// one the API takes as well formed but will not deliver (a suppressed
+	// or rejected recipient). The email is not sent and makes no message.
+	// In POST /emails/batch the other emails are still sent and the 200
+	// answer lists the refusal in the email's place, with Code; a single
+	// send (POST /emails, POST /templates/{id}/send) is answered 422
+	// invalid_request_error with Code and stores nothing, so its key stays
+	// free. Broadcasts are never refused. Its to= matches each email's own
+	// recipients, and each refused email is one firing: p is drawn and
+	// times counted per email.
+	FaultReject FaultKind = "reject"
+
 	// FaultErrorAfter handles the request, then answers Status (default 503)
 	// instead of the real answer: the work is done, the response is lost.
 	FaultErrorAfter FaultKind = "error_after"
@@ -41,6 +54,9 @@ const (
 	FaultLatencyAfter FaultKind = "latency_after"
 )
 
+// DefaultRejectCode is the error code of a reject rule that names none.
+const DefaultRejectCode = "recipient_rejected"
+
 // Fault is one fault rule: a kind, what it needs, and which requests it
 // matches. The zero value of every matcher matches everything.
 //
@@ -51,8 +67,8 @@ const (
 // with ':' accepted in place of ';' where an option name follows it, so
 // "error_before=503:times=2:to=flaky@" and "error_before=503;times=2;to=flaky@"
 // are the same rule, and "key=invoice:42" keeps its colon. The value is the
-// status for error_before/error_after, the duration for latency/latency_after
-// and the Retry-After value for retry_after. Options: status, times, p, to,
+// status for error_before/error_after, the duration for latency/latency_after,
+// the Retry-After value for retry_after and the error code for reject. Options: status, times, p, to,
 // key, path, method. See the package documentation for examples.
 type Fault struct {
 	Kind FaultKind
@@ -67,9 +83,13 @@ type Fault struct {
 	// computed when answering from the fake's clock: "date" (now), "date+5s",
 	// "date-5s".
 	RetryAfter string
+	// Code is the error code of reject (default recipient_rejected): letters,
+	// digits and '_'.
+	Code string
 
 	// To matches a request with any recipient (to, cc or bcc, of the email or
-	// of any email in a batch) containing this text, case-insensitively.
+	// of any email in a batch) containing this text, case-insensitively. For
+	// reject it matches each email of a send by that email's own recipients.
 	To string
 	// Key matches a request whose Idempotency-Key contains this text.
 	Key string
@@ -89,8 +109,24 @@ type Fault struct {
 	P float64
 }
 
-func (k FaultKind) after() bool {
-	return k == FaultErrorAfter || k == FaultDropAfter || k == FaultLatencyAfter
+// faultPhase is when a rule acts on a request.
+type faultPhase int
+
+const (
+	phaseBefore faultPhase = iota // before the handler: nothing claimed, stored or sent
+	phaseHandle                   // inside a send, email by email, after the key is claimed
+	phaseAfter                    // once a successful answer is ready
+)
+
+func (k FaultKind) phase() faultPhase {
+	switch k {
+	case FaultErrorAfter, FaultDropAfter, FaultLatencyAfter:
+		return phaseAfter
+	case FaultReject:
+		return phaseHandle
+	default:
+		return phaseBefore
+	}
 }
 
 // answers reports whether the kind decides the answer (as opposed to only
@@ -125,6 +161,11 @@ func ParseFault(rule string) (Fault, error) {
 			return Fault{}, fmt.Errorf("fault %q: retry_after needs a value, as in retry_after=2 or retry_after=date+5s", rule)
 		}
 		f.RetryAfter = value
+	case FaultReject:
+		if hasValue && value == "" {
+			return Fault{}, fmt.Errorf("fault %q: reject needs a code after '=', as in reject=recipient_rejected", rule)
+		}
+		f.Code = value
 	case FaultDropAfter, FaultRateLimit:
 		if hasValue {
 			return Fault{}, fmt.Errorf("fault %q: %s takes no value", rule, f.Kind)
@@ -236,9 +277,19 @@ func (f Fault) normalized() (Fault, error) {
 		if f.Delay <= 0 {
 			return f, fmt.Errorf("%s needs a positive delay", f.Kind)
 		}
+	case FaultReject:
+		if f.Code == "" {
+			f.Code = DefaultRejectCode
+		}
+		if !validCode(f.Code) {
+			return f, fmt.Errorf("reject code %q: want letters, digits and '_', as in recipient_rejected", f.Code)
+		}
 	case FaultDropAfter, FaultRateLimit:
 	default:
-		return f, fmt.Errorf("unknown fault kind %q (kinds: error_before, error_after, drop_after, latency, latency_after, rate_limit, retry_after)", f.Kind)
+		return f, fmt.Errorf("unknown fault kind %q (kinds: error_before, error_after, drop_after, latency, latency_after, rate_limit, retry_after, reject)", f.Kind)
+	}
+	if f.Kind != FaultReject && f.Code != "" {
+		return f, fmt.Errorf("%s takes no code", f.Kind)
 	}
 	switch f.Kind {
 	case FaultErrorBefore, FaultErrorAfter, FaultRetryAfter:
@@ -265,6 +316,20 @@ func (f Fault) normalized() (Fault, error) {
 	return f, nil
 }
 
+// validCode reports whether code is 1 to 64 letters, digits and '_', the
+// shape of the API's error codes.
+func validCode(code string) bool {
+	if len(code) == 0 || len(code) > 64 {
+		return false
+	}
+	for _, c := range code {
+		if !(c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
 // String renders the rule in canonical text, which ParseFault reads back.
 func (f Fault) String() string {
 	var b strings.Builder
@@ -280,6 +345,10 @@ func (f Fault) String() string {
 		b.WriteString("=" + f.RetryAfter)
 		if f.Status != 0 {
 			fmt.Fprintf(&b, ";status=%d", f.Status)
+		}
+	case FaultReject:
+		if f.Code != "" {
+			b.WriteString("=" + f.Code)
 		}
 	}
 	if f.Times != 0 {
@@ -385,25 +454,52 @@ type firedFaults struct {
 	answer *Fault
 }
 
+// rule is a fault rule with the id its times count is kept under.
+type rule struct {
+	id string
+	Fault
+}
+
+// rulesLocked lists the rules that apply to the call: its header rules
+// first, then the server's.
+func (s *Server) rulesLocked(c *call) []rule {
+	out := make([]rule, 0, len(c.faults)+len(s.faults))
+	for _, f := range c.faults {
+		out = append(out, rule{id: headerRulePrefix + f.String(), Fault: f})
+	}
+	for i, f := range s.faults {
+		out = append(out, rule{id: configRulePrefix + strconv.Itoa(i), Fault: f})
+	}
+	return out
+}
+
+// spendLocked decides whether a rule that matches fires now: it is under its
+// times limit for the call's API key and Idempotency-Key, and wins its p
+// draw. A firing is counted.
+func (s *Server) spendLocked(c *call, r rule) bool {
+	use := faultUse{rule: r.id, apiKey: c.apiKey, idemKey: c.idemKey}
+	if r.Times > 0 && s.faultUses[use] >= r.Times {
+		return false
+	}
+	if r.P > 0 && s.rng.Float64() >= r.P {
+		return false
+	}
+	if r.Times > 0 {
+		s.faultUses[use]++
+	}
+	return true
+}
+
 // fireLocked runs the rules of one phase (before or after) against the call:
 // header rules first, then the server's. Latencies add up; the first
 // answering rule wins and later answering rules are not consulted, so they
 // neither fire nor spend their times count.
-func (s *Server) fireLocked(c *call, after bool) firedFaults {
+func (s *Server) fireLocked(c *call, phase faultPhase) firedFaults {
 	var out firedFaults
-	try := func(id string, f Fault) {
-		if f.Kind.after() != after || (f.Kind.answers() && out.answer != nil) || !f.matches(c) {
-			return
-		}
-		use := faultUse{rule: id, apiKey: c.apiKey, idemKey: c.idemKey}
-		if f.Times > 0 && s.faultUses[use] >= f.Times {
-			return
-		}
-		if f.P > 0 && s.rng.Float64() >= f.P {
-			return
-		}
-		if f.Times > 0 {
-			s.faultUses[use]++
+	for _, r := range s.rulesLocked(c) {
+		f := r.Fault
+		if f.Kind.phase() != phase || (f.Kind.answers() && out.answer != nil) || !f.matches(c) || !s.spendLocked(c, r) {
+			continue
 		}
 		c.fired = append(c.fired, f.String())
 		if f.Kind.answers() {
@@ -412,16 +508,72 @@ func (s *Server) fireLocked(c *call, after bool) firedFaults {
 			out.delay += f.Delay
 		}
 	}
-	for _, f := range c.faults {
-		try(headerRulePrefix+f.String(), f)
-	}
-	for i, f := range s.faults {
-		try(configRulePrefix+strconv.Itoa(i), f)
-	}
 	return out
 }
 
+// rejectLocked runs the reject rules against the emails of a send, in
+// request order, header rules before the server's: the first rule that fires
+// for an email refuses it. Each refusal is one firing, so p is drawn and
+// times counted per email. It returns one error per email, nil for an email
+// to send; batch says the emails are named emails[i] in params and messages.
+func (s *Server) rejectLocked(c *call, batch bool, specs []messageSpec) []*apiError {
+	rules := s.rulesLocked(c)
+	refused := make([]*apiError, len(specs))
+	fired := map[string]bool{}
+	for i, spec := range specs {
+		for _, r := range rules {
+			if r.Kind != FaultReject || !r.matchesRequest(c) {
+				continue
+			}
+			field, ok := r.rejectedField(spec)
+			if !ok || !s.spendLocked(c, r) {
+				continue
+			}
+			param, subject := field, "The email"
+			if batch {
+				subject = fmt.Sprintf("emails[%d]", i)
+				param = subject + "." + field
+			}
+			refused[i] = newError(http.StatusUnprocessableEntity, typeInvalidRequest, r.Code,
+				subject+" was not sent: the API refused it with "+r.Code+" (injected fault reject).")
+			refused[i].param = param
+			if !fired[r.id] {
+				fired[r.id] = true
+				c.fired = append(c.fired, r.String())
+			}
+			break
+		}
+	}
+	return refused
+}
+
+// rejectedField says whether a reject rule's recipient matcher takes the
+// email, and names the field refused: the first of to, cc and bcc holding a
+// matching recipient, or to when the rule names no recipient.
+func (f Fault) rejectedField(spec messageSpec) (string, bool) {
+	if f.To == "" {
+		return "to", true
+	}
+	for _, l := range []struct {
+		field string
+		addrs []string
+	}{{"to", spec.to}, {"cc", spec.cc}, {"bcc", spec.bcc}} {
+		if matchesRecipient(f.To, l.addrs) {
+			return l.field, true
+		}
+	}
+	return "", false
+}
+
+// matches reports whether the rule takes the request: its method, path and
+// key, and, with to=, any recipient of the body (of any email of a batch).
 func (f Fault) matches(c *call) bool {
+	return f.matchesRequest(c) && (f.To == "" || matchesRecipient(f.To, bodyRecipients(c.body)))
+}
+
+// matchesRequest checks the matchers on the request itself: method, path and
+// Idempotency-Key.
+func (f Fault) matchesRequest(c *call) bool {
 	if f.Method != "" && !strings.EqualFold(f.Method, c.r.Method) {
 		return false
 	}
@@ -430,19 +582,19 @@ func (f Fault) matches(c *call) bool {
 			return false
 		}
 	}
-	if f.Key != "" && !strings.Contains(c.idemKey, f.Key) {
-		return false
-	}
-	if f.To != "" {
-		want := strings.ToLower(f.To)
-		for _, addr := range bodyRecipients(c.body) {
-			if strings.Contains(strings.ToLower(addr), want) {
-				return true
-			}
+	return f.Key == "" || strings.Contains(c.idemKey, f.Key)
+}
+
+// matchesRecipient reports whether any address contains text,
+// case-insensitively.
+func matchesRecipient(text string, addrs []string) bool {
+	want := strings.ToLower(text)
+	for _, addr := range addrs {
+		if strings.Contains(strings.ToLower(addr), want) {
+			return true
 		}
-		return false
 	}
-	return true
+	return false
 }
 
 // bodyRecipients collects to/cc/bcc addresses from a send body, including
@@ -488,7 +640,7 @@ func (r recipientFields) all() []string {
 // to its handler.
 func (s *Server) applyFaultsBefore(c *call) bool {
 	s.mu.Lock()
-	fired := s.fireLocked(c, false)
+	fired := s.fireLocked(c, phaseBefore)
 	s.mu.Unlock()
 	if !s.pause(c.r.Context(), fired.delay) {
 		c.abandon()
@@ -518,7 +670,7 @@ func (s *Server) applyFaultsBefore(c *call) bool {
 // it sleeps their latency, then replaces the answer or drops the connection.
 func (s *Server) applyFaultsAfter(c *call) {
 	s.mu.Lock()
-	fired := s.fireLocked(c, true)
+	fired := s.fireLocked(c, phaseAfter)
 	s.mu.Unlock()
 	if !s.pause(c.r.Context(), fired.delay) {
 		c.abandon()

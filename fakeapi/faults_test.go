@@ -32,6 +32,9 @@ func TestParseFault(t *testing.T) {
 		{"rate_limit:p=1", fakeapi.Fault{Kind: fakeapi.FaultRateLimit}, "rate_limit"},
 		{"retry_after=1.5", fakeapi.Fault{Kind: fakeapi.FaultRetryAfter, Status: 429, RetryAfter: "1.5"}, "retry_after=1.5;status=429"},
 		{"retry_after=date+5s:status=503", fakeapi.Fault{Kind: fakeapi.FaultRetryAfter, Status: 503, RetryAfter: "date+5s"}, "retry_after=date+5s;status=503"},
+		{"reject", fakeapi.Fault{Kind: fakeapi.FaultReject, Code: "recipient_rejected"}, "reject=recipient_rejected"},
+		{"reject=suppressed:to=bounced@:times=2", fakeapi.Fault{Kind: fakeapi.FaultReject, Code: "suppressed", To: "bounced@", Times: 2},
+			"reject=suppressed;times=2;to=bounced@"},
 	}
 	for _, tc := range cases {
 		got, err := fakeapi.ParseFault(tc.rule)
@@ -50,7 +53,8 @@ func TestParseFault(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "explode", "latency", "latency=soon", "drop_after=1", "error_before=200",
-		"retry_after", "retry_after=later", "drop_after:status=503", "drop_after:p=2", "drop_after:times=-1", "drop_after:color=red"} {
+		"retry_after", "retry_after=later", "drop_after:status=503", "drop_after:p=2", "drop_after:times=-1", "drop_after:color=red",
+		"reject=", "reject=not-a-code", "reject:status=422"} {
 		if _, err := fakeapi.ParseFault(bad); err == nil {
 			t.Errorf("ParseFault(%q) accepted", bad)
 		}
@@ -114,6 +118,9 @@ func TestFaultMatchers(t *testing.T) {
 	wantStatus(t, do(t, url, http.MethodGet, "/emails", nil, nil), http.StatusTooManyRequests)
 	if err := srv.SetFaults(fakeapi.Fault{Kind: "explode"}); err == nil {
 		t.Fatal("SetFaults accepted an unknown kind")
+	}
+	if err := srv.SetFaults(fakeapi.Fault{Kind: fakeapi.FaultDropAfter, Code: "suppressed"}); err == nil {
+		t.Fatal("SetFaults accepted a code on drop_after")
 	}
 	if len(srv.Faults()) != 3 {
 		t.Fatal("a refused SetFaults changed the rules")

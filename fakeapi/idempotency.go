@@ -50,8 +50,17 @@ type keyEntry struct {
 // sendResult is what a send created, enough to render its answer again in
 // the resources' current state.
 type sendResult struct {
-	kind Kind
-	ids  []string
+	kind  Kind
+	items []sendItem // one per message asked for, in request order
+}
+
+// sendItem is one message a send asked for: the id of the message it made,
+// or, for a batch email a reject fault refused, the refusal (and the email's
+// to, echoed in the answer). A refused email makes no message.
+type sendItem struct {
+	id      string
+	to      []string
+	refused *apiError
 }
 
 // canonical renders a decoded body with sorted keys and no insignificant
@@ -128,6 +137,17 @@ func (s *Server) claimKey(c *call, fp string, invalid *apiError) (claimed *keyEn
 func (s *Server) completeKeyLocked(e *keyEntry, result sendResult) {
 	e.result = result
 	e.complete = true
+	close(e.done)
+}
+
+// releaseKeyLocked gives up a claim whose send stored nothing (a single
+// send a reject fault refused): the key is free again, and requests waiting
+// on it look again, as if the claim had never been made.
+func (s *Server) releaseKeyLocked(c *call, e *keyEntry) {
+	scope := keyScope{apiKey: c.apiKey, key: c.idemKey}
+	if s.keys[scope] == e {
+		delete(s.keys, scope)
+	}
 	close(e.done)
 }
 

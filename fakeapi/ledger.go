@@ -11,8 +11,9 @@ import (
 )
 
 // Delivery is one message the fake actually sent: the ledger entry an
-// exactly-once test counts. A batch makes one Delivery per email; a scheduled
-// send makes its Delivery when it falls due, never if it was cancelled.
+// exactly-once test counts. A batch makes one Delivery per email it sent (an
+// email a reject fault refused makes none); a scheduled send makes its
+// Delivery when it falls due, never if it was cancelled.
 type Delivery struct {
 	MessageID      string    `json:"messageId"`
 	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
@@ -52,6 +53,10 @@ type RequestRecord struct {
 	// RateLimited is set when the rate limiter (Config.Rate) answered 429;
 	// an injected rate_limit or retry_after fault shows in Fault instead.
 	RateLimited bool `json:"rateLimited,omitempty"`
+	// Rejected counts the emails of the request a reject fault refused: a
+	// batch's failed items, or 1 for a single send answered 422. A replay
+	// refuses nothing anew, so it is 0 there.
+	Rejected int `json:"rejected,omitempty"`
 }
 
 // Deliveries returns the ledger in delivery order. It first promotes

@@ -21,6 +21,9 @@ const (
 	statusQueued    = "queued"
 	statusSent      = "sent"
 	statusCancelled = "cancelled"
+	// statusFailed marks a batch email the API refused (a reject fault); it
+	// is never a message's status, as a refused email makes no message.
+	statusFailed = "failed"
 )
 
 // timeFormat is how instants are written: UTC with milliseconds, as the SDKs
@@ -175,22 +178,48 @@ func (m *message) emailView() emailView {
 	}
 }
 
-// sendView is a send's answer: the created resource(s) in their current
-// state, with "replayed" saying whether this request sent anything.
+// failedView is a batch email the API refused, in the batch answer's data
+// in the email's place: no id, as no message exists.
+type failedView struct {
+	Status string        `json:"status"` // always "failed"
+	To     []string      `json:"to"`
+	Error  itemErrorView `json:"error"`
+}
+
+// itemErrorView is why one batch email was refused: the fields of an error
+// answer, for that email alone.
+type itemErrorView struct {
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Param   string `json:"param"`
+}
+
+// sendViewLocked is a send's answer: the created resource(s) in their current
+// state, with "replayed" saying whether this request sent anything. A
+// batch's data holds one item per email asked for, in request order: the
+// email, or its refusal; sent and failed count them.
 func (s *Server) sendViewLocked(r sendResult, replayed bool) any {
 	switch r.kind {
 	case KindBatch:
-		data := make([]emailView, 0, len(r.ids))
-		for _, id := range r.ids {
-			data = append(data, s.messages[id].emailView())
+		data := make([]any, 0, len(r.items))
+		failed := 0
+		for _, it := range r.items {
+			if e := it.refused; e != nil {
+				failed++
+				data = append(data, failedView{Status: statusFailed, To: it.to,
+					Error: itemErrorView{Type: e.typ, Code: e.code, Message: e.message, Param: e.param}})
+				continue
+			}
+			data = append(data, s.messages[it.id].emailView())
 		}
-		return map[string]any{"data": data, "sent": len(data), "failed": 0, "replayed": replayed}
+		return map[string]any{"data": data, "sent": len(data) - failed, "failed": failed, "replayed": replayed}
 	case KindBroadcast:
-		v := s.messages[r.ids[0]].view().(broadcastView)
+		v := s.messages[r.items[0].id].view().(broadcastView)
 		v.Replayed = &replayed
 		return v
 	default:
-		v := s.messages[r.ids[0]].emailView()
+		v := s.messages[r.items[0].id].emailView()
 		v.Replayed = &replayed
 		return v
 	}

@@ -257,6 +257,9 @@ func (s *Server) logRequest(c *call, took time.Duration) {
 	if c.rec.Fault != "" {
 		attrs = append(attrs, "fault", c.rec.Fault)
 	}
+	if c.rec.Rejected > 0 {
+		attrs = append(attrs, "rejected", c.rec.Rejected)
+	}
 	if c.rec.Dropped {
 		attrs = append(attrs, "dropped", true)
 	}

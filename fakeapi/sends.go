@@ -11,7 +11,9 @@ func (s *Server) sendEmail(c *call) {
 }
 
 // sendBatch is POST /emails/batch: one key for the whole batch, one message
-// and one delivery per email.
+// and one delivery per email sent. A malformed email refuses the whole batch
+// (422, nothing sent); an email a reject fault refuses is listed as failed
+// in its place while the others are sent.
 func (s *Server) sendBatch(c *call) {
 	s.send(c, KindBatch, parseBatch)
 }
@@ -43,8 +45,11 @@ func (s *Server) sendBroadcast(c *call) {
 //  4. the key is claimed before anything is delivered, so a racing or
 //     retried request with the same key waits and replays instead of
 //     sending again;
-//  5. the messages are created and delivered (or scheduled), and the key
-//     stores them.
+//  5. reject faults refuse the emails they match: a refused single send is
+//     answered 422 and releases the key; a batch's refused emails are left
+//     out of the sending and listed as failed in its answer;
+//  6. the messages are created and delivered (or scheduled), and the key
+//     stores the answer: the messages and, for a batch, the refusals.
 //
 // A send without an Idempotency-Key is accepted and simply sent: every such
 // request sends again.
@@ -89,10 +94,29 @@ func (s *Server) send(c *call, kind Kind, parse func(map[string]any) ([]messageS
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	refused := make([]*apiError, len(specs))
+	if kind != KindBroadcast {
+		refused = s.rejectLocked(c, kind == KindBatch, specs)
+	}
+	if kind != KindBatch && refused[0] != nil {
+		// A single send the API refuses makes nothing, as a validation
+		// error does: nothing is stored under the key, which is free again.
+		if entry != nil {
+			s.releaseKeyLocked(c, entry)
+		}
+		c.rec.Rejected = 1
+		c.fail(refused[0])
+		return
+	}
 	now := s.now()
 	result := sendResult{kind: kind}
-	for _, spec := range specs {
-		result.ids = append(result.ids, s.createLocked(c, kind, spec, now).id)
+	for i, spec := range specs {
+		if refused[i] != nil {
+			result.items = append(result.items, sendItem{to: spec.to, refused: refused[i]})
+			c.rec.Rejected++
+			continue
+		}
+		result.items = append(result.items, sendItem{id: s.createLocked(c, kind, spec, now).id})
 	}
 	if entry != nil {
 		s.completeKeyLocked(entry, result)

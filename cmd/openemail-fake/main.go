@@ -98,12 +98,18 @@ in an X-Fake-Fault header):
     error_after[=STATUS]    deliver and store, then answer STATUS (default 503)
     drop_after              deliver and store, then close the connection with no answer
     latency_after=DURATION  deliver and store, then sleep before answering
+    reject[=CODE]           while handling a send, refuse each email it matches with CODE
+                            (default recipient_rejected): a batch answers 200 with that email
+                            as {"status":"failed","error":{…}} in its place and sends the
+                            others; a single send answers 422 and stores nothing
   options:
-    to=TEXT     some recipient (to/cc/bcc, any email of a batch) contains TEXT
+    to=TEXT     some recipient (to/cc/bcc, any email of a batch) contains TEXT;
+                for reject, a recipient of the email itself
     key=TEXT    the Idempotency-Key contains TEXT (colons in TEXT are fine)
     path=GLOB   the request path matches: /emails, /emails/*, /templates/*/send
     method=M    the request method is M
-    times=N     fire at most N times per Idempotency-Key (unkeyed requests share a count)
+    times=N     fire at most N times per Idempotency-Key (unkeyed requests share a count);
+                reject counts each refused email
     p=P         fire with probability P (seeded by --seed, so runs repeat)
     status=S    the status of error_before, error_after or retry_after
 
@@ -133,6 +139,7 @@ const examples = `  openemail-fake
   openemail-fake --addr 0.0.0.0:8025 --seed 42 --log-format json
   openemail-fake --fault 'drop_after:p=0.2' --fault 'error_before=503:times=2:to=flaky@'
   openemail-fake --fault 'retry_after=120:status=503:path=/emails/batch' --latency 50ms
+  openemail-fake --fault 'reject=suppressed:to=bounced@'
   OPENEMAIL_FAKE_FAULTS='latency_after=30s:key=invoice:,rate_limit:p=0.05' openemail-fake
   openemail-fake --rate 10/s,500/m --rate-headers
   curl -H 'X-Fake-Fault: error_before=503;times=2' -H 'Idempotency-Key: k1' …   # per request`

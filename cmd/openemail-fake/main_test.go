@@ -62,7 +62,7 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 		"OPENEMAIL_FAKE_LATENCY":    "20ms",
 	}
 	cmd, o := newCommand(env(vars), io.Discard, io.Discard)
-	if err := cmd.ParseFlags([]string{"--seed", "7", "--fault", "error_before=502:times=1", "--fault", "latency_after=1s,drop_after"}); err != nil {
+	if err := cmd.ParseFlags([]string{"--seed", "7", "--fault", "error_before=502:times=1", "--fault", "latency_after=1s,drop_after", "--fault", "reject:to=bounced@"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := applyEnv(cmd, env(vars)); err != nil {
@@ -78,7 +78,7 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 	}
 	if cfg.Seed != 7 || cfg.KeyWindow != 2*time.Hour || cfg.MaxBodyBytes != 1<<20 ||
 		strings.Join(cfg.APIKeys, " ") != "oe_test_a oe_live_b" ||
-		strings.Join(faults, " ") != "error_before=502;times=1 latency_after=1s drop_after latency=20ms" {
+		strings.Join(faults, " ") != "error_before=502;times=1 latency_after=1s drop_after reject=recipient_rejected;to=bounced@ latency=20ms" {
 		t.Fatalf("config %+v, faults %v", cfg, faults)
 	}
 }
@@ -90,6 +90,7 @@ func TestBadSettingsAreRefused(t *testing.T) {
 		want string
 	}{
 		{[]string{"--fault", "explode"}, nil, "explode"},
+		{[]string{"--fault", "reject=no-such-code"}, nil, "no-such-code"},
 		{[]string{"--max-body", "10XB"}, nil, "10XB"},
 		{nil, map[string]string{"OPENEMAIL_FAKE_SEED": "abc"}, "OPENEMAIL_FAKE_SEED"},
 		{[]string{"--log-format", "xml"}, nil, "xml"},

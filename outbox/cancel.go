@@ -19,7 +19,7 @@ func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 		var err error
 		rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
 			SET state = 'canceled', updated_at = now()
-			WHERE idempotency_key = $1 AND state = 'pending' AND attempts = 0
+			WHERE idempotency_key = $1 AND state = 'pending' AND attempts = 0 AND batch_key IS NULL
 			RETURNING `+columns, key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			cur, gerr := get(ctx, tx, key)
@@ -49,12 +49,14 @@ func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 }
 
 func cancelRefusal(r *Record) string {
-	switch r.State {
-	case StatePending:
+	switch {
+	case r.State == StatePending && r.BatchKey != "" && r.Attempts == 0:
+		return fmt.Sprintf("it is frozen into batch %s with other intents, and a frozen batch's request never changes", r.BatchKey)
+	case r.State == StatePending:
 		return fmt.Sprintf("%d send attempt(s) already made; one may have reached the API", r.Attempts)
-	case StateSending:
+	case r.State == StateSending:
 		return "a worker is sending it now"
-	case StateCanceled:
+	case r.State == StateCanceled:
 		return "it is already canceled"
 	default:
 		return "only a pending intent whose send has not started can be canceled"

@@ -62,7 +62,11 @@ type Record struct {
 	// accepting a possible second delivery.
 	ForcedRetryAt *time.Time `json:"forcedRetryAt,omitempty"`
 	// ClaimedBy is the worker instance that claimed the intent last.
-	ClaimedBy *int32     `json:"claimedBy,omitempty"`
+	ClaimedBy *int32 `json:"claimedBy,omitempty"`
+	// BatchKey is the key of the coalesced batch request the intent is
+	// bound to, or went out in (see worker.Config.Coalesce); empty when
+	// it is sent alone.
+	BatchKey  string     `json:"batchKey,omitempty"`
 	CreatedAt time.Time  `json:"createdAt"`
 	UpdatedAt time.Time  `json:"updatedAt"`
 	SentAt    *time.Time `json:"sentAt,omitempty"`
@@ -71,13 +75,15 @@ type Record struct {
 // columns is the select list that scanRecord reads, in order.
 const columns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), send_at, state, attempts,
 	coalesce(message_id, ''), replayed, coalesce(last_error, ''), job_id, first_attempt_at,
-	created_at, updated_at, sent_at, uncertain, snoozes, coalesce(api_key_fingerprint, ''), forced_retry_at, claimed_by`
+	created_at, updated_at, sent_at, uncertain, snoozes, coalesce(api_key_fingerprint, ''), forced_retry_at, claimed_by,
+	coalesce(batch_key, '')`
 
 func scanRecord(row pgx.Row, extra ...any) (*Record, error) {
 	r := &Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.SendAt, &r.State, &r.Attempts,
 		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
-		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy}
+		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy,
+		&r.BatchKey}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

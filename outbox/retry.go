@@ -47,6 +47,14 @@ var ErrMayDeliverTwice = errors.New("outbox: a retry could deliver a second time
 // deliver it a second time: Retry refuses with a *StateError matching
 // ErrMayDeliverTwice unless opts.Force is set. A forced retry starts a new
 // window and records the time on the row (ForcedRetryAt).
+//
+// An intent that went out in a coalesced batch is retried alone when no
+// attempt of the batch may have reached the API for it (the API refused
+// the batch, or this email in it). One whose batch failed with an unknown
+// outcome is retried with its batch, whole, under the batch's key, with
+// every member that failed with it, while the window lasts; after it, or
+// when the batch was answered without a result for it, only with force,
+// alone.
 func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Record, error) {
 	if opts == nil {
 		opts = &RetryOptions{}
@@ -67,6 +75,12 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 		if cur.State != StateFailed {
 			return &StateError{Key: key, Op: "retry", State: cur.State, Reason: "only a failed intent can be retried"}
 		}
+		if cur.BatchKey != "" && cur.Uncertain && !expired {
+			// The batch may have reached the API: only the same request
+			// under the same key is safe, so the batch goes again whole.
+			rec, err = o.retryBatch(ctx, tx, cur)
+			return err
+		}
 		if expired && !opts.Force {
 			return &StateError{Key: key, Op: "retry", State: cur.State, err: ErrMayDeliverTwice, Reason: fmt.Sprintf(
 				"an attempt may have reached the API, and the %s replay window from its first attempt (%s) has passed: "+
@@ -85,14 +99,14 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 		if opts.Force {
 			// The operator takes the risk: a new window, as for a new intent.
 			rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-				SET state = 'pending', job_id = $2, snoozes = 0, first_attempt_at = NULL, uncertain = false,
+				SET state = 'pending', job_id = $2, snoozes = 0, first_attempt_at = NULL, uncertain = false, batch_key = NULL,
 					api_key_fingerprint = NULL, forced_retry_at = now(),
 					last_error = 'retried with force by an operator after: ' || coalesce(last_error, ''), updated_at = now()
 				WHERE id = $1 RETURNING `+columns, cur.ID, job.Job.ID))
 			return err
 		}
 		rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-			SET state = 'pending', job_id = $2, snoozes = 0,
+			SET state = 'pending', job_id = $2, snoozes = 0, batch_key = NULL,
 				last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
 			WHERE id = $1 RETURNING `+columns, cur.ID, job.Job.ID))
 		return err
@@ -105,4 +119,37 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 		return nil, fmt.Errorf("outbox: retry: %w", err)
 	}
 	return rec, nil
+}
+
+// retryBatch retries the failed batch that cur went out in, whole: the
+// same body under the same key, with every member it failed. A batch that
+// was answered (so cur's outcome is unknown for another reason) is not sent
+// again: a send of cur alone could deliver it twice.
+func (o *Outbox) retryBatch(ctx context.Context, tx pgx.Tx, cur *Record) (*Record, error) {
+	var state, queue string
+	err := tx.QueryRow(ctx, `SELECT state, queue FROM sendonce_batch WHERE idempotency_key = $1 FOR UPDATE`, cur.BatchKey).Scan(&state, &queue)
+	if err != nil {
+		return nil, fmt.Errorf("read batch %s: %w", cur.BatchKey, err)
+	}
+	if state != "failed" {
+		return nil, &StateError{Key: cur.Key, Op: "retry", State: cur.State, err: ErrMayDeliverTwice, Reason: fmt.Sprintf(
+			"it went out in batch %s (now %s), whose answer did not tell this intent's outcome: a send alone could "+
+				"deliver it a second time; check whether the recipient got it, then retry with force (sendonce retry --force)",
+			cur.BatchKey, state)}
+	}
+	job, err := o.river.InsertTx(ctx, tx, sendjob.BatchArgs{Key: cur.BatchKey}, sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityUrgent))
+	if err != nil {
+		return nil, fmt.Errorf("insert river job: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `WITH b AS (
+			UPDATE sendonce_batch SET state = 'pending', job_id = $2,
+				last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
+			WHERE idempotency_key = $1 RETURNING member_keys)
+		UPDATE sendonce_outbox o SET state = 'pending', job_id = $2, snoozes = 0,
+			last_error = 'retried with its batch by an operator after: ' || coalesce(o.last_error, ''), updated_at = now()
+		FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = $1 AND o.state = 'failed'`,
+		cur.BatchKey, job.Job.ID); err != nil {
+		return nil, err
+	}
+	return get(ctx, tx, cur.Key)
 }

@@ -19,6 +19,10 @@ const (
 	ResultExpired  Result = "expired"  // parked as failed: the replay window ran out
 	ResultSkipped  Result = "skipped"  // the job found its intent already settled
 
+	// Coalescing's events.
+	ResultCoalesced Result = "coalesced" // the intent joined a batch; the batch's job sends it
+	ResultSplit     Result = "split"     // the API refused a batch whole; it was split to find the cause
+
 	// The budget's events, before or around an attempt.
 	ResultRateLimited   Result = "rate_limited"   // the API answered 429; the fleet slows down
 	ResultBudgetToken   Result = "budget_token"   // a send got its token (BudgetWait says after how long)

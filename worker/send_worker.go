@@ -129,6 +129,10 @@ type sendWorker struct {
 	// budget, when set (by New), paces sends to the fleet's rate limit.
 	budget *budget.Budget
 
+	// coalesce, when set (by Worker.Start with Config.Coalesce), gathers
+	// email intents into batches.
+	coalesce *coalescer
+
 	// afterSend, when set (by tests), runs after the API answered and
 	// before the outcome is recorded; an error from it stands for a crash
 	// in that window.
@@ -161,8 +165,20 @@ func (w *sendWorker) retryDelay(attempt int) time.Duration {
 }
 
 // Work sends the intent named by the job and maps the outcome to a state.
+// With coalescing on, an email intent first offers itself to a batch; once
+// frozen into one, its job is done and the batch's job sends it.
 func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) error {
 	key := job.Args.Key
+	if w.coalesce != nil && job.Args.IntentKind == string(outbox.KindEmail) {
+		batchKey, err := w.coalesce.join(ctx, job.Queue, sendstate.ClaimRequest{Key: key, JobID: job.ID})
+		if err != nil {
+			return err
+		}
+		if batchKey != "" {
+			w.cfg.Observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultCoalesced})
+			return nil
+		}
+	}
 	// Wait for the fleet's budget before claiming: waiting is not an
 	// attempt, starts no replay window and counts against no limit.
 	if err := w.waitForBudget(ctx); err != nil {
@@ -177,42 +193,16 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) err
 	}
 	rec := c.Record
 	log := w.cfg.Logger.With("key", key, "kind", string(rec.Kind), "attempt", rec.Attempts, "job_id", job.ID)
-	a := &attempt{w: w, job: job, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft}
-
-	if c.WindowLeft <= 0 {
-		return a.park(ctx, ResultExpired, false, fmt.Sprintf(
-			"replay window exceeded: first attempt at %s, window %s; parked rather than risk a second delivery",
-			rec.FirstAttemptAt.UTC().Format(time.RFC3339), w.cfg.ReplayWindow))
-	}
-	if w.keyFingerprint != "" && rec.APIKeyFingerprint != w.keyFingerprint {
-		return a.park(ctx, ResultFailed, false, fmt.Sprintf(
-			"the API key changed (%s, now %s) after an attempt whose outcome is unknown: the API may scope "+
-				"idempotency keys per API key, so a send with the new key could deliver it a second time; "+
-				"parked: check whether it was delivered, then retry it with force",
-			rec.APIKeyFingerprint, w.keyFingerprint))
+	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft}
+	if err := a.check(ctx); err != nil {
+		return err
 	}
 
 	// No HTTP attempt may start, or go on, past the window's end.
 	sendCtx, cancel := context.WithTimeout(ctx, c.WindowLeft)
 	defer cancel()
 	start := time.Now()
-	res, sendErr := w.send(sendCtx, rec)
-	// A 429 slows the whole fleet; this send waits for a token again and
-	// goes again, as long as a token comes soon.
-	for w.budget != nil && client.IsRateLimited(sendErr) && ctx.Err() == nil {
-		var apiErr *client.APIError
-		errors.As(sendErr, &apiErr)
-		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRateLimited})
-		if err := w.budget.Throttle(ctx, apiErr.RetryAfter); err != nil {
-			log.Warn("cannot tell the fleet of a 429", "error", err)
-		}
-		ok, retryIn, err := w.budget.Wait(sendCtx, w.budgetWaitBound(sendCtx))
-		if err != nil || !ok {
-			a.budgetRetryIn = retryIn
-			break
-		}
-		res, sendErr = w.send(sendCtx, rec)
-	}
+	res, sendErr := a.sendPaced(ctx, sendCtx, func() (sendResult, error) { return w.send(sendCtx, rec) })
 	elapsed := time.Since(start)
 	if w.afterSend != nil {
 		if err := w.afterSend(key); err != nil {
@@ -225,11 +215,54 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) err
 	return a.failed(ctx, sendCtx, sendErr, elapsed)
 }
 
+// check parks the claimed send when it must not be attempted: its replay
+// window has run out, or the API key changed after an attempt whose outcome
+// is unknown.
+func (a *attempt) check(ctx context.Context) error {
+	w, rec := a.w, a.rec
+	if a.windowLeft <= 0 {
+		return a.park(ctx, ResultExpired, false, fmt.Sprintf(
+			"replay window exceeded: first attempt at %s, window %s; parked rather than risk a second delivery",
+			rec.FirstAttemptAt.UTC().Format(time.RFC3339), w.cfg.ReplayWindow))
+	}
+	if w.keyFingerprint != "" && rec.APIKeyFingerprint != w.keyFingerprint {
+		return a.park(ctx, ResultFailed, false, fmt.Sprintf(
+			"the API key changed (%s, now %s) after an attempt whose outcome is unknown: the API may scope "+
+				"idempotency keys per API key, so a send with the new key could deliver it a second time; "+
+				"parked: check whether it was delivered, then retry it with force",
+			rec.APIKeyFingerprint, w.keyFingerprint))
+	}
+	return nil
+}
+
+// sendPaced makes the call, and again after each 429 for as long as the
+// fleet's budget gives a token soon: a 429 slows the whole fleet.
+func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResult, error)) (sendResult, error) {
+	w := a.w
+	res, err := call()
+	for w.budget != nil && client.IsRateLimited(err) && ctx.Err() == nil {
+		var apiErr *client.APIError
+		errors.As(err, &apiErr)
+		w.cfg.Observer.Observe(Outcome{Kind: a.rec.Kind, Result: ResultRateLimited})
+		if terr := w.budget.Throttle(ctx, apiErr.RetryAfter); terr != nil {
+			a.log.Warn("cannot tell the fleet of a 429", "error", terr)
+		}
+		ok, retryIn, werr := w.budget.Wait(sendCtx, w.budgetWaitBound(sendCtx))
+		if werr != nil || !ok {
+			a.budgetRetryIn = retryIn
+			break
+		}
+		res, err = call()
+	}
+	return res, err
+}
+
 // attempt is one claimed send on its way to an outcome.
 type attempt struct {
 	w          *sendWorker
-	job        *river.Job[sendjob.Args]
-	rec        *outbox.Record
+	jobID      int64
+	jobAttempt int            // River's attempt number
+	rec        *outbox.Record // for a batch: its key, attempts, snoozes and window
 	log        *slog.Logger
 	claimedAt  time.Time
 	windowLeft time.Duration // at claimedAt, by the database's clock
@@ -237,13 +270,18 @@ type attempt struct {
 	// budgetRetryIn is when the fleet's budget expects a token, after a
 	// 429 this attempt could not wait out.
 	budgetRetryIn time.Duration
+
+	// batch is set when the attempt sends a coalesced batch: outcomes
+	// other than the API's answer are recorded on the batch and all its
+	// members.
+	batch bool
 }
 
 // left is what remains of the replay window now.
 func (a *attempt) left() time.Duration { return a.windowLeft - time.Since(a.claimedAt) }
 
 func (a *attempt) outcome(reason string, uncertain, snoozed bool) sendstate.Outcome {
-	return sendstate.Outcome{Key: a.rec.Key, JobID: a.job.ID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed}
+	return sendstate.Outcome{Key: a.rec.Key, JobID: a.jobID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed}
 }
 
 func (a *attempt) sent(ctx context.Context, res sendResult, elapsed time.Duration) error {
@@ -265,7 +303,7 @@ func (a *attempt) sent(ctx context.Context, res sendResult, elapsed time.Duratio
 }
 
 func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed time.Duration) error {
-	w, rec, job := a.w, a.rec, a.job
+	w, rec := a.w, a.rec
 	reason := describe(sendErr)
 	var apiErr *client.APIError
 	isAPI := errors.As(sendErr, &apiErr)
@@ -275,7 +313,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		// may have reached the API. Returning the context's error lets River
 		// put the job back without counting an attempt, so a deploy never
 		// burns an intent's attempts or parks it.
-		if err := sendstate.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, true, false)); err != nil {
+		if err := a.markPending(ctx, a.outcome(reason, true, false)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
@@ -314,7 +352,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 			return a.park(ctx, ResultExpired, uncertain, fmt.Sprintf(
 				"%s; waiting %s would pass the %s replay window, parked rather than risk a second delivery", reason, wait, w.cfg.ReplayWindow))
 		}
-		if err := sendstate.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, uncertain, !rateLimited)); err != nil {
+		if err := a.markPending(ctx, a.outcome(reason, uncertain, !rateLimited)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSnoozed, APILatency: elapsed})
@@ -325,14 +363,14 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		// A network error, a timeout or a 5xx after the client's own
 		// retries: the send may or may not have reached the API. Try again
 		// later with the same key, which replays it if it did.
-		if job.Attempt >= w.cfg.MaxAttempts {
-			return a.park(ctx, ResultFailed, true, fmt.Sprintf("%s; gave up after %d attempts", reason, job.Attempt))
+		if a.jobAttempt >= w.cfg.MaxAttempts {
+			return a.park(ctx, ResultFailed, true, fmt.Sprintf("%s; gave up after %d attempts", reason, a.jobAttempt))
 		}
-		if w.retryDelay(job.Attempt) >= a.left() {
+		if w.retryDelay(a.jobAttempt) >= a.left() {
 			return a.park(ctx, ResultExpired, true, fmt.Sprintf(
 				"%s; the next attempt would pass the %s replay window, parked rather than risk a second delivery", reason, w.cfg.ReplayWindow))
 		}
-		if err := sendstate.MarkPending(context.WithoutCancel(ctx), w.pool, a.outcome(reason, true, false)); err != nil {
+		if err := a.markPending(ctx, a.outcome(reason, true, false)); err != nil {
 			return err
 		}
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
@@ -341,10 +379,23 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 	}
 }
 
+// markPending records an attempt that will be tried again.
+func (a *attempt) markPending(ctx context.Context, o sendstate.Outcome) error {
+	if a.batch {
+		return sendstate.MarkBatchPending(context.WithoutCancel(ctx), a.w.pool, o)
+	}
+	return sendstate.MarkPending(context.WithoutCancel(ctx), a.w.pool, o)
+}
+
 // park marks the intent failed and cancels its job: River must not retry
 // what the outbox has given up on.
 func (a *attempt) park(ctx context.Context, result Result, uncertain bool, reason string) error {
-	if err := sendstate.MarkFailed(context.WithoutCancel(ctx), a.w.pool, a.outcome(reason, uncertain, false)); err != nil {
+	o := a.outcome(reason, uncertain, false)
+	mark := sendstate.MarkFailed
+	if a.batch {
+		mark = sendstate.MarkBatchFailed
+	}
+	if err := mark(context.WithoutCancel(ctx), a.w.pool, o); err != nil {
 		return err
 	}
 	if result != "" {

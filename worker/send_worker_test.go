@@ -40,13 +40,15 @@ type harness struct {
 	client *client.Client
 	worker *sendWorker
 	seen   []Outcome
+	// ownJobs are the jobs intents were enqueued with, by key (freeze).
+	ownJobs map[string]int64
 }
 
 // newHarness gives a sendWorker over a fresh database and a fake API. The
 // client's own waits are skipped, so its retries cost no time.
 func newHarness(t *testing.T, cfg SendConfig, faults ...fakeapi.Fault) *harness {
 	t.Helper()
-	h := &harness{t: t, pool: pgtest.NewDB(t), fake: fakeapi.NewTest(t, fakeapi.Config{Faults: faults, Seed: 1})}
+	h := &harness{t: t, pool: pgtest.NewDB(t), ownJobs: map[string]int64{}, fake: fakeapi.NewTest(t, fakeapi.Config{Faults: faults, Seed: 1})}
 	var err error
 	h.ob, err = outbox.New(h.pool, nil)
 	if err != nil {

@@ -68,6 +68,16 @@ type Config struct {
 	// (default sendstate.DefaultRestartGrace): a restart drops every session's
 	// advisory locks, and live workers need a moment to take theirs again.
 	RestartGrace time.Duration
+	// Coalesce, when 2 or more, gathers up to that many email intents
+	// (kind email only) into one POST /emails/batch request under a key of
+	// the batch's own, frozen before its first attempt: one request, and
+	// one token of the rate budget, for many emails. At most MaxCoalesce
+	// (100). Zero: every intent is sent alone.
+	Coalesce int
+	// CoalesceWait is how long a partial batch waits to fill (default
+	// DefaultCoalesceWait, 200 ms): no intent is held longer before it is
+	// sent, alone if no other came.
+	CoalesceWait time.Duration
 	// Send tunes the outcome mapping.
 	Send SendConfig
 	// Logger receives the worker's and River's logs.
@@ -77,13 +87,16 @@ type Config struct {
 // Worker drains the outbox: a River client working the send queue, and a
 // sweeper for rows inserted without a job.
 type Worker struct {
-	river      *river.Client[pgx.Tx]
-	sendWorker *sendWorker
-	pool       *pgxpool.Pool
-	sweeper    *sweeper
-	liveness   *liveness
-	cancel     context.CancelFunc
-	done       sync.WaitGroup
+	river        *river.Client[pgx.Tx]
+	sendWorker   *sendWorker
+	batcher      *sendstate.Batcher
+	coalesce     int
+	coalesceWait time.Duration
+	pool         *pgxpool.Pool
+	sweeper      *sweeper
+	liveness     *liveness
+	cancel       context.CancelFunc
+	done         sync.WaitGroup
 }
 
 // New builds a Worker over the application's database. Start it with Start.
@@ -156,10 +169,26 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: rate limit %s: want a count of 1 or more per a positive period", l)
 		}
 	}
+	if cfg.Coalesce < 0 || cfg.Coalesce > MaxCoalesce {
+		return nil, fmt.Errorf("worker: coalesce %d: want 0 (off) to %d, the API's batch limit", cfg.Coalesce, MaxCoalesce)
+	}
+	if cfg.CoalesceWait < 0 {
+		return nil, fmt.Errorf("worker: coalesce wait %s: want a positive duration", cfg.CoalesceWait)
+	}
+	coalesceWait := cfg.CoalesceWait
+	if coalesceWait == 0 {
+		coalesceWait = DefaultCoalesceWait
+	}
 	sendWorker := newSendWorker(pool, c, &sendCfg)
 	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budgetRate(cfg.RateLimits), logger)
+	batcher := &sendstate.Batcher{Pool: pool}
 	workers := river.NewWorkers()
+	// The batch worker is always there: a batch frozen by a coalescing
+	// worker is sent by any worker of the fleet.
 	if err := river.AddWorkerSafely(workers, sendWorker); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &batchWorker{w: sendWorker, batcher: batcher}); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -174,13 +203,17 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: river client: %w", err)
 	}
+	batcher.River = rc
 	jobs := &sendstate.Scheduler{Pool: pool, River: rc, Queue: queue}
 	return &Worker{
-		river:      rc,
-		sendWorker: sendWorker,
-		pool:       pool,
-		sweeper:    &sweeper{pool: pool, jobs: jobs, interval: sweepInterval, logger: logger, restartGrace: restartGrace},
-		liveness:   &liveness{pool: pool, interval: sweepInterval, logger: logger},
+		river:        rc,
+		sendWorker:   sendWorker,
+		batcher:      batcher,
+		coalesce:     cfg.Coalesce,
+		coalesceWait: coalesceWait,
+		pool:         pool,
+		sweeper:      &sweeper{pool: pool, jobs: jobs, interval: sweepInterval, logger: logger, restartGrace: restartGrace},
+		liveness:     &liveness{pool: pool, interval: sweepInterval, logger: logger},
 	}, nil
 }
 
@@ -200,6 +233,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.sendWorker.owner = w.liveness.id
 	w.sendWorker.batch = newBatcher(bgCtx, w.pool, w.sendWorker.claimOptions())
+	if w.coalesce >= 2 {
+		w.sendWorker.coalesce = newCoalescer(bgCtx, w.batcher, w.coalesce, w.coalesceWait, w.sendWorker.cfg.Logger)
+	}
 	if err := w.river.Start(ctx); err != nil {
 		cancel()
 		w.liveness.conn.Close(context.WithoutCancel(ctx))

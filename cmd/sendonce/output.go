@@ -49,6 +49,7 @@ func printRecord(w io.Writer, r *outbox.Record) {
 	}
 	row("api key", r.APIKeyFingerprint)
 	row("message id", r.MessageID)
+	row("batch", r.BatchKey)
 	if r.State == outbox.StateSent {
 		row("replayed", fmt.Sprint(r.Replayed))
 	}

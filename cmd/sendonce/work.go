@@ -38,6 +38,13 @@ unlimited until the API's first 429, then find its limit from 429s. A send
 waits for its budget before it claims its intent, and a 429 never parks one
 as failed. "sendonce status" shows the budget.
 
+--coalesce 100 sends email intents (kind email only) up to 100 to a request
+of POST /emails/batch, which takes one token of the budget: a rate-limited
+billing run finishes in minutes, not hours. A batch gets a key of its own
+(sendonce-batch:…) and is frozen, body and members, before its first attempt,
+so every retry, on any worker and after any crash, replays the same request.
+A partial batch waits --coalesce-wait to fill; a lone intent goes alone.
+
 On SIGINT or SIGTERM, work stops fetching, lets the sends in flight finish for
 up to --shutdown-grace (cutting off the rest, whose jobs go back to the queue
 and are retried with the same key), and exits 0. A second signal kills it.
@@ -81,6 +88,8 @@ type workOptions struct {
 	uiToken           string
 	apiRate           string
 	rateLimits        []worker.RateLimit
+	coalesce          int
+	coalesceWait      time.Duration
 }
 
 // workCommand declares `sendonce work`. Its cobra.Command literal is alike
@@ -112,6 +121,10 @@ func (a *app) workCommand() *cobra.Command {
 		"from the first attempt, how long retries may go on (at most 24h, the API's idempotency window)")
 	f.StringVar(&o.apiRate, "api-rate", "",
 		"the API's rate limit for this key, shared by every worker: 10/s, 600/m, 36000/h, or several (10/s,500/m); empty: found from 429s")
+	f.IntVar(&o.coalesce, "coalesce", 0,
+		"send up to this many email intents in one batch request under a batch key of its own (2 to 100; 0: off)")
+	f.DurationVar(&o.coalesceWait, "coalesce-wait", worker.DefaultCoalesceWait,
+		"how long a partial batch waits to fill; no intent is held longer")
 	f.IntVar(&o.maxSnoozes, "max-snoozes", worker.DefaultMaxSnoozes, "rate-limit snoozes before an intent is parked as failed")
 	f.DurationVar(&o.rateLimitWait, "rate-limit-wait", worker.DefaultRateLimitWait, "snooze after a 429 that named no wait")
 	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")
@@ -133,6 +146,8 @@ func (a *app) workCommand() *cobra.Command {
 		"replay-window":       "SENDONCE_REPLAY_WINDOW",
 		"max-snoozes":         "SENDONCE_MAX_SNOOZES",
 		"api-rate":            "SENDONCE_API_RATE",
+		"coalesce":            "SENDONCE_COALESCE",
+		"coalesce-wait":       "SENDONCE_COALESCE_WAIT",
 		"rate-limit-wait":     "SENDONCE_RATE_LIMIT_WAIT",
 		"fetch-cooldown":      "SENDONCE_FETCH_COOLDOWN",
 		"fetch-poll-interval": "SENDONCE_FETCH_POLL_INTERVAL",
@@ -173,6 +188,10 @@ func (o *workOptions) check() error {
 	case o.replayWindow <= 0 || o.replayWindow > outbox.MaxReplayWindow:
 		return usagef("--replay-window %s: want a positive duration of at most %s, the time the API keeps an idempotency key",
 			o.replayWindow, outbox.MaxReplayWindow)
+	case o.coalesce < 0 || o.coalesce > worker.MaxCoalesce:
+		return usagef("--coalesce %d: want 0 (off) to %d, the API's batch limit", o.coalesce, worker.MaxCoalesce)
+	case o.coalesceWait <= 0:
+		return usagef("--coalesce-wait %s: want a positive duration", o.coalesceWait)
 	case o.maxSnoozes < 1:
 		return usagef("--max-snoozes %d: want 1 or more", o.maxSnoozes)
 	case o.rateLimitWait <= 0:
@@ -262,6 +281,8 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		FetchPollInterval: o.fetchPollInterval,
 		SweepInterval:     o.sweepInterval,
 		RateLimits:        o.rateLimits,
+		Coalesce:          o.coalesce,
+		CoalesceWait:      o.coalesceWait,
 		Send: worker.SendConfig{
 			ReplayWindow:  o.replayWindow,
 			MaxAttempts:   o.maxAttempts,
@@ -323,8 +344,12 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	if rate == "" {
 		rate = "from-429s"
 	}
-	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s\n",
-		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate)
+	coalesce := "off"
+	if o.coalesce >= 2 {
+		coalesce = fmt.Sprintf("%d/%s", o.coalesce, o.coalesceWait)
+	}
+	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s\n",
+		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce)
 
 	var srvErr error
 	select {

@@ -42,3 +42,12 @@ const (
 func InsertOpts(queue string, sendAt time.Time, priority int) *river.InsertOpts {
 	return &river.InsertOpts{Queue: queue, MaxAttempts: MaxAttempts, ScheduledAt: sendAt, Priority: priority}
 }
+
+// BatchArgs are the arguments of the River job that sends one frozen batch
+// of coalesced email intents (table sendonce_batch) under the batch's key.
+type BatchArgs struct {
+	Key string `json:"key"`
+}
+
+// Kind is the River job kind of a batch job.
+func (BatchArgs) Kind() string { return "sendonce_batch" }

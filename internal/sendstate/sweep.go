@@ -67,7 +67,7 @@ const DefaultRestartGrace = 5 * time.Second
 // how many it rescued.
 func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Duration) (int, error) {
 	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
-		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL
+		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
 			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
 				AND l.classid = $3::int4::oid AND l.objid = o.claimed_by::oid AND l.objsubid = 2)
@@ -82,9 +82,82 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 	return o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
 		LEFT JOIN river_job j ON j.id = o.job_id
-		WHERE o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL
+		WHERE o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
 			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
 		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`)
+}
+
+// RescueAbandonedBatches is RescueAbandoned for coalesced batches: a
+// batch left sending by a worker instance that is gone gets a new batch job
+// at once, which sends the same body under the same key.
+func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace time.Duration) (int, error) {
+	return o.rescheduleBatches(ctx, "rescue batches", sendjob.PriorityUrgent, `SELECT b.id, b.idempotency_key, b.queue FROM sendonce_batch b
+		WHERE b.state = 'sending' AND b.claimed_by IS NOT NULL
+			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
+			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
+				AND l.classid = $3::int4::oid AND l.objid = b.claimed_by::oid AND l.objsubid = 2)
+		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds(), OwnerLockClass)
+}
+
+// ReconcileBatches is Reconcile for coalesced batches: an unsettled batch
+// whose job is gone or finished without it gets a new batch job. Its
+// members are never given jobs of their own: a frozen batch's members go
+// out in it, under its key, or not at all.
+func (o *Scheduler) ReconcileBatches(ctx context.Context) (int, error) {
+	return o.rescheduleBatches(ctx, "reconcile batches", sendjob.PriorityNormal, `SELECT b.id, b.idempotency_key, b.queue FROM sendonce_batch b
+		LEFT JOIN river_job j ON j.id = b.job_id
+		WHERE b.state IN ('pending', 'sending')
+			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`)
+}
+
+func (o *Scheduler) rescheduleBatches(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, query, append([]any{sweepBatch}, args...)...)
+		if err != nil {
+			return err
+		}
+		var ids []int64
+		var params []river.InsertManyParams
+		for rows.Next() {
+			var id int64
+			var key, queue string
+			if err := rows.Scan(&id, &key, &queue); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+			params = append(params, river.InsertManyParams{Args: sendjob.BatchArgs{Key: key}, InsertOpts: sendjob.InsertOpts(queue, time.Time{}, priority)})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(ids) == 0 {
+			return err
+		}
+		jobs, err := o.River.InsertManyTx(ctx, tx, params)
+		if err != nil {
+			return fmt.Errorf("insert river jobs: %w", err)
+		}
+		jobIDs := make([]int64, len(jobs))
+		for i, j := range jobs {
+			jobIDs[i] = j.Job.ID
+		}
+		if _, err := tx.Exec(ctx, `WITH b AS (
+				UPDATE sendonce_batch b SET job_id = u.job_id, claimed_by = NULL, updated_at = now()
+				FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE b.id = u.id
+				RETURNING b.idempotency_key, b.member_keys, b.job_id)
+			UPDATE sendonce_outbox o SET job_id = b.job_id, claimed_by = NULL, updated_at = now()
+			FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
+				AND o.state IN ('pending', 'sending')`, ids, jobIDs); err != nil {
+			return err
+		}
+		n = len(ids)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sendstate: %s: %w", op, err)
+	}
+	return n, nil
 }
 
 func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {

@@ -1,0 +1,186 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/sendjob"
+	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// batchWorker is the River worker that sends one frozen batch of coalesced
+// email intents: its stored body under its own key, one request and one
+// budget token for up to 100 emails. Its attempts follow the same rules as
+// a single send's (window, retries, snoozes, 429s, shutdown), recorded on
+// the batch and all its members; the API's answer is mapped back to each
+// member: its own message id, or its own error.
+type batchWorker struct {
+	river.WorkerDefaults[sendjob.BatchArgs]
+
+	w       *sendWorker
+	batcher *sendstate.Batcher
+}
+
+// NextRetry spaces attempts as a single send's.
+func (bw *batchWorker) NextRetry(job *river.Job[sendjob.BatchArgs]) time.Time {
+	return bw.w.NextRetry(&river.Job[sendjob.Args]{JobRow: job.JobRow})
+}
+
+// Work sends the batch and records each member's outcome.
+func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArgs]) error {
+	w := bw.w
+	if err := w.waitForBudget(ctx); err != nil {
+		return err
+	}
+	b, ok, err := sendstate.ClaimBatch(ctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, w.claimOptions())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		state, _, err := sendstate.PeekBatch(ctx, w.pool, job.Args.Key)
+		if err != nil {
+			return river.JobCancel(err)
+		}
+		w.cfg.Logger.Debug("batch job skipped", "batch", job.Args.Key, "state", state, "job_id", job.ID)
+		return nil
+	}
+	first := b.FirstAttemptAt
+	rec := &outbox.Record{Key: b.Key, Kind: outbox.KindEmail, Attempts: b.Attempts, Snoozes: b.Snoozes,
+		FirstAttemptAt: &first, APIKeyFingerprint: b.APIKeyFingerprint, Uncertain: b.Uncertain}
+	log := w.cfg.Logger.With("batch", b.Key, "members", len(b.Members), "attempt", b.Attempts, "job_id", job.ID)
+	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(),
+		windowLeft: b.WindowLeft, batch: true}
+	if err := a.check(ctx); err != nil {
+		return err
+	}
+
+	sendCtx, cancel := context.WithTimeout(ctx, b.WindowLeft)
+	defer cancel()
+	start := time.Now()
+	var answer *client.BatchResult
+	_, sendErr := a.sendPaced(ctx, sendCtx, func() (sendResult, error) {
+		var err error
+		answer, err = w.client.Emails.SendBatchJSON(sendCtx, b.Body, client.WithIdempotencyKey(b.Key))
+		return sendResult{}, err
+	})
+	elapsed := time.Since(start)
+	if w.afterSend != nil {
+		if err := w.afterSend(b.Key); err != nil {
+			return err
+		}
+	}
+	if sendErr == nil {
+		return bw.record(ctx, a, b, answer, elapsed)
+	}
+	if parts := splitParts(b.Members, sendErr); parts != nil {
+		return bw.split(ctx, a, parts, sendErr)
+	}
+	return a.failed(ctx, sendCtx, sendErr, elapsed)
+}
+
+// record maps the API's answer to the members, in order: data[i] is the
+// answer for the i-th email of the body.
+func (bw *batchWorker) record(ctx context.Context, a *attempt, b *sendstate.Batch, answer *client.BatchResult, elapsed time.Duration) error {
+	var sent []sendstate.Sent
+	var failed []sendstate.ItemFailure
+	for i, key := range b.Members {
+		switch {
+		case i >= len(answer.Data):
+			failed = append(failed, sendstate.ItemFailure{Key: key, Uncertain: true, Reason: fmt.Sprintf(
+				"the answer to batch %s held %d items for %d emails; this email's outcome is unknown",
+				b.Key, len(answer.Data), len(b.Members))})
+		case answer.Data[i].Error != nil:
+			failed = append(failed, sendstate.ItemFailure{Key: key, Reason: describeItem(answer.Data[i].Error, b.Key)})
+		case answer.Data[i].ID == "":
+			failed = append(failed, sendstate.ItemFailure{Key: key, Uncertain: true, Reason: fmt.Sprintf(
+				"the answer to batch %s gave this email (item %d) neither an id nor an error; its outcome is unknown", b.Key, i)})
+		default:
+			sent = append(sent, sendstate.Sent{Key: key, MessageID: answer.Data[i].ID, Replayed: answer.Replayed})
+		}
+	}
+	overrode, err := sendstate.RecordBatch(context.WithoutCancel(ctx), a.w.pool, b.Key, sent, failed)
+	if err != nil {
+		return err
+	}
+	if len(overrode) > 0 {
+		a.log.Warn("sent by an attempt that overlapped the one that parked them as failed; recorded as sent", "keys", overrode)
+	}
+	result := ResultSent
+	if answer.Replayed {
+		result = ResultReplayed
+	}
+	obs := a.w.cfg.Observer
+	for range sent {
+		obs.Observe(Outcome{Kind: outbox.KindEmail, Result: result, APILatency: elapsed})
+	}
+	for range failed {
+		obs.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultFailed, APILatency: elapsed})
+	}
+	a.log.Info("batch sent", "sent", len(sent), "failed", len(failed), "replayed", answer.Replayed)
+	return nil
+}
+
+// split replaces a batch the API refused whole with its parts.
+func (bw *batchWorker) split(ctx context.Context, a *attempt, parts []sendstate.SplitPart, sendErr error) error {
+	reason := describe(sendErr)
+	o := a.outcome(fmt.Sprintf("%s; the API refused the batch whole, so nothing of it was sent: split into %d parts to send the rest", reason, len(parts)), false, false)
+	keys, ok, err := bw.batcher.Split(context.WithoutCancel(ctx), o, parts)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return nil // no longer this job's batch
+	}
+	a.w.cfg.Observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultSplit})
+	sizes := make([]int, len(parts))
+	for i, p := range parts {
+		sizes[i] = len(p.Members)
+	}
+	a.log.Warn("batch refused whole; split to send the rest", "reason", reason, "parts", sizes, "new_batches", keys)
+	return nil
+}
+
+// itemParam finds the email a batch error names: "emails[3].to".
+var itemParam = regexp.MustCompile(`^emails\[(\d+)\]`)
+
+// splitParts says how to split a batch the API refused whole, or nil when
+// it must not be split. Only a validation refusal (400 or 422, not a key
+// reuse) is split: it means nothing of the request was accepted, and one
+// email may be the cause. When the refusal names the email, that one is
+// failed with the reason and the rest go on together; otherwise the batch is
+// halved, and halved again, until the cause is alone.
+func splitParts(members []string, sendErr error) []sendstate.SplitPart {
+	var apiErr *client.APIError
+	if len(members) < 2 || !errors.As(sendErr, &apiErr) || (apiErr.Status != 400 && apiErr.Status != 422) ||
+		apiErr.Code == "idempotency_key_reuse" || apiErr.Code == "invalid_idempotency_key" {
+		return nil
+	}
+	if m := itemParam.FindStringSubmatch(apiErr.Param); m != nil {
+		if i, err := strconv.Atoi(m[1]); err == nil && i < len(members) {
+			rest := append(append([]string{}, members[:i]...), members[i+1:]...)
+			return []sendstate.SplitPart{
+				{Members: []string{members[i]}, Failed: describe(sendErr) + "; the API named this email when it refused its batch"},
+				{Members: rest},
+			}
+		}
+	}
+	half := len(members) / 2
+	return []sendstate.SplitPart{{Members: members[:half]}, {Members: members[half:]}}
+}
+
+// describeItem renders one refused item of a batch's answer.
+func describeItem(e *client.ItemError, batchKey string) string {
+	s := fmt.Sprintf("%s: %s (refused within batch %s)", e.Code, e.Message, batchKey)
+	if e.Param != "" {
+		s = fmt.Sprintf("%s: %s (param %s; refused within batch %s)", e.Code, e.Message, e.Param, batchKey)
+	}
+	return s
+}

@@ -41,6 +41,7 @@ type RateLimited struct {
 	concurrency int // --concurrency of each
 	limit       int // the fake's limit, requests per second per key
 	cells       []*rateCell
+	extra       []string // more `sendonce work` flags for every worker
 	ran         bool
 	built       bool
 	buildErr    error
@@ -404,6 +405,7 @@ func (s *RateLimited) start(ctx context.Context, bin, dbURL, apiURL, apiRate str
 	if apiRate != "" {
 		args = append(args, "--api-rate", apiRate)
 	}
+	args = append(args, s.extra...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(workerEnviron(),
 		"DATABASE_URL="+dbURL,

@@ -108,6 +108,11 @@ func AtLeast(v float64) func(r *Row) bool {
 	return func(r *Row) bool { return r.Value.Median() >= v }
 }
 
+// AtMost is met when the row's median value is at most v.
+func AtMost(v float64) func(r *Row) bool {
+	return func(r *Row) bool { return r.Value.Len() > 0 && r.Value.Median() <= v }
+}
+
 // Below is met when the row's median value is under v.
 func Below(v float64) func(r *Row) bool {
 	return func(r *Row) bool { return r.Value.Median() < v }
@@ -181,6 +186,11 @@ type Figure struct {
 // row's secondary figures.
 func (f *Figure) AtMost(v float64) func(r *Row) bool {
 	return func(*Row) bool { return f.Value.Len() > 0 && f.Value.Median() <= v }
+}
+
+// AtLeast is met when the median of f is at least v.
+func (f *Figure) AtLeast(v float64) func(r *Row) bool {
+	return func(*Row) bool { return f.Value.Len() > 0 && f.Value.Median() >= v }
 }
 
 // also renders the medians of the row's secondary figures as

@@ -117,12 +117,15 @@ func (bw *batchWorker) record(ctx context.Context, a *attempt, b *sendstate.Batc
 	if answer.Replayed {
 		result = ResultReplayed
 	}
-	obs := a.w.cfg.Observer
+	// An outcome per member; the one API call's latency once.
+	obs, latency := a.w.cfg.Observer, elapsed
 	for range sent {
-		obs.Observe(Outcome{Kind: outbox.KindEmail, Result: result, APILatency: elapsed})
+		obs.Observe(Outcome{Kind: outbox.KindEmail, Result: result, APILatency: latency})
+		latency = 0
 	}
 	for range failed {
-		obs.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultFailed, APILatency: elapsed})
+		obs.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultFailed, APILatency: latency})
+		latency = 0
 	}
 	a.log.Info("batch sent", "sent", len(sent), "failed", len(failed), "replayed", answer.Replayed)
 	return nil

@@ -225,7 +225,7 @@ func TestBadInput(t *testing.T) {
 	if final != want {
 		t.Errorf("after the sentinel: %+v, want %+v", final, want)
 	}
-	l := checkLedger(srv, []intent{baseline, sentinel})
+	l := checkLedger(srv, []intent{baseline, sentinel}, loadBatches(t, pool))
 	l.report(t)
 
 	summary(t, "bad-input: seed=%d cli_cases=%d sql_cases=%d refused=%d rows=%d→%d jobs=%d→%d deliveries=%d→%d trigger_gaps=%d elapsed=%s",

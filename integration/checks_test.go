@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/sendstate"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -260,8 +262,13 @@ type ledger struct {
 	Duplicates int // extra deliveries to a recipient beyond the first
 	Lost       int // recipients never delivered to
 	Unknown    int // deliveries to nobody the scenario asked for
-	WrongKey   int // deliveries made under a key that is not their intent's
+	WrongKey   int // deliveries made under a key that is not the one their intent's row names
+	BadBatches int // batch keys whose deliveries are not exactly their members' recipients
 	problems   []string
+
+	// Batches is what the outbox said about coalesced batches, read for
+	// the check (nil when the check was given none).
+	Batches *batches
 }
 
 // problem kinds, most serious first: the order they are reported in.
@@ -270,23 +277,114 @@ const (
 	probLost
 	probUnknown
 	probWrongKey
+	probBatch
+	probKinds
 )
 
-// checkExactlyOnce is the end of every scenario that runs the worker on
-// good intents: each recipient delivered exactly once under its intent's
-// key (checkLedger, reported), and no send request under a key that is no
-// intent's (checkKeys). It returns the ledger for the summary line.
-func checkExactlyOnce(t testing.TB, srv *fakeapi.Server, intents []intent) ledger {
+// batches is what the outbox says about coalesced batches: the batch key
+// each intent's row names (sendonce_outbox.batch_key), and every batch ever
+// frozen (sendonce_batch).
+type batches struct {
+	Of      map[string]string   // intent key → the batch key its row names
+	Members map[string][]string // batch key → the keys of the rows naming it, sorted
+	Frozen  map[string]string   // every batch key of sendonce_batch → its state
+}
+
+// loadBatches reads the batch keys the outbox names, and checks that the
+// two tables agree: a batch not split holds exactly the rows that name it
+// (sendonce_batch.member_keys), a split batch is named by no row, and every
+// key a row names is a frozen batch's.
+func loadBatches(t testing.TB, pool *pgxpool.Pool) *batches {
 	t.Helper()
-	l := checkLedger(srv, intents)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := &batches{Of: map[string]string{}, Members: map[string][]string{}, Frozen: map[string]string{}}
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, batch_key FROM sendonce_outbox WHERE batch_key IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var key, batch string
+		if err := rows.Scan(&key, &batch); err != nil {
+			t.Fatal(err)
+		}
+		b.Of[key] = batch
+		b.Members[batch] = append(b.Members[batch], key)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	frozenMembers := map[string][]string{}
+	rows, err = pool.Query(ctx, `SELECT idempotency_key, state, member_keys FROM sendonce_batch`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var key, state string
+		var members []string
+		if err := rows.Scan(&key, &state, &members); err != nil {
+			t.Fatal(err)
+		}
+		b.Frozen[key] = state
+		frozenMembers[key] = members
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for key, members := range b.Members {
+		sort.Strings(members)
+		state, ok := b.Frozen[key]
+		switch {
+		case !ok:
+			t.Errorf("outbox rows %v name batch %q, which sendonce_batch does not hold", members, key)
+		case state == "split":
+			t.Errorf("outbox rows %v name batch %q, which was split", members, key)
+		default:
+			want := append([]string(nil), frozenMembers[key]...)
+			sort.Strings(want)
+			if !slices.Equal(members, want) {
+				t.Errorf("batch %q (%s): sendonce_batch lists members %v, but the outbox rows naming it are %v", key, state, want, members)
+			}
+		}
+	}
+	for key, state := range b.Frozen {
+		if _, named := b.Members[key]; !named && state != "split" {
+			t.Errorf("batch %q (%s, members %v) is named by no outbox row", key, state, frozenMembers[key])
+		}
+	}
+	return b
+}
+
+// keyOf is the key the intent's deliveries must carry: the batch key its
+// row names, or, bound to no batch, its own.
+func (b *batches) keyOf(intentKey string) string {
+	if b != nil {
+		if k := b.Of[intentKey]; k != "" {
+			return k
+		}
+	}
+	return intentKey
+}
+
+// checkExactlyOnce is the end of every scenario that runs the worker on
+// good intents: each recipient delivered exactly once under the key its
+// intent's row names (its own, or its batch's) (checkLedger, reported), and
+// no send request under a key that is no intent's or batch's (checkKeys).
+// It returns the ledger for the summary line.
+func checkExactlyOnce(t testing.TB, srv *fakeapi.Server, pool *pgxpool.Pool, intents []intent) ledger {
+	t.Helper()
+	b := loadBatches(t, pool)
+	l := checkLedger(srv, intents, b)
 	l.report(t)
-	checkKeys(t, srv, intents)
+	checkKeys(t, srv, intents, b)
 	return l
 }
 
 // checkLedger compares the fake's ledger with the intents: each recipient
-// delivered exactly once, under its intent's key.
-func checkLedger(srv *fakeapi.Server, intents []intent) ledger {
+// delivered exactly once, under the key its intent's row names: the batch
+// key in sendonce_outbox.batch_key when it has one (b), else its own. Every
+// batch key's deliveries must be exactly its members' recipients.
+func checkLedger(srv *fakeapi.Server, intents []intent, b *batches) ledger {
 	owner := map[string]intent{}
 	for _, in := range intents {
 		for _, r := range in.Recipients {
@@ -294,21 +392,51 @@ func checkLedger(srv *fakeapi.Server, intents []intent) ledger {
 		}
 	}
 	seen := map[string]int{}
-	var l ledger
-	probs := make([][]string, 4)
+	l := ledger{Batches: b}
+	probs := make([][]string, probKinds)
+	// Per batch key: the recipients its deliveries went to, and those of
+	// its members.
+	gotBatch := map[string]map[string]int{}
+	wantBatch := map[string]map[string]bool{}
+	if b != nil {
+		byKey := map[string]intent{}
+		for _, in := range intents {
+			byKey[in.Key] = in
+		}
+		for key, members := range b.Members {
+			wantBatch[key] = map[string]bool{}
+			for _, m := range members {
+				for _, r := range byKey[m].Recipients {
+					wantBatch[key][strings.ToLower(r)] = true
+				}
+			}
+		}
+	}
 	for _, d := range srv.Deliveries() {
 		addrs := append(append(append([]string{}, d.To...), d.Cc...), d.Bcc...)
 		mine := false
+		isBatch := strings.HasPrefix(d.IdempotencyKey, sendstate.BatchKeyPrefix)
 		for _, a := range addrs {
-			in, ok := owner[strings.ToLower(bareAddress(a))]
+			r := strings.ToLower(bareAddress(a))
+			if isBatch {
+				if gotBatch[d.IdempotencyKey] == nil {
+					gotBatch[d.IdempotencyKey] = map[string]int{}
+				}
+				gotBatch[d.IdempotencyKey][r]++
+			}
+			in, ok := owner[r]
 			if !ok {
 				continue
 			}
 			mine = true
-			seen[strings.ToLower(bareAddress(a))]++
-			if d.IdempotencyKey != in.Key {
+			seen[r]++
+			if want := b.keyOf(in.Key); d.IdempotencyKey != want {
 				l.WrongKey++
-				probs[probWrongKey] = append(probs[probWrongKey], fmt.Sprintf("%s delivered under key %q, its intent's key is %q", a, d.IdempotencyKey, in.Key))
+				if want == in.Key {
+					probs[probWrongKey] = append(probs[probWrongKey], fmt.Sprintf("%s delivered under key %q, its intent's key is %q (its row names no batch)", a, d.IdempotencyKey, in.Key))
+				} else {
+					probs[probWrongKey] = append(probs[probWrongKey], fmt.Sprintf("%s delivered under key %q, but its intent %s's row names batch %q", a, d.IdempotencyKey, in.Key, want))
+				}
 			}
 		}
 		if mine {
@@ -328,6 +456,38 @@ func checkLedger(srv *fakeapi.Server, intents []intent) ledger {
 			probs[probDuplicate] = append(probs[probDuplicate], fmt.Sprintf("%s (intent %s) delivered %d times", r, owner[r].Key, n))
 		}
 	}
+	// A batch key's deliveries are exactly its members' recipients, each
+	// once: none missing, none extra.
+	batchKeys := map[string]bool{}
+	for k := range gotBatch {
+		batchKeys[k] = true
+	}
+	for k := range wantBatch {
+		batchKeys[k] = true
+	}
+	for k := range batchKeys {
+		var missing, extra []string
+		for r := range wantBatch[k] {
+			if gotBatch[k][r] == 0 {
+				missing = append(missing, r)
+			}
+		}
+		for r, n := range gotBatch[k] {
+			switch {
+			case !wantBatch[k][r]:
+				extra = append(extra, r)
+			case n > 1:
+				extra = append(extra, fmt.Sprintf("%s (%d times)", r, n))
+			}
+		}
+		if len(missing)+len(extra) > 0 {
+			sort.Strings(missing)
+			sort.Strings(extra)
+			l.BadBatches++
+			probs[probBatch] = append(probs[probBatch], fmt.Sprintf("batch %s (members %v): its deliveries are not exactly its members' recipients: missing %v, extra %v",
+				k, b.memberList(k), missing, extra))
+		}
+	}
 	for _, p := range probs {
 		sort.Strings(p)
 		l.problems = append(l.problems, p...)
@@ -335,12 +495,19 @@ func checkLedger(srv *fakeapi.Server, intents []intent) ledger {
 	return l
 }
 
+func (b *batches) memberList(key string) []string {
+	if b == nil {
+		return nil
+	}
+	return b.Members[key]
+}
+
 // report fails the test for every problem of the ledger.
 func (l ledger) report(t testing.TB) {
 	t.Helper()
 	if len(l.problems) > 0 {
-		t.Errorf("ledger: %d duplicate deliveries, %d recipients never delivered to, %d deliveries to no intent, %d under a wrong key",
-			l.Duplicates, l.Lost, l.Unknown, l.WrongKey)
+		t.Errorf("ledger: %d duplicate deliveries, %d recipients never delivered to, %d deliveries to no intent, %d under a wrong key, %d batches not delivered exactly to their members",
+			l.Duplicates, l.Lost, l.Unknown, l.WrongKey, l.BadBatches)
 	}
 	for i, p := range l.problems {
 		if i == 20 {
@@ -366,18 +533,19 @@ type outboxRow struct {
 	State    string
 	Attempts int
 	Replayed bool
+	BatchKey string // the coalesced batch that carried it ("" for none)
 }
 
 func outboxRows(t testing.TB, pool *pgxpool.Pool) map[string]outboxRow {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT idempotency_key, state, attempts, replayed FROM sendonce_outbox`)
+	rows, err := pool.Query(context.Background(), `SELECT idempotency_key, state, attempts, replayed, coalesce(batch_key, '') FROM sendonce_outbox`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]outboxRow{}
 	for rows.Next() {
 		var r outboxRow
-		if err := rows.Scan(&r.Key, &r.State, &r.Attempts, &r.Replayed); err != nil {
+		if err := rows.Scan(&r.Key, &r.State, &r.Attempts, &r.Replayed, &r.BatchKey); err != nil {
 			t.Fatal(err)
 		}
 		out[r.Key] = r
@@ -405,8 +573,11 @@ func sendRequests(srv *fakeapi.Server) map[string][]fakeapi.RequestRecord {
 }
 
 // checkKeys fails the test for any send request whose key belongs to no
-// intent: a worker that made up a key per attempt, or sent without one.
-func checkKeys(t testing.TB, srv *fakeapi.Server, intents []intent) int {
+// intent and no frozen batch (b): a worker that made up a key per attempt,
+// or sent without one. A batch key goes only to POST /emails/batch, and an
+// intent bound to a batch was never sent under its own key (only an intent
+// never attempted may join a batch).
+func checkKeys(t testing.TB, srv *fakeapi.Server, intents []intent, b *batches) int {
 	t.Helper()
 	known := map[string]bool{}
 	for _, in := range intents {
@@ -414,12 +585,33 @@ func checkKeys(t testing.TB, srv *fakeapi.Server, intents []intent) int {
 	}
 	bad := 0
 	for key, rs := range sendRequests(srv) {
-		if !known[key] {
+		_, frozen := b.frozen(key)
+		switch {
+		case frozen:
+			for _, r := range rs {
+				if !strings.HasSuffix(r.Path, "/emails/batch") {
+					bad++
+					t.Errorf("request %s %s under batch key %q: a batch goes to POST /emails/batch", r.Method, r.Path, key)
+				}
+			}
+		case !known[key]:
 			bad += len(rs)
 			if bad <= 10 {
-				t.Errorf("send request(s) with key %q, which is no intent's key (%d requests)", key, len(rs))
+				t.Errorf("send request(s) with key %q, which is no intent's key nor a frozen batch's (%d requests)", key, len(rs))
 			}
+		case b.keyOf(key) != key:
+			bad += len(rs)
+			t.Errorf("intent %s was sent under its own key (%d requests), yet its row names batch %q", key, len(rs), b.keyOf(key))
 		}
 	}
 	return bad
+}
+
+// frozen reports whether key is a frozen batch's, and its state.
+func (b *batches) frozen(key string) (string, bool) {
+	if b == nil {
+		return "", false
+	}
+	state, ok := b.Frozen[key]
+	return state, ok
 }

@@ -14,22 +14,32 @@ import (
 // back after delivering (latency_after), so kills land between "the API
 // delivered" and "the outbox recorded it", restarts them, and checks that
 // every intent was delivered exactly once: the interrupted sends were
-// replayed under their stored keys, not repeated.
-func TestCrashReplay(t *testing.T) {
+// replayed under their stored keys, not repeated. It runs twice: every
+// intent sent alone, and with --coalesce 100, where the kills land on whole
+// batch requests and a batch must be replayed whole.
+func TestCrashReplay(t *testing.T) { variants(t, crashReplay) }
+
+func crashReplay(t *testing.T, coalesce int) {
 	setup(t)
+	needCoalesce(t, coalesce)
 	start := time.Now()
-	rng := rngFor("crash-replay")
+	name := variantName("crash-replay", coalesce)
+	rng := rngFor(name)
 	n := 200 * suite.scale
 	kills := 4 * suite.scale
 	const hold = 300 * time.Millisecond // the window: delivered, not yet answered
 
-	srv := newFake(t, "crash-replay", mustFaults(t, fmt.Sprintf("latency_after=%s;method=POST", hold))...)
-	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "crash")
+	srv := newFake(t, name, mustFaults(t, fmt.Sprintf("latency_after=%s;method=POST", hold))...)
+	label, prefix := "crash", fmt.Sprintf("crash-%d", suite.seed)
+	if coalesce > 0 {
+		label, prefix = "crash_co", fmt.Sprintf("crashco-%d", suite.seed)
+	}
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), label)
 	e := processEnv(dbURL, srv)
 
 	// Producers of all three kinds: the command line, plain SQL (no River
 	// job: the sweeper schedules them) and the Go API.
-	intents := makeIntents(rng, fmt.Sprintf("crash-%d", suite.seed), n)
+	intents := makeIntents(rng, prefix, n)
 	nCLI, nSQL := 5, n/10
 	enqueueCLI(t, e, intents[:nCLI])
 	enqueueSQL(t, pool, intents[nCLI:nCLI+nSQL])
@@ -39,7 +49,12 @@ func TestCrashReplay(t *testing.T) {
 		recipients += len(in.Recipients)
 	}
 
+	// Coalescing: each member job holds a River slot while its batch
+	// gathers, so the concurrency bounds a batch's size.
 	opts := workerOptions{Concurrency: 8, JobTimeout: 2 * time.Second, RescueAfter: 3 * time.Second, APITimeout: 1500 * time.Millisecond}
+	if coalesce > 0 {
+		opts.Concurrency, opts.Coalesce = 50, coalesce
+	}
 	workers := make([]*proc, 2)
 	generation := 0
 	for i := range workers {
@@ -48,7 +63,11 @@ func TestCrashReplay(t *testing.T) {
 
 	// Kill instants: random delivery counts between 5% and 75% of the
 	// run, each awaited as an event (that many deliveries, and at least one
-	// of them still waiting for its answer), not slept towards.
+	// of them still waiting for its answer), not slept towards. Coalescing,
+	// the delivery waiting for its answer must be a batch's, and the victim
+	// is the worker sending it. Deliveries come in bursts then, so a kill
+	// whose instant a burst jumped past, with everything delivered and
+	// answered, goes ahead without a send to cut off.
 	thresholds := make([]int, 0, kills)
 	for len(thresholds) < kills {
 		v := recipients/20 + rng.IntN(recipients*70/100)
@@ -60,18 +79,31 @@ func TestCrashReplay(t *testing.T) {
 	killedWithAnswersPending := 0
 	for k, threshold := range thresholds {
 		pendingAtKill := 0
+		var batches []string
 		waitFor(t, 60*time.Second, fmt.Sprintf("kill %d: %d deliveries with one still unanswered", k+1, threshold), func() (bool, string) {
 			delivered, pending := deliveryWindow(srv)
 			pendingAtKill = pending
-			return delivered >= threshold && pending > 0, fmt.Sprintf("%d delivered, %d unanswered", delivered, pending)
+			if coalesce > 0 {
+				batches = pendingBatches(srv)
+				if len(batches) == 0 {
+					pendingAtKill = 0
+				}
+			}
+			return (delivered >= threshold && pendingAtKill > 0) || delivered >= recipients,
+				fmt.Sprintf("%d delivered, %d unanswered, %d batches unanswered", delivered, pending, len(batches))
 		})
 		victim := rng.IntN(len(workers))
+		if len(batches) > 0 {
+			if i := batchSender(pool, workers, batches[0]); i >= 0 {
+				victim = i
+			}
+		}
 		workers[victim].kill()
 		if pendingAtKill > 0 {
 			killedWithAnswersPending++
 		}
 		generation++
-		t.Logf("kill %d: SIGKILL %s at %d deliveries (%d answers pending); restarting", k+1, workers[victim].name, threshold, pendingAtKill)
+		t.Logf("kill %d: SIGKILL %s at %d deliveries (%d answers pending, batches %v); restarting", k+1, workers[victim].name, threshold, pendingAtKill, batches)
 		workers[victim] = startWorker(t, fmt.Sprintf("worker%d.%d", victim, generation), e, opts)
 	}
 
@@ -87,23 +119,19 @@ func TestCrashReplay(t *testing.T) {
 		w.stop(t)
 	}
 
-	l := checkExactlyOnce(t, srv, intents)
+	l := checkExactlyOnce(t, srv, pool, intents)
 
 	// Every send whose answer a kill cut off (the fake recorded 499, client
-	// gone, after delivering) must have been recorded as a replay.
+	// gone, after delivering) must have been recorded as a replay: for a
+	// batch, every one of its members.
 	rows := outboxRows(t, pool)
-	interrupted := interruptedKeys(srv)
+	interrupted := interruptedIntents(srv, l.Batches)
 	for key := range interrupted {
 		if r := rows[key]; !r.Replayed {
-			t.Errorf("intent %s: its delivery's answer was cut off by a kill, yet the outbox says replayed=%v (state %s, attempts %d)", key, r.Replayed, r.State, r.Attempts)
+			t.Errorf("intent %s: its delivery's answer (batch %q) was cut off by a kill, yet the outbox says replayed=%v (state %s, attempts %d)", key, r.BatchKey, r.Replayed, r.State, r.Attempts)
 		}
 	}
-	replayed := 0
-	for _, r := range rows {
-		if r.Replayed {
-			replayed++
-		}
-	}
+	replayed := countReplayed(rows)
 	if len(interrupted) == 0 {
 		t.Errorf("no kill landed between delivery and record (%d kills with answers pending): the run proved nothing about replays", killedWithAnswersPending)
 	}
@@ -111,8 +139,18 @@ func TestCrashReplay(t *testing.T) {
 		t.Errorf("kills interrupted %d delivered sends, but no intent is marked replayed", len(interrupted))
 	}
 
-	summary(t, "crash-replay: seed=%d intents=%d kills=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d elapsed=%s",
-		suite.seed, n, kills, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed, time.Since(start).Round(time.Second))
+	if coalesce == 0 {
+		summary(t, "crash-replay: seed=%d intents=%d kills=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d elapsed=%s",
+			suite.seed, n, kills, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed, time.Since(start).Round(time.Second))
+		return
+	}
+	cs := checkCoalesced(t, srv, rows, l.Batches)
+	if cs.Replayed == 0 {
+		t.Errorf("no batch was replayed whole (%d kills with a batch's answer pending): the run proved nothing about replaying batches", killedWithAnswersPending)
+	}
+	summary(t, "%s: seed=%d intents=%d coalesce=%d concurrency=%d kills=%d kills_on_pending_batch=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d %s requests=%d elapsed=%s",
+		name, suite.seed, n, coalesce, opts.Concurrency, kills, killedWithAnswersPending, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed, cs,
+		len(srv.Requests()), time.Since(start).Round(time.Second))
 }
 
 // deliveryWindow counts the fake's deliveries, and those whose request is

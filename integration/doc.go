@@ -8,7 +8,7 @@
 //
 // # Running it
 //
-//	go test -race -count=1 ./integration/            # about 1.5 minutes on 2 cores
+//	go test -race -count=1 ./integration/            # about 2 minutes on 2 cores
 //	go test -race -count=1 ./integration/ -v         # with every step logged
 //	go test ./integration/ -run TestFaults -seed 42  # one scenario, one seed
 //	SENDONCE_SOAK=1 go test -timeout 60m ./integration/   # a longer soak
@@ -43,7 +43,15 @@
 //
 // # The scenarios
 //
-// One file each:
+// One file each. Three of them (crash replay, database restart, many
+// workers) run twice, as subtests: "single", every intent sent alone, and
+// "coalesce", the workers run with --coalesce 100 (and a concurrency of 50,
+// since each member job holds a slot while its batch gathers), so email
+// intents go out in batch requests (POST /emails/batch) under batch keys
+// (sendonce-batch:…). Besides exactly-once delivery, a coalescing run must
+// show batch requests in the fake's log, and every batch the API replayed
+// must have been replayed whole: each of its members recorded sent and
+// replayed (coalesce_test.go).
 //
 //   - crash_replay_test.go: two workers drain 200 intents (emails, batches,
 //     template sends and broadcasts; enqueued by `sendonce enqueue`, plain
@@ -53,10 +61,15 @@
 //     restarted. River's rescuer reruns the killed jobs once the dead
 //     leader's lease runs out; every send whose answer a kill cut off must
 //     come back as a replay (outbox replayed = true), and the ledger must
-//     show each recipient exactly once.
+//     show each recipient exactly once. Coalescing, a kill waits for a
+//     batch's answer to be pending and kills the worker sending it (by
+//     River's attempted_by); a cut-off batch's members must all be
+//     replayed, and at least one batch must have been replayed whole.
 //   - many_workers_test.go: three workers on one outbox; every intent sent
-//     once, each claimed once, one River job each, and each worker did some
-//     of the work (by River's attempted_by and by each process's own logs).
+//     once, each claimed once, one River job each (and one per frozen
+//     batch), and each worker did some of the work (by River's attempted_by
+//     and by each process's own logs, a "batch sent" line counting its
+//     members).
 //   - faults_test.go: intents grouped by recipient meet dropped connections
 //     and 5xx after delivery, 5xx and timeouts before it, Retry-After in
 //     seconds and as an HTTP-date (429 and 503), a 429 without Retry-After,
@@ -83,13 +96,20 @@
 // The harness is in main_test.go (flags, build, summaries), cluster_test.go
 // (databases and their dumps), processes_test.go (process groups, output
 // capture, worker flags), fake_test.go (the fake API and the key) and
-// checks_test.go (intents, polling, ledger checks).
+// checks_test.go (intents, polling, ledger checks). The ledger check holds
+// each delivery to the key its intent's row names: its own, or the batch
+// key in sendonce_outbox.batch_key, and a batch key's deliveries to exactly
+// its members' recipients.
 //
 // # What it prints
 //
 // Each scenario ends with one summary line, such as
 //
 //	crash-replay: seed=123 intents=200 kills=4 restarts=4 interrupted=31 deliveries=223 duplicates=0 lost=0 replayed=31 elapsed=28s
+//	crash-replay/coalesce: seed=123 intents=200 coalesce=100 concurrency=50 kills=4 kills_on_pending_batch=2 restarts=4 interrupted=172 deliveries=215 duplicates=0 lost=0 replayed=172 batches=4 batch_requests=8 coalesced=147 replayed_batches=4 requests=86 elapsed=19s
+//
+// (a coalescing line also counts batch keys sent, POST /emails/batch
+// requests, intents sent in a batch, and batches replayed whole).
 //
 // go test hides a passing package's output unless -v is given, so the
 // lines are printed after the last test: to stdout with -v or on failure,

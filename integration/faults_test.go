@@ -94,7 +94,7 @@ func TestFaults(t *testing.T) {
 	waitAllSent(t, pool, len(intents), 2*time.Minute, nil)
 	w.stop(t)
 
-	l := checkExactlyOnce(t, srv, intents)
+	l := checkExactlyOnce(t, srv, pool, intents)
 
 	rows := outboxRows(t, pool)
 	reqs := sendRequests(srv)

@@ -13,24 +13,38 @@ import (
 // TestManyWorkers runs three worker processes on one outbox and checks that
 // they shared the work, sent nothing twice and left nothing behind. Intents
 // arrive both through the Go API (with a River job) and by plain SQL (which
-// the three sweepers race to schedule).
-func TestManyWorkers(t *testing.T) {
+// the three sweepers race to schedule). It runs twice: every intent sent
+// alone, and with --coalesce 100, where each worker coalesces the email
+// intents whose jobs it runs.
+func TestManyWorkers(t *testing.T) { variants(t, manyWorkers) }
+
+func manyWorkers(t *testing.T, coalesce int) {
 	setup(t)
+	needCoalesce(t, coalesce)
 	start := time.Now()
-	rng := rngFor("many-workers")
+	name := variantName("many-workers", coalesce)
+	rng := rngFor(name)
 	n := 150 * suite.scale
 	const nWorkers = 3
 
 	// A little latency before each send keeps every worker busy, so no
 	// one of them drains the outbox alone.
-	srv := newFake(t, "many-workers", mustFaults(t, "latency=60ms;method=POST")...)
-	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "many")
+	srv := newFake(t, name, mustFaults(t, "latency=60ms;method=POST")...)
+	label, prefix := "many", fmt.Sprintf("many-%d", suite.seed)
+	if coalesce > 0 {
+		label, prefix = "many_co", fmt.Sprintf("manyco-%d", suite.seed)
+	}
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), label)
 	e := processEnv(dbURL, srv)
 
+	opts := workerOptions{Concurrency: 4}
+	if coalesce > 0 {
+		opts.Concurrency, opts.Coalesce = 50, coalesce
+	}
 	workers := make([]*proc, nWorkers)
 	clientIDs := map[string]int{} // River client id → worker index
 	for i := range workers {
-		workers[i] = startWorker(t, fmt.Sprintf("worker%d", i), e, workerOptions{Concurrency: 4})
+		workers[i] = startWorker(t, fmt.Sprintf("worker%d", i), e, opts)
 	}
 	for i, w := range workers {
 		clientIDs[w.riverClientID(t, 30*time.Second)] = i
@@ -39,7 +53,7 @@ func TestManyWorkers(t *testing.T) {
 		t.Fatalf("%d workers reported %d distinct River client ids", nWorkers, len(clientIDs))
 	}
 
-	intents := makeIntents(rng, fmt.Sprintf("many-%d", suite.seed), n)
+	intents := makeIntents(rng, prefix, n)
 	for wave := range 3 {
 		part := intents[wave*n/3 : (wave+1)*n/3]
 		half := len(part) / 2
@@ -49,33 +63,44 @@ func TestManyWorkers(t *testing.T) {
 	waitAllSent(t, pool, n, 2*time.Minute, nil)
 
 	// Who sent what, two ways: River's attempted_by on each job, and each
-	// process's own "sent" log lines.
+	// process's own "sent" (and "batch sent") log lines.
 	ctx := context.Background()
 	byRiver := make([]int, nWorkers)
-	rows, err := pool.Query(ctx, `SELECT attempted_by[array_length(attempted_by, 1)], count(*) FROM river_job WHERE state = 'completed' GROUP BY 1`)
+	rows, err := pool.Query(ctx, `SELECT kind, attempted_by[array_length(attempted_by, 1)], count(*) FROM river_job WHERE state = 'completed' GROUP BY 1, 2`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	jobs := 0
+	jobsByKind := map[string]int{}
 	for rows.Next() {
-		var id string
+		var kind, id string
 		var count int
-		if err := rows.Scan(&id, &count); err != nil {
+		if err := rows.Scan(&kind, &id, &count); err != nil {
 			t.Fatal(err)
 		}
 		i, ok := clientIDs[id]
 		if !ok {
-			t.Errorf("%d jobs completed by River client %q, which is none of the workers", count, id)
+			t.Errorf("%d %s jobs completed by River client %q, which is none of the workers", count, kind, id)
 			continue
 		}
 		byRiver[i] += count
 		jobs += count
+		jobsByKind[kind] += count
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if jobs != n {
-		t.Errorf("%d completed River jobs for %d intents: some intent was scheduled twice", jobs, n)
+	// One send job per intent (a coalesced intent's job ends once its
+	// batch is frozen), and one batch job per frozen batch.
+	b := loadBatches(t, pool)
+	if got := jobsByKind["sendonce_send"]; got != n {
+		t.Errorf("%d completed send jobs for %d intents: some intent was scheduled twice (jobs by kind: %v)", got, n, jobsByKind)
+	}
+	if got := jobsByKind["sendonce_batch"]; got != len(b.Frozen) {
+		t.Errorf("%d completed batch jobs for %d frozen batches (jobs by kind: %v)", got, len(b.Frozen), jobsByKind)
+	}
+	if other := jobs - jobsByKind["sendonce_send"] - jobsByKind["sendonce_batch"]; other != 0 {
+		t.Errorf("%d completed River jobs of other kinds: %v", other, jobsByKind)
 	}
 
 	for _, w := range workers {
@@ -84,17 +109,30 @@ func TestManyWorkers(t *testing.T) {
 
 	byLog := make([]int, nWorkers)
 	sentBy := map[string]string{}
+	sent := func(key string, w *proc) {
+		if other, dup := sentBy[key]; dup {
+			t.Errorf("intent %s sent by both %s and %s", key, other, w.name)
+		}
+		sentBy[key] = w.name
+	}
 	for i, w := range workers {
 		for _, l := range w.logLines() {
-			if l["msg"] != "sent" {
-				continue
+			switch l["msg"] {
+			case "sent":
+				key, _ := l["key"].(string)
+				byLog[i]++
+				sent(key, w)
+			case "batch sent":
+				key, _ := l["batch"].(string)
+				members := b.memberList(key)
+				if got, _ := l["sent"].(float64); int(got) != len(members) {
+					t.Errorf("%s logged batch %s sent with %v members sent, the outbox names %d members", w.name, key, l["sent"], len(members))
+				}
+				byLog[i] += len(members)
+				for _, m := range members {
+					sent(m, w)
+				}
 			}
-			key, _ := l["key"].(string)
-			byLog[i]++
-			if other, dup := sentBy[key]; dup {
-				t.Errorf("intent %s sent by both %s and %s", key, other, w.name)
-			}
-			sentBy[key] = w.name
 		}
 	}
 	logsUsable := len(sentBy) > 0
@@ -105,7 +143,10 @@ func TestManyWorkers(t *testing.T) {
 		if byRiver[i] == 0 {
 			t.Errorf("%s completed no River job: the work was not spread (by River: %v)", w.name, byRiver)
 		}
-		if logsUsable && byLog[i] == 0 {
+		// With coalescing a few batch requests carry every email, so a
+		// worker may well send none of them itself: the spread is judged
+		// by the jobs it ran (its intents' jobs froze them into batches).
+		if logsUsable && byLog[i] == 0 && coalesce == 0 {
 			t.Errorf("%s logged no send: the work was not spread (by logs: %v)", w.name, byLog)
 		}
 	}
@@ -113,16 +154,25 @@ func TestManyWorkers(t *testing.T) {
 		t.Logf("the workers log no \"sent\" line with a key at info level; attribution by River's attempted_by only")
 	}
 
-	// No intent was even attempted twice: each was claimed once.
-	for key, r := range outboxRows(t, pool) {
+	// No intent was even attempted twice: each was claimed once (a
+	// coalesced one, by its batch's one attempt).
+	outbox := outboxRows(t, pool)
+	for key, r := range outbox {
 		if r.Attempts != 1 {
 			t.Errorf("intent %s: %d attempts, want 1 (no faults, no crashes)", key, r.Attempts)
 		}
 	}
-	l := checkExactlyOnce(t, srv, intents)
+	l := checkExactlyOnce(t, srv, pool, intents)
 
-	summary(t, "many-workers: seed=%d intents=%d workers=%d sent_by_river=%s sent_by_logs=%s jobs=%d deliveries=%d duplicates=%d lost=%d elapsed=%s",
-		suite.seed, n, nWorkers, ints(byRiver), ints(byLog), jobs, l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))
+	if coalesce == 0 {
+		summary(t, "many-workers: seed=%d intents=%d workers=%d sent_by_river=%s sent_by_logs=%s jobs=%d deliveries=%d duplicates=%d lost=%d elapsed=%s",
+			suite.seed, n, nWorkers, ints(byRiver), ints(byLog), jobs, l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))
+		return
+	}
+	cs := checkCoalesced(t, srv, outbox, l.Batches)
+	summary(t, "%s: seed=%d intents=%d coalesce=%d concurrency=%d workers=%d jobs_by_river=%s sent_by_logs=%s jobs=%d deliveries=%d duplicates=%d lost=%d %s requests=%d elapsed=%s",
+		name, suite.seed, n, coalesce, opts.Concurrency, nWorkers, ints(byRiver), ints(byLog), jobs, l.Deliveries, l.Duplicates, l.Lost, cs,
+		len(srv.Requests()), time.Since(start).Round(time.Second))
 }
 
 func ints(v []int) string {

@@ -282,6 +282,9 @@ type workerOptions struct {
 	Defaults bool
 	// APIRate is --api-rate (none when empty).
 	APIRate string
+	// Coalesce is --coalesce: up to that many email intents sent in one
+	// batch request (0: off, each intent alone).
+	Coalesce int
 }
 
 // workerArgs renders the options as flags. Timings the suite depends on
@@ -319,6 +322,7 @@ func workerArgs(t testing.TB, o workerOptions) []string {
 		{"max-attempts", fmt.Sprint(o.MaxAttempts), o.MaxAttempts > 0},
 		{"rate-limit-wait", o.RateLimitWait.String(), o.RateLimitWait > 0},
 		{"api-rate", o.APIRate, o.APIRate != ""},
+		{"coalesce", fmt.Sprint(o.Coalesce), o.Coalesce > 0},
 		{"fetch-poll-interval", "100ms", !o.Defaults},
 		{"sweep-interval", "250ms", !o.Defaults},
 		{"shutdown-grace", "10s", true},

@@ -48,7 +48,7 @@ func TestRateLimitedDrain(t *testing.T) {
 				w.stop(t)
 			}
 
-			l := checkExactlyOnce(t, srv, intents)
+			l := checkExactlyOnce(t, srv, pool, intents)
 			reqs := srv.Requests()
 			first, last := srv.RequestSpan()
 			refused := srv.RateLimited()

@@ -73,7 +73,7 @@ func TestRescueTime(t *testing.T) {
 	})
 	survivor.stop(t)
 
-	l := checkExactlyOnce(t, srv, intents)
+	l := checkExactlyOnce(t, srv, pool, intents)
 	rows := outboxRows(t, pool)
 	for _, k := range cut {
 		if !rows[k].Replayed {

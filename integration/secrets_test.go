@@ -114,7 +114,7 @@ func TestSecrets(t *testing.T) {
 	waitAllSent(t, pool, len(intents), 60*time.Second, nil)
 	w2.stop(t)
 	inspect("sent")
-	l := checkLedger(friend, intents)
+	l := checkLedger(friend, intents, loadBatches(t, pool))
 	l.report(t)
 
 	// The scan: this scenario's rows now, every earlier scenario's rows

@@ -10,9 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-
-	"github.com/sendonce/sendonce/internal/sendjob"
 )
 
 // EnqueueResult is what Enqueue did.
@@ -49,9 +46,10 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueRes
 	return res[0], nil
 }
 
-// EnqueueMany is Enqueue for many intents at once, with a few statements in
-// all rather than a few per intent. The intents are all validated before
-// anything is written; an error about one names its index.
+// EnqueueMany is Enqueue for many intents at once: one statement writes all
+// their rows and jobs, in one round trip to the database (see insertSQL).
+// The intents are all validated before anything is written; an error about
+// one names its index.
 func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) ([]*EnqueueResult, error) {
 	if len(intents) == 0 {
 		return nil, nil
@@ -148,77 +146,20 @@ func (o *Outbox) findExisting(ctx context.Context, tx pgx.Tx, in []Intent, keys 
 	return found, rows.Err()
 }
 
-// insert inserts the River jobs and then the rows of the intents at the
-// given indexes, and fills in their results.
-func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, results []*EnqueueResult) error {
-	params := make([]river.InsertManyParams, len(idx))
-	batch := make([]Intent, len(idx))
-	for n, i := range idx {
-		batch[n] = in[i]
-		params[n] = river.InsertManyParams{Args: sendjob.Args{Key: in[i].Key, IntentKind: string(in[i].Kind)}, InsertOpts: sendjob.InsertOpts(o.queue, in[i].SendAt, sendjob.PriorityNormal)}
-	}
-	jobs, err := o.river.InsertManyTx(ctx, tx, params)
-	if err != nil {
-		return fmt.Errorf("outbox: insert river jobs: %w", err)
-	}
-	jobIDs := make([]int64, len(jobs))
-	for n, j := range jobs {
-		jobIDs[n] = j.Job.ID
-	}
-	keys := make([]string, len(batch))
-	for n := range batch {
-		keys[n] = batch[n].Key
-	}
-	kinds, payloads, templates, sendAts := columnsOf(batch)
-	rows, err := tx.Query(ctx, `
-		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id)
-		SELECT key, kind, payload, template_id, send_at, job_id
-		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::timestamptz[], $6::bigint[])
-			AS i(key, kind, payload, template_id, send_at, job_id)
-		ON CONFLICT (idempotency_key) DO NOTHING
-		RETURNING `+columns,
-		keys, kinds, payloads, templates, sendAts, jobIDs)
-	if err != nil {
-		return fmt.Errorf("outbox: insert intents: %w", err)
-	}
-	inserted := map[string]*Record{}
-	for rows.Next() {
-		rec, err := scanRecord(rows)
-		if err != nil {
-			rows.Close()
-			return fmt.Errorf("outbox: insert intents: %w", err)
-		}
-		inserted[rec.Key] = rec
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("outbox: insert intents: %w", err)
-	}
-	if len(inserted) < len(batch) {
-		return o.settleExisting(ctx, tx, in, idx, jobIDs, inserted, results)
-	}
-	for _, i := range idx {
-		results[i] = &EnqueueResult{Record: inserted[in[i].Key]}
-	}
-	return nil
-}
-
 // settleExisting handles the keys that were already stored (or that a
-// concurrent transaction committed first): their new jobs are deleted
-// again, and each answers with the stored intent when it is the same
-// intent, or a *KeyReuseError when it is not.
-func (o *Outbox) settleExisting(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, jobIDs []int64, inserted map[string]*Record, results []*EnqueueResult) error {
+// concurrent transaction committed first), which got neither a row nor a
+// job: each answers with the stored intent when it is the same intent, or
+// a *KeyReuseError when it is not.
+func (o *Outbox) settleExisting(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, inserted map[string]*Record, results []*EnqueueResult) error {
 	var lost []Intent
 	var lostKeys []string
-	var lostJobs []int64
-	for n, i := range idx {
+	for _, i := range idx {
 		if rec, ok := inserted[in[i].Key]; ok {
 			results[i] = &EnqueueResult{Record: rec}
 			continue
 		}
 		lost = append(lost, in[i])
 		lostKeys = append(lostKeys, in[i].Key)
-		lostJobs = append(lostJobs, jobIDs[n])
 	}
 	existing, err := o.findExisting(ctx, tx, lost, lostKeys)
 	if err != nil {
@@ -230,9 +171,9 @@ func (o *Outbox) settleExisting(ctx context.Context, tx pgx.Tx, in []Intent, idx
 		}
 		if rec, ok := existing[in[i].Key]; !ok || rec.err != nil {
 			// Nothing may stay written: take back this call's rows and jobs.
-			var ids []int64
+			var ids, jobIDs []int64
 			for _, rec := range inserted {
-				ids = append(ids, rec.ID)
+				ids, jobIDs = append(ids, rec.ID), append(jobIDs, *rec.JobID)
 			}
 			if _, err := tx.Exec(ctx, `DELETE FROM sendonce_outbox WHERE id = ANY($1)`, ids); err != nil {
 				return fmt.Errorf("outbox: undo insert: %w", err)
@@ -242,12 +183,6 @@ func (o *Outbox) settleExisting(ctx context.Context, tx pgx.Tx, in []Intent, idx
 			}
 			return &KeyReuseError{Key: in[i].Key, Index: i}
 		}
-	}
-	// These jobs were inserted by this transaction a moment ago, so no
-	// worker can see them: deleting the rows is all River's JobDeleteTx
-	// would do, in one statement instead of one per job.
-	if _, err := tx.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1)`, lostJobs); err != nil {
-		return fmt.Errorf("outbox: delete jobs of existing intents: %w", err)
 	}
 	for _, i := range idx {
 		if results[i] == nil {

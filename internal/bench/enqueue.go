@@ -16,6 +16,14 @@ import (
 // the same rows in the same shape into PlainTable (the outbox's columns,
 // defaults, keys and indexes, without its triggers and without River
 // jobs): what the outbox adds over writing the rows at all.
+//
+// Every timing starts from the same state, whatever ran before it: a
+// connection that has already run the statements it is about to time, and
+// empty tables (TRUNCATE, which gives them new files, so no dead rows or
+// bloat from earlier scenarios: bloated tables measured 30% slower),
+// checkpointed. Run checks the tables are empty. The absolute figures still
+// follow the machine and its load (see Notes): the ratio to the plain
+// INSERT of the same run is the figure to compare.
 type Enqueue struct {
 	modes []*enqueueMode
 	runs  int
@@ -38,7 +46,7 @@ func NewEnqueue(quick bool) *Enqueue {
 		n /= scale
 		return &enqueueMode{perTx: perTx, many: many, n: n, row: &Row{
 			Scenario:     "3. Enqueue",
-			Measure:      fmt.Sprintf("%s (%s intents, 1 connection)", measure, Thousands(float64(n))),
+			Measure:      fmt.Sprintf("%s (%s intents, 1 warm connection, emptied tables)", measure, Thousands(float64(n))),
 			Unit:         PerSecond,
 			Baseline:     "plain INSERT",
 			BaselineUnit: PerSecond,
@@ -50,7 +58,7 @@ func NewEnqueue(quick bool) *Enqueue {
 		mk(100, false, 5_000, "`Enqueue` ×100 per transaction"),
 		mk(1000, true, 40_000, "`EnqueueMany` ×1,000 per transaction"),
 	}}
-	s.modes[2].row.Goal = Goal{Text: "≥ 20,000/s and ≥ 0.5× plain INSERT", Check: All(AtLeast(20_000), RatioAtLeast(0.5))}
+	s.modes[2].row.Goal = Goal{Text: "≥ 40,000/s and ≥ 0.7× plain INSERT", Check: All(AtLeast(40_000), RatioAtLeast(0.7))}
 	return s
 }
 
@@ -69,7 +77,7 @@ func (s *Enqueue) Rows() []*Row {
 // Run times every shape once through the outbox and once as plain
 // INSERTs, in alternating order from run to run.
 func (s *Enqueue) Run(ctx context.Context, env *Env) error {
-	pool, err := env.NewPool(ctx, 2)
+	pool, err := env.NewPool(ctx, 1)
 	if err != nil {
 		return err
 	}
@@ -83,17 +91,27 @@ func (s *Enqueue) Run(ctx context.Context, env *Env) error {
 	for _, m := range s.modes {
 		var viaOutbox, plain time.Duration
 		for i := range 2 {
-			if err := env.Reset(ctx); err != nil {
+			write := func(intents []outbox.Intent) error { return EnqueueIn(ctx, ob, intents, m.perTx, m.many) }
+			if (i == 0) == plainFirst {
+				write = func(intents []outbox.Intent) error { return PlainInsert(ctx, pool, intents, m.perTx) }
+			}
+			// Warm the connection: the statements are prepared before the clock
+			// starts.
+			if err := write(Intents(fmt.Sprintf("warm%d", m.perTx), 2)); err != nil {
+				return err
+			}
+			if err := resetEmpty(ctx, env); err != nil {
 				return err
 			}
 			intents := Intents(fmt.Sprintf("enq%d", m.perTx), m.n)
-			if (i == 0) == plainFirst {
-				plain, err = timeIt(func() error { return PlainInsert(ctx, pool, intents, m.perTx) })
-			} else {
-				viaOutbox, err = timeIt(func() error { return EnqueueIn(ctx, ob, intents, m.perTx, m.many) })
-			}
+			d, err := timeIt(func() error { return write(intents) })
 			if err != nil {
 				return err
+			}
+			if (i == 0) == plainFirst {
+				plain = d
+			} else {
+				viaOutbox = d
 			}
 		}
 		o, p := Rate(m.n, viaOutbox), Rate(m.n, plain)
@@ -101,6 +119,24 @@ func (s *Enqueue) Run(ctx context.Context, env *Env) error {
 		m.row.Value.Add(o)
 		m.row.BaselineValue.Add(p)
 		m.row.Ratio.Add(o / p)
+	}
+	return nil
+}
+
+// resetEmpty resets the tables, and checks that the outbox, River's jobs
+// and the plain table start from empty files, as the scenario says.
+func resetEmpty(ctx context.Context, env *Env) error {
+	if err := env.Reset(ctx); err != nil {
+		return err
+	}
+	var size int64
+	err := env.Admin.QueryRow(ctx, `SELECT pg_relation_size('sendonce_outbox') + pg_relation_size('river_job') + pg_relation_size($1)`,
+		PlainTable).Scan(&size)
+	if err != nil {
+		return fmt.Errorf("bench: table sizes: %w", err)
+	}
+	if size != 0 {
+		return fmt.Errorf("bench: the tables hold %d bytes after the reset, want none", size)
 	}
 	return nil
 }
@@ -189,5 +225,12 @@ func (s *Enqueue) Notes() []string {
 		"plain SQL into `" + PlainTable + "`, a table created `LIKE sendonce_outbox INCLUDING ALL` (same columns, " +
 		"defaults, identity, unique key, indexes and checks; no triggers, no River job): single-row INSERTs for 1 and " +
 		"100 per transaction, one `INSERT … SELECT FROM unnest(…)` for 1,000. The outbox also inserts a River job per " +
-		"intent, validates in Go (its trigger checks only rows inserted without a job), and returns the stored rows."}
+		"intent, validates in Go (its trigger checks only rows inserted without a job), and returns the stored rows. " +
+		"Every timing starts on a warm connection (the same statements run once, untimed) and on emptied tables: " +
+		"`TRUNCATE` (new, empty files: nothing left, dead or alive, by earlier scenarios; the run checks they are empty), " +
+		"then `CHECKPOINT`. A cold connection, or a fresh cluster, measured the same within the noise between runs; " +
+		"tables bloated as a drain leaves them (every row updated twice, the jobs deleted) measured about 30% slower. " +
+		"The machine matters most: an earlier 12,000/s was measured on a machine whose plain INSERT ran at 44,000/s, " +
+		"half of this one's, and on two shared cores the figure moves with other load. Compare the ratio to the plain " +
+		"INSERT, measured in the same run."}
 }

@@ -48,8 +48,8 @@ const insertSQL = `
 		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::timestamptz[], $6::jsonb[]) WITH ORDINALITY
 			AS i(key, kind, payload, template_id, send_at, args, ord)
 	), o AS (
-		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id)
-		SELECT key, kind, payload, template_id, send_at, job_id FROM i ORDER BY ord
+		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id, run_key)
+		SELECT key, kind, payload, template_id, send_at, job_id, nullif($11, '') FROM i ORDER BY ord
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING *
 	), job AS (
@@ -75,7 +75,9 @@ var queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
 // insert inserts the rows of the intents at the given indexes, in that
 // order, with their River jobs, and fills in their results.
 func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, results []*EnqueueResult) error {
-	opts := sendjob.InsertOpts(o.queue, time.Time{}, sendjob.PriorityNormal)
+	// The intents of one call belong to one run, or to none (EnqueueRun).
+	run := in[idx[0]].run
+	opts := sendjob.InsertOpts(o.queue, time.Time{}, sendjob.PriorityFor(run))
 	if len(opts.Queue) > 64 || !queueNameRE.MatchString(opts.Queue) {
 		return fmt.Errorf("outbox: queue name %q is invalid: River wants at most 64 lowercase letters and digits, separated by underscores or hyphens", opts.Queue)
 	}
@@ -85,7 +87,7 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	available := false
 	for n, i := range idx {
 		batch[n], keys[n] = in[i], in[i].Key
-		a, err := json.Marshal(sendjob.Args{Key: in[i].Key, IntentKind: string(in[i].Kind)})
+		a, err := json.Marshal(sendjob.Args{Key: in[i].Key, IntentKind: string(in[i].Kind), RunKey: run})
 		if err != nil {
 			return fmt.Errorf("outbox: encode job args: %w", err)
 		}
@@ -95,7 +97,7 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	kinds, payloads, templates, sendAts := columnsOf(batch)
 	b := &pgx.Batch{}
 	b.Queue(insertSQL, keys, kinds, payloads, templates, sendAts, args,
-		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue)
+		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run)
 	if available {
 		b.Queue(notifySQL, fmt.Sprintf(`{"queue": %q}`, opts.Queue))
 	}

@@ -62,6 +62,7 @@ type Intent struct {
 	SendAt time.Time
 
 	raw json.RawMessage // Payload as JSON text, once validated
+	run string          // the run's key, when enqueued by EnqueueRun
 }
 
 // InvalidError is returned for an intent that cannot be enqueued. Nothing

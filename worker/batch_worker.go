@@ -37,7 +37,8 @@ func (bw *batchWorker) NextRetry(job *river.Job[sendjob.BatchArgs]) time.Time {
 // Work sends the batch and records each member's outcome.
 func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArgs]) error {
 	w := bw.w
-	if err := w.waitForBudget(ctx); err != nil {
+	bulk := job.Args.RunKey != ""
+	if err := w.waitForBudget(ctx, bulk); err != nil {
 		return err
 	}
 	b, ok, err := sendstate.ClaimBatch(ctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, w.claimOptions())
@@ -57,7 +58,7 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		FirstAttemptAt: &first, APIKeyFingerprint: b.APIKeyFingerprint, Uncertain: b.Uncertain}
 	log := w.cfg.Logger.With("batch", b.Key, "members", len(b.Members), "attempt", b.Attempts, "job_id", job.ID)
 	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(),
-		windowLeft: b.WindowLeft, batch: true}
+		windowLeft: b.WindowLeft, batch: true, bulk: bulk}
 	if err := a.check(ctx); err != nil {
 		return err
 	}

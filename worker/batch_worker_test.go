@@ -34,7 +34,7 @@ func (h *harness) freeze(prefix string, to ...string) (string, []string) {
 		keys = append(keys, key)
 	}
 	b := &sendstate.Batcher{Pool: h.pool, River: h.river}
-	batchKey, joined, err := b.Freeze(context.Background(), outbox.DefaultQueue, reqs)
+	batchKey, joined, err := b.Freeze(context.Background(), outbox.DefaultQueue, "", reqs)
 	if err != nil || len(joined) != len(to) {
 		h.t.Fatalf("freeze: %d joined, %v", len(joined), err)
 	}

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/sendonce/sendonce/internal/sendstate"
@@ -19,7 +18,8 @@ const (
 )
 
 // coalescer gathers the email intents whose jobs run at about the same time
-// into batches, one queue at a time (a batch never mixes queues). The first
+// into batches, one queue and run at a time (a batch never mixes queues,
+// nor runs, nor a run's members with lone intents). The first
 // job to arrive starts a batch; it is frozen when it holds max intents or
 // wait after that first arrival, whichever comes first, so no intent is held
 // longer than wait. Every job waits for its batch to be frozen (or not:
@@ -31,14 +31,16 @@ type coalescer struct {
 	max     int
 	wait    time.Duration
 	logger  *slog.Logger
-
-	mu     sync.Mutex
-	queues map[string]chan joinRequest
+	in      chan joinRequest
 }
 
+// group is what the intents of one batch share.
+type group struct{ queue, run string }
+
 type joinRequest struct {
-	req  sendstate.ClaimRequest
-	done chan joinResult
+	group group
+	req   sendstate.ClaimRequest
+	done  chan joinResult
 }
 
 type joinResult struct {
@@ -46,18 +48,26 @@ type joinResult struct {
 	err      error
 }
 
-func newCoalescer(ctx context.Context, b *sendstate.Batcher, max int, wait time.Duration, logger *slog.Logger) *coalescer {
-	return &coalescer{ctx: ctx, batcher: b, max: max, wait: wait, logger: logger, queues: map[string]chan joinRequest{}}
+// gathering is a batch being gathered: its requests and when it is due.
+type gathering struct {
+	reqs []joinRequest
+	due  time.Time
 }
 
-// join offers a job's intent to the next batch on queue and waits until
-// the batch is frozen. It returns the batch's key, or "" when the intent
-// must be sent alone (it was alone, or may not join a batch: not email,
-// attempted before, or not this job's).
-func (c *coalescer) join(ctx context.Context, queue string, req sendstate.ClaimRequest) (string, error) {
-	r := joinRequest{req: req, done: make(chan joinResult, 1)}
+func newCoalescer(ctx context.Context, b *sendstate.Batcher, max int, wait time.Duration, logger *slog.Logger) *coalescer {
+	c := &coalescer{ctx: ctx, batcher: b, max: max, wait: wait, logger: logger, in: make(chan joinRequest)}
+	go c.loop()
+	return c
+}
+
+// join offers a job's intent to the next batch of queue and run (empty for
+// a lone intent) and waits until the batch is frozen. It returns the
+// batch's key, or "" when the intent must be sent alone (it was alone, or
+// may not join a batch: not email, attempted before, or not this job's).
+func (c *coalescer) join(ctx context.Context, queue, run string, req sendstate.ClaimRequest) (string, error) {
+	r := joinRequest{group: group{queue, run}, req: req, done: make(chan joinResult, 1)}
 	select {
-	case c.queue(queue) <- r:
+	case c.in <- r:
 	case <-ctx.Done():
 		return "", ctx.Err()
 	case <-c.ctx.Done():
@@ -69,45 +79,54 @@ func (c *coalescer) join(ctx context.Context, queue string, req sendstate.ClaimR
 	return res.batchKey, res.err
 }
 
-func (c *coalescer) queue(name string) chan joinRequest {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch, ok := c.queues[name]
-	if !ok {
-		ch = make(chan joinRequest)
-		c.queues[name] = ch
-		go c.loop(name, ch)
-	}
-	return ch
-}
-
-func (c *coalescer) loop(queue string, ch chan joinRequest) {
+// loop gathers requests by group and freezes each batch when it is full
+// or due; at the worker's end it freezes what it holds.
+func (c *coalescer) loop() {
+	pending := map[group]*gathering{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
-		var first joinRequest
-		select {
-		case first = <-ch:
-		case <-c.ctx.Done():
-			return
-		}
-		batch := []joinRequest{first}
-		timer := time.NewTimer(c.wait)
-	fill:
-		for len(batch) < c.max {
-			select {
-			case r := <-ch:
-				batch = append(batch, r)
-			case <-timer.C:
-				break fill
-			case <-c.ctx.Done():
-				break fill
+		var next time.Time
+		for _, gt := range pending {
+			if next.IsZero() || gt.due.Before(next) {
+				next = gt.due
 			}
 		}
-		timer.Stop()
-		go c.freeze(queue, batch)
+		var due <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+			due = timer.C
+		}
+		select {
+		case r := <-c.in:
+			gt := pending[r.group]
+			if gt == nil {
+				gt = &gathering{due: time.Now().Add(c.wait)}
+				pending[r.group] = gt
+			}
+			gt.reqs = append(gt.reqs, r)
+			if len(gt.reqs) >= c.max {
+				delete(pending, r.group)
+				go c.freeze(r.group, gt.reqs)
+			}
+		case <-due:
+			now := time.Now()
+			for g, gt := range pending {
+				if !now.Before(gt.due) {
+					delete(pending, g)
+					go c.freeze(g, gt.reqs)
+				}
+			}
+		case <-c.ctx.Done():
+			for g, gt := range pending {
+				go c.freeze(g, gt.reqs)
+			}
+			return
+		}
 	}
 }
 
-func (c *coalescer) freeze(queue string, batch []joinRequest) {
+func (c *coalescer) freeze(g group, batch []joinRequest) {
 	if len(batch) == 1 {
 		batch[0].done <- joinResult{}
 		return
@@ -116,7 +135,7 @@ func (c *coalescer) freeze(queue string, batch []joinRequest) {
 	for i, r := range batch {
 		reqs[i] = r.req
 	}
-	key, joined, err := c.batcher.Freeze(context.WithoutCancel(c.ctx), queue, reqs)
+	key, joined, err := c.batcher.Freeze(context.WithoutCancel(c.ctx), g.queue, g.run, reqs)
 	if err != nil {
 		c.logger.Warn("coalesce: cannot freeze a batch; its intents are tried again", "error", err, "intents", len(batch))
 	} else if key != "" {

@@ -170,7 +170,7 @@ func (w *sendWorker) retryDelay(attempt int) time.Duration {
 func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) error {
 	key := job.Args.Key
 	if w.coalesce != nil && job.Args.IntentKind == string(outbox.KindEmail) {
-		batchKey, err := w.coalesce.join(ctx, job.Queue, sendstate.ClaimRequest{Key: key, JobID: job.ID})
+		batchKey, err := w.coalesce.join(ctx, job.Queue, job.Args.RunKey, sendstate.ClaimRequest{Key: key, JobID: job.ID})
 		if err != nil {
 			return err
 		}
@@ -181,7 +181,8 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) err
 	}
 	// Wait for the fleet's budget before claiming: waiting is not an
 	// attempt, starts no replay window and counts against no limit.
-	if err := w.waitForBudget(ctx); err != nil {
+	bulk := job.Args.RunKey != ""
+	if err := w.waitForBudget(ctx, bulk); err != nil {
 		return err
 	}
 	c, ok, err := w.claim(ctx, sendstate.ClaimRequest{Key: key, JobID: job.ID})
@@ -193,7 +194,7 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) err
 	}
 	rec := c.Record
 	log := w.cfg.Logger.With("key", key, "kind", string(rec.Kind), "attempt", rec.Attempts, "job_id", job.ID)
-	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft}
+	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft, bulk: bulk}
 	if err := a.check(ctx); err != nil {
 		return err
 	}
@@ -247,7 +248,11 @@ func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResul
 		if terr := w.budget.Throttle(ctx, apiErr.RetryAfter); terr != nil {
 			a.log.Warn("cannot tell the fleet of a 429", "error", terr)
 		}
-		ok, retryIn, werr := w.budget.Wait(sendCtx, w.budgetWaitBound(sendCtx))
+		wait := w.budget.Wait
+		if a.bulk {
+			wait = w.budget.WaitBulk
+		}
+		ok, retryIn, werr := wait(sendCtx, w.budgetWaitBound(sendCtx))
 		if werr != nil || !ok {
 			a.budgetRetryIn = retryIn
 			break
@@ -275,6 +280,8 @@ type attempt struct {
 	// other than the API's answer are recorded on the batch and all its
 	// members.
 	batch bool
+	// bulk is set for a send of a run: it yields the budget to others.
+	bulk bool
 }
 
 // left is what remains of the replay window now.
@@ -418,7 +425,9 @@ func (w *sendWorker) skip(ctx context.Context, job *river.Job[sendjob.Args]) err
 		return err
 	}
 	log := w.cfg.Logger.With("key", job.Args.Key, "job_id", job.ID)
-	if (p.State == outbox.StatePending || p.State == outbox.StateSending) && p.JobID != nil {
+	if p.State == outbox.StatePending && p.JobID != nil && *p.JobID == job.ID {
+		log.Info("run paused: the job ends without sending; resuming the run gives the intent a new job", "run", job.Args.RunKey)
+	} else if (p.State == outbox.StatePending || p.State == outbox.StateSending) && p.JobID != nil {
 		log.Info("job superseded: the intent has another job", "intent_job_id", *p.JobID)
 	} else {
 		log.Debug("intent already settled", "state", string(p.State))
@@ -432,13 +441,18 @@ func (w *sendWorker) skip(ctx context.Context, job *river.Job[sendjob.Args]) err
 const maxBudgetWait = 30 * time.Second
 
 // waitForBudget waits for a token, or returns the snooze that gives the
-// job's slot back until one is due.
-func (w *sendWorker) waitForBudget(ctx context.Context) error {
+// job's slot back until one is due. A bulk send (of a run) yields to the
+// others.
+func (w *sendWorker) waitForBudget(ctx context.Context, bulk bool) error {
 	if w.budget == nil {
 		return nil
 	}
 	start := time.Now()
-	ok, retryIn, err := w.budget.Wait(ctx, w.budgetWaitBound(ctx))
+	wait := w.budget.Wait
+	if bulk {
+		wait = w.budget.WaitBulk
+	}
+	ok, retryIn, err := wait(ctx, w.budgetWaitBound(ctx))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Shutdown: back to the queue, no attempt counted.

@@ -16,15 +16,18 @@ import (
 // sweeps every interval, so a missed notification (a dropped connection, a
 // restarted database) only delays a send.
 //
-// Every interval it also rescues the intents that crashed workers left
-// sending (RescueAbandoned), and every reconcileEvery intervals it gives a
-// new job to intents whose job ended without them (Reconcile): no intent is left where nothing will move it.
+// Every interval it also creates the runs of due schedules and rescues the
+// intents and batches that crashed workers left sending (RescueAbandoned),
+// and every reconcileEvery intervals it gives a new job to intents and
+// batches whose job ended without them (Reconcile): nothing is left where
+// nothing will move it.
 type sweeper struct {
-	pool     *pgxpool.Pool
-	jobs     *sendstate.Scheduler
-	interval time.Duration
-	logger   *slog.Logger
-	sweeps   int
+	pool      *pgxpool.Pool
+	jobs      *sendstate.Scheduler
+	schedules *ticker
+	interval  time.Duration
+	logger    *slog.Logger
+	sweeps    int
 
 	restartGrace time.Duration
 }
@@ -77,6 +80,7 @@ func (s *sweeper) listen(ctx context.Context) error {
 }
 
 func (s *sweeper) sweep(ctx context.Context) {
+	s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
 	s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
 	rescue := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandoned(ctx, s.restartGrace) }
 	s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key")

@@ -78,6 +78,10 @@ type Config struct {
 	// DefaultCoalesceWait, 200 ms): no intent is held longer before it is
 	// sent, alone if no other came.
 	CoalesceWait time.Duration
+	// Producers are the Go producers of recurring runs, by the name a
+	// schedule gives (outbox.Schedule.Producer). A schedule naming a
+	// producer this worker lacks is left to a worker that has it.
+	Producers map[string]Producer
 	// Send tunes the outcome mapping.
 	Send SendConfig
 	// Logger receives the worker's and River's logs.
@@ -205,6 +209,16 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	}
 	batcher.River = rc
 	jobs := &sendstate.Scheduler{Pool: pool, River: rc, Queue: queue}
+	ob, err := outbox.New(pool, &outbox.Config{Queue: queue})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	for name, p := range cfg.Producers {
+		if p == nil {
+			return nil, fmt.Errorf("worker: producer %q is nil", name)
+		}
+	}
+	schedules := &ticker{pool: pool, outbox: ob, producers: cfg.Producers}
 	return &Worker{
 		river:        rc,
 		sendWorker:   sendWorker,
@@ -212,7 +226,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		coalesce:     cfg.Coalesce,
 		coalesceWait: coalesceWait,
 		pool:         pool,
-		sweeper:      &sweeper{pool: pool, jobs: jobs, interval: sweepInterval, logger: logger, restartGrace: restartGrace},
+		sweeper:      &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: sweepInterval, logger: logger, restartGrace: restartGrace},
 		liveness:     &liveness{pool: pool, interval: sweepInterval, logger: logger},
 	}, nil
 }

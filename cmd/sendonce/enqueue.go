@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/sendonce/sendonce/outbox"
@@ -25,13 +26,20 @@ is refused. Keys are 1 to 255 characters of letters, digits, "_", ".", ":"
 and "-".
 
 Bad input (malformed JSON, missing fields, a bad key) is refused before
-anything is written.`
+anything is written.
+
+--run KEY enqueues the members of a run (a billing run, a campaign) instead,
+all in one transaction: the input is NDJSON, one member per line, each a JSON
+object {"key": …, "payload": {…}} with optional "kind", "templateId" and
+"sendAt"; --send-at holds the whole run. Running it again is idempotent as a
+whole: members already there are left as they are.`
 
 const enqueueExamples = `  sendonce enqueue --key invoice:inv_4192 --file invoice.json
   echo '{"from":"billing@example.com","to":"ada@example.com","subject":"Hi","text":"Hello"}' |
     sendonce enqueue --key welcome:user_17
   sendonce enqueue --key digest:2030-01-02:user_17 --kind template --template weekly-digest \
-    --send-at 2030-01-02T08:00:00Z --file props.json --json`
+    --send-at 2030-01-02T08:00:00Z --file props.json --json
+  sendonce enqueue --run billing:2026-12 --file december.ndjson`
 
 type enqueueOptions struct {
 	key      string
@@ -41,6 +49,7 @@ type enqueueOptions struct {
 	file     string
 	queue    string
 	json     bool
+	run      string
 }
 
 // enqueueOutput is enqueue's --json answer.
@@ -69,6 +78,7 @@ func (a *app) enqueueCommand() *cobra.Command {
 	f.StringVar(&o.sendAt, "send-at", "", "hold the send until this RFC 3339 time (e.g. 2030-01-02T08:00:00Z)")
 	f.StringVar(&o.file, "file", "", `read the JSON body from this file; "-" or absent: stdin`)
 	f.StringVar(&o.queue, "queue", outbox.DefaultQueue, "River queue of the send job; the worker must work the same queue")
+	f.StringVar(&o.run, "run", "", "enqueue the members of this run, read as NDJSON (one member per line), instead of one intent")
 	f.BoolVar(&o.json, "json", false, "print the intent as JSON")
 	bindEnv(f, "queue", "SENDONCE_QUEUE")
 	return cmd
@@ -136,6 +146,9 @@ func (a *app) readIntent(o *enqueueOptions) (outbox.Intent, error) {
 }
 
 func (a *app) enqueue(cmd *cobra.Command, o *enqueueOptions) error {
+	if o.run != "" {
+		return a.enqueueRun(cmd, o)
+	}
 	in, err := a.readIntent(o)
 	if err != nil {
 		return err
@@ -175,5 +188,78 @@ func (a *app) enqueue(cmd *cobra.Command, o *enqueueOptions) error {
 		verb = "already enqueued"
 	}
 	fmt.Fprintf(a.stdout, "%s %s\n", verb, summary(res.Record))
+	return nil
+}
+
+// runOutput is `enqueue --run`'s --json answer.
+type runOutput struct {
+	Run      string `json:"run"`
+	Created  bool   `json:"created"`
+	Enqueued int    `json:"enqueued"`
+	Existing int    `json:"existing"`
+}
+
+// enqueueRun enqueues a run's members from NDJSON in one transaction.
+func (a *app) enqueueRun(cmd *cobra.Command, o *enqueueOptions) error {
+	switch {
+	case o.key != "" || o.template != "" || o.kind != string(outbox.KindEmail):
+		return usagef("--run reads each member's key, kind and template from its NDJSON line: drop --key, --kind and --template")
+	case o.queue == "":
+		return usagef("--queue must not be empty")
+	}
+	run := outbox.Run{Key: o.run}
+	if o.sendAt != "" {
+		t, err := time.Parse(time.RFC3339, o.sendAt)
+		if err != nil {
+			return usagef("--send-at %q is not an RFC 3339 time (like 2030-01-02T08:00:00Z)", o.sendAt)
+		}
+		run.SendAt = t
+	}
+	r, source := io.Reader(a.stdin), "stdin"
+	if o.file != "" && o.file != "-" {
+		f, err := os.Open(o.file)
+		if err != nil {
+			return fmt.Errorf("cannot read the members: %w", err)
+		}
+		defer f.Close()
+		r, source = f, o.file
+	} else if isTerminal(a.stdin) {
+		return usagef("no members: pipe NDJSON on stdin or give --file F")
+	}
+	intents, err := readRunIntents(r, source)
+	if err != nil {
+		return err
+	}
+	run.Intents = intents
+	ctx := cmd.Context()
+	pool, err := a.connect(ctx, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ob, err := outbox.New(pool, &outbox.Config{Queue: o.queue})
+	if err != nil {
+		return err
+	}
+	var res *outbox.RunResult
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		res, err = ob.EnqueueRun(ctx, tx, run)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	out := runOutput{Run: run.Key, Created: res.Created}
+	for _, r := range res.Intents {
+		if r.Existing {
+			out.Existing++
+		} else {
+			out.Enqueued++
+		}
+	}
+	if o.json {
+		return printJSON(a.stdout, out)
+	}
+	fmt.Fprintf(a.stdout, "enqueued run %s: %d members new, %d already there\n", run.Key, out.Enqueued, out.Existing)
 	return nil
 }

@@ -117,6 +117,9 @@ func (a *app) rootCommand() *cobra.Command {
 		a.listCommand(),
 		a.cancelCommand(),
 		a.retryCommand(),
+		a.runsCommand(),
+		a.runCommand(),
+		a.scheduleCommand(),
 		a.demoCommand(),
 	)
 	return root

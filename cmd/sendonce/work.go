@@ -270,6 +270,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	}
 	m.WatchOutbox(ob, 5*time.Second, log)
 	m.WatchBudget(pool, 5*time.Second, log)
+	m.WatchRuns(ob, 5*time.Second, log)
 
 	w, err := worker.New(pool, &worker.Config{
 		Client:            c,

@@ -46,6 +46,7 @@ type Budget struct {
 	rate           float64
 	leasing        chan struct{} // closed when the lease in flight is done
 	waiting        int
+	urgent         int         // waiting sends that are not bulk (WaitBulk yields to them)
 	taken          []time.Time // recent takes, for the observed rate
 }
 
@@ -62,12 +63,47 @@ func New(pool *pgxpool.Pool, keyFingerprint string, rate float64, logger *slog.L
 // comes in time it returns ok false and how long the fleet expects the
 // next one to take, so the caller can give its slot back and come again.
 func (b *Budget) Wait(ctx context.Context, max time.Duration) (ok bool, retryIn time.Duration, err error) {
+	return b.wait(ctx, max, false)
+}
+
+// WaitBulk is Wait for a send of a run (a campaign, a billing run): it
+// takes a token only when no other send of this worker is waiting for
+// one, so a lone transactional email never queues behind a campaign.
+func (b *Budget) WaitBulk(ctx context.Context, max time.Duration) (ok bool, retryIn time.Duration, err error) {
+	return b.wait(ctx, max, true)
+}
+
+// bulkYield is how long a bulk send steps aside for another.
+const bulkYield = 5 * time.Millisecond
+
+func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (ok bool, retryIn time.Duration, err error) {
 	deadline := time.Now().Add(max)
 	b.mu.Lock()
 	b.waiting++
-	defer func() { b.waiting--; b.mu.Unlock() }()
+	if !bulk {
+		b.urgent++
+	}
+	defer func() {
+		b.waiting--
+		if !bulk {
+			b.urgent--
+		}
+		b.mu.Unlock()
+	}()
 	for {
 		now := time.Now()
+		if bulk && b.urgent > 0 {
+			if now.After(deadline) {
+				return false, b.expectedWait(), nil
+			}
+			b.mu.Unlock()
+			err := sleep(ctx, nil, bulkYield)
+			b.mu.Lock()
+			if err != nil {
+				return false, 0, err
+			}
+			continue
+		}
 		if b.tokens > 0 && now.Sub(b.leasedAt) < tokenTTL {
 			b.tokens--
 			b.took(now)

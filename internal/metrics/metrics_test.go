@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sendonce/sendonce/internal/metrics"
@@ -167,5 +168,37 @@ func TestWatchOutboxReportsNothingWhenTheDatabaseIsDown(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(m.Registry, "sendonce_outbox_intents"); n != 0 {
 		t.Errorf("sendonce_outbox_intents: %d series", n)
+	}
+}
+
+func TestWatchRunsReportsRunsNotDone(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	ob, err := outbox.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	m.WatchRuns(ob, 0, nil)
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "billing:2026-12", Intents: []outbox.Intent{
+			{Key: "b:1", Payload: `{"from":"a@example.com","to":["b@example.com"],"subject":"s","text":"t"}`},
+			{Key: "b:2", Payload: `{"from":"a@example.com","to":["c@example.com"],"subject":"s","text":"t"}`},
+		}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.PauseRun(ctx, "billing:2026-12"); err != nil {
+		t.Fatal(err)
+	}
+	text := scrape(t, m)
+	wantLine(t, text, `sendonce_run_intents{run="billing:2026-12",run_state="paused",state="pending"} 2`)
+	if _, err := ob.CancelRun(ctx, "billing:2026-12"); err != nil {
+		t.Fatal(err)
+	}
+	if text := scrape(t, m); strings.Contains(text, "sendonce_run_intents{") {
+		t.Errorf("a done run is still reported:\n%s", text)
 	}
 }

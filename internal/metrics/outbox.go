@@ -126,3 +126,46 @@ func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(budgetThrottlesDesc, prometheus.CounterValue, float64(st.Throttles), st.KeyFingerprint)
 	}
 }
+
+// RunsReader lists runs: an *outbox.Outbox.
+type RunsReader interface {
+	Runs(ctx context.Context, p *outbox.RunListParams) ([]*outbox.RunStatus, error)
+}
+
+var runIntentsDesc = prometheus.NewDesc(Namespace+"_run_intents",
+	"Members of each run not yet done (and of paused runs), by state, read from the database at scrape time.",
+	[]string{"run", "run_state", "state"}, nil)
+
+// WatchRuns registers a collector that reports the progress of the runs
+// that are not done (of the latest 50): sendonce_run_intents{run,
+// run_state, state}. A run drops out of the metric once done.
+func (m *Metrics) WatchRuns(runs RunsReader, timeout time.Duration, logger *slog.Logger) {
+	timeout, logger = watchDefaults(timeout, logger)
+	m.Registry.MustRegister(&runsCollector{runs: runs, timeout: timeout, logger: logger})
+}
+
+type runsCollector struct {
+	runs    RunsReader
+	timeout time.Duration
+	logger  *slog.Logger
+}
+
+func (c *runsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- runIntentsDesc }
+
+func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	runs, err := c.runs.Runs(ctx, nil)
+	if err != nil {
+		c.logger.Warn("metrics: cannot read runs; scrape carries no run metrics", "error", err)
+		return
+	}
+	for _, r := range runs {
+		if r.Done() {
+			continue
+		}
+		for _, s := range outbox.States {
+			ch <- prometheus.MustNewConstMetric(runIntentsDesc, prometheus.GaugeValue, float64(r.Counts[s]), r.Key, string(r.State), string(s))
+		}
+	}
+}

@@ -18,6 +18,9 @@ import (
 type Args struct {
 	Key        string `json:"key"`
 	IntentKind string `json:"kind,omitempty"`
+	// RunKey names the run the intent belongs to, if any: a batch never
+	// mixes runs.
+	RunKey string `json:"run,omitempty"`
 }
 
 // Kind is the River job kind of a send job.
@@ -35,6 +38,9 @@ const MaxAttempts = 100
 const (
 	PriorityNormal = 2
 	PriorityUrgent = 1
+	// PriorityBulk is the members of runs: a campaign's backlog never
+	// holds back a lone transactional email.
+	PriorityBulk = 3
 )
 
 // InsertOpts are the options of a send job on queue, held until sendAt
@@ -47,7 +53,18 @@ func InsertOpts(queue string, sendAt time.Time, priority int) *river.InsertOpts 
 // of coalesced email intents (table sendonce_batch) under the batch's key.
 type BatchArgs struct {
 	Key string `json:"key"`
+	// RunKey names the run whose members the batch holds, if any.
+	RunKey string `json:"run,omitempty"`
 }
 
 // Kind is the River job kind of a batch job.
 func (BatchArgs) Kind() string { return "sendonce_batch" }
+
+// PriorityFor is the priority of a new job for an intent of run (empty for
+// a lone intent).
+func PriorityFor(run string) int {
+	if run != "" {
+		return PriorityBulk
+	}
+	return PriorityNormal
+}

@@ -27,13 +27,13 @@ type Batcher struct {
 	River *river.Client[pgx.Tx]
 }
 
-// Freeze binds the intents of the given jobs into one batch on queue, in
-// one transaction: only intents that are email, pending, never attempted
+// Freeze binds the intents of the given jobs into one batch on queue, of
+// run (empty for lone intents), in one transaction: only intents that are email, pending, never attempted
 // and bound to no batch join (and only while their job is the one named on
 // the row). It returns the batch's key and the job ids that joined. When
 // fewer than two intents may join, nothing is written and joined is empty:
 // a lone intent is sent alone, under its own key.
-func (b *Batcher) Freeze(ctx context.Context, queue string, reqs []ClaimRequest) (key string, joined []int64, err error) {
+func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
 	keys := make([]string, len(reqs))
 	jobIDs := make([]int64, len(reqs))
 	for i, r := range reqs {
@@ -44,7 +44,8 @@ func (b *Batcher) Freeze(ctx context.Context, queue string, reqs []ClaimRequest)
 			WHERE o.idempotency_key = ANY($1)
 				AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
 				AND o.kind = 'email' AND o.state = 'pending' AND o.attempts = 0 AND o.batch_key IS NULL
-			ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs)
+				AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
+			ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
 		if err != nil {
 			return err
 		}
@@ -70,7 +71,7 @@ func (b *Batcher) Freeze(ctx context.Context, queue string, reqs []ClaimRequest)
 			return nil
 		}
 		body[0] = '['
-		key, err = insertBatch(ctx, tx, b.River, queue, members, ids, append(append([]byte(`{"emails":`), body...), "]}"...))
+		key, err = insertBatch(ctx, tx, b.River, queue, run, members, ids, append(append([]byte(`{"emails":`), body...), "]}"...))
 		return err
 	})
 	if err != nil {
@@ -81,14 +82,14 @@ func (b *Batcher) Freeze(ctx context.Context, queue string, reqs []ClaimRequest)
 
 // insertBatch writes a frozen batch of the rows ids (whose keys are
 // members, in order) with body, and its job, and binds the rows to it.
-func insertBatch(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], queue string, members []string, ids []int64, body []byte) (string, error) {
+func insertBatch(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], queue, run string, members []string, ids []int64, body []byte) (string, error) {
 	key := BatchKeyPrefix + uuid.NewString()
-	job, err := rc.InsertTx(ctx, tx, sendjob.BatchArgs{Key: key}, sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityNormal))
+	job, err := rc.InsertTx(ctx, tx, sendjob.BatchArgs{Key: key, RunKey: run}, sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityFor(run)))
 	if err != nil {
 		return "", fmt.Errorf("insert river job: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO sendonce_batch (idempotency_key, queue, body, member_keys, job_id)
-		VALUES ($1, $2, $3, $4, $5)`, key, queue, string(body), members, job.Job.ID); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO sendonce_batch (idempotency_key, queue, body, member_keys, job_id, run_key)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''))`, key, queue, string(body), members, job.Job.ID, run); err != nil {
 		return "", err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET batch_key = $2, job_id = $3, updated_at = now()
@@ -120,7 +121,8 @@ type Batch struct {
 // batch's first attempt stamped on every member (their replay window runs
 // from it), the owner and API key recorded. A batch left sending by a crash
 // is claimed again and marked uncertain, members too. ok is false when the
-// job may not send the batch (settled, gone, or another job's).
+// job may not send the batch (settled, gone, another job's, or its run is
+// paused).
 func ClaimBatch(ctx context.Context, db DB, req ClaimRequest, opts ClaimOptions) (b *Batch, ok bool, err error) {
 	var owner *int32
 	if opts.Owner != 0 {
@@ -130,7 +132,10 @@ func ClaimBatch(ctx context.Context, db DB, req ClaimRequest, opts ClaimOptions)
 	var left float64
 	var body string
 	err = db.QueryRow(ctx, `WITH l AS (
-			SELECT id, state AS old_state FROM sendonce_batch WHERE idempotency_key = $1 AND job_id = $2 FOR UPDATE),
+			SELECT b.id, b.state AS old_state FROM sendonce_batch b
+			WHERE b.idempotency_key = $1 AND b.job_id = $2
+				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
+			FOR UPDATE OF b),
 		ub AS (
 			UPDATE sendonce_batch b
 			SET state = 'sending', attempts = b.attempts + 1,
@@ -260,10 +265,10 @@ type SplitPart struct {
 // it returns the new batches' keys, or ok false when the job may not.
 func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys []string, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		var queue string
+		var queue, run string
 		err := tx.QueryRow(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $3, updated_at = now()
-			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') RETURNING queue`,
-			o.Key, o.JobID, o.Reason).Scan(&queue)
+			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') RETURNING queue, coalesce(run_key, '')`,
+			o.Key, o.JobID, o.Reason).Scan(&queue, &run)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -319,8 +324,8 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 					return err
 				}
 			case len(ids) == 1:
-				job, err := b.River.InsertTx(ctx, tx, sendjob.Args{Key: members[0], IntentKind: "email"},
-					sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityNormal))
+				job, err := b.River.InsertTx(ctx, tx, sendjob.Args{Key: members[0], IntentKind: "email", RunKey: run},
+					sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityFor(run)))
 				if err != nil {
 					return fmt.Errorf("insert river job: %w", err)
 				}
@@ -328,7 +333,7 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 					return err
 				}
 			default:
-				k, err := insertBatch(ctx, tx, b.River, queue, members, ids, body)
+				k, err := insertBatch(ctx, tx, b.River, queue, run, members, ids, body)
 				if err != nil {
 					return err
 				}

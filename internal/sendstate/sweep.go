@@ -42,7 +42,7 @@ func (o *Scheduler) Sweep(ctx context.Context) (int, error) {
 }
 
 func (o *Scheduler) sweepOnce(ctx context.Context) (int, error) {
-	return o.reschedule(ctx, "sweep", sendjob.PriorityNormal, `SELECT id, idempotency_key, kind, send_at FROM sendonce_outbox
+	return o.reschedule(ctx, "sweep", sendjob.PriorityNormal, `SELECT id, idempotency_key, kind, send_at, coalesce(run_key, '') FROM sendonce_outbox
 		WHERE job_id IS NULL AND state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, sweepBatch)
 }
 
@@ -66,7 +66,7 @@ const DefaultRestartGrace = 5 * time.Second
 // server's start nothing is rescued (see DefaultRestartGrace). It returns
 // how many it rescued.
 func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Duration) (int, error) {
-	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
+	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
 		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
 			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
@@ -80,9 +80,10 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 // discarded by a River client that does not know sendonce's job kind. It
 // returns how many it rescheduled.
 func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
-	return o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
+	return o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
 		LEFT JOIN river_job j ON j.id = o.job_id
 		WHERE o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
 			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
 		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`)
 }
@@ -91,7 +92,7 @@ func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 // batch left sending by a worker instance that is gone gets a new batch job
 // at once, which sends the same body under the same key.
 func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace time.Duration) (int, error) {
-	return o.rescheduleBatches(ctx, "rescue batches", sendjob.PriorityUrgent, `SELECT b.id, b.idempotency_key, b.queue FROM sendonce_batch b
+	return o.rescheduleBatches(ctx, "rescue batches", sendjob.PriorityUrgent, `SELECT b.id, b.idempotency_key, b.queue, coalesce(b.run_key, '') FROM sendonce_batch b
 		WHERE b.state = 'sending' AND b.claimed_by IS NOT NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
 			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
@@ -104,9 +105,10 @@ func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace tim
 // members are never given jobs of their own: a frozen batch's members go
 // out in it, under its key, or not at all.
 func (o *Scheduler) ReconcileBatches(ctx context.Context) (int, error) {
-	return o.rescheduleBatches(ctx, "reconcile batches", sendjob.PriorityNormal, `SELECT b.id, b.idempotency_key, b.queue FROM sendonce_batch b
+	return o.rescheduleBatches(ctx, "reconcile batches", sendjob.PriorityNormal, `SELECT b.id, b.idempotency_key, b.queue, coalesce(b.run_key, '') FROM sendonce_batch b
 		LEFT JOIN river_job j ON j.id = b.job_id
 		WHERE b.state IN ('pending', 'sending')
+			AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
 			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
 		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`)
 }
@@ -122,13 +124,17 @@ func (o *Scheduler) rescheduleBatches(ctx context.Context, op string, priority i
 		var params []river.InsertManyParams
 		for rows.Next() {
 			var id int64
-			var key, queue string
-			if err := rows.Scan(&id, &key, &queue); err != nil {
+			var key, queue, run string
+			if err := rows.Scan(&id, &key, &queue, &run); err != nil {
 				rows.Close()
 				return err
 			}
+			p := priority
+			if p == sendjob.PriorityNormal {
+				p = sendjob.PriorityFor(run)
+			}
 			ids = append(ids, id)
-			params = append(params, river.InsertManyParams{Args: sendjob.BatchArgs{Key: key}, InsertOpts: sendjob.InsertOpts(queue, time.Time{}, priority)})
+			params = append(params, river.InsertManyParams{Args: sendjob.BatchArgs{Key: key, RunKey: run}, InsertOpts: sendjob.InsertOpts(queue, time.Time{}, p)})
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(ids) == 0 {
@@ -171,7 +177,7 @@ func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, 
 	}
 }
 
-// reschedule selects intents (id, key, kind, send_at) with query, locked, and
+// reschedule selects intents (id, key, kind, send_at, run key) with query, locked, and
 // gives each a new River job in the same transaction.
 func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
 	var n int
@@ -184,9 +190,9 @@ func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, que
 		var params []river.InsertManyParams
 		for rows.Next() {
 			var id int64
-			var key, kind string
+			var key, kind, run string
 			var sendAt *time.Time
-			if err := rows.Scan(&id, &key, &kind, &sendAt); err != nil {
+			if err := rows.Scan(&id, &key, &kind, &sendAt, &run); err != nil {
 				rows.Close()
 				return err
 			}
@@ -195,7 +201,11 @@ func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, que
 				at = *sendAt
 			}
 			ids = append(ids, id)
-			params = append(params, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind}, InsertOpts: sendjob.InsertOpts(o.Queue, at, priority)})
+			p := priority
+			if p == sendjob.PriorityNormal {
+				p = sendjob.PriorityFor(run)
+			}
+			params = append(params, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run}, InsertOpts: sendjob.InsertOpts(o.Queue, at, p)})
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(ids) == 0 {

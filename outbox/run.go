@@ -1,0 +1,496 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/sendonce/sendonce/internal/sendjob"
+)
+
+// Run is a group of intents sent as one thing: a billing run, a campaign,
+// one occurrence of a weekly digest. Its key is derived from its cause
+// (billing:2026-12, never a clock); its members are the intents enqueued
+// with it. A run can be watched (RunStatus), paused, resumed, canceled and
+// rescheduled as a whole. Its members go out at a lower priority than lone
+// intents, so a campaign never holds back a password reset.
+type Run struct {
+	// Key names the run: 1 to 200 letters, digits, "_", ".", ":" or "-".
+	Key string
+	// SendAt holds every member until then (zero: now), unless a member
+	// has a SendAt of its own.
+	SendAt time.Time
+	// Intents are the members to enqueue.
+	Intents []Intent
+}
+
+// RunState is where a run stands.
+type RunState string
+
+// The states of a run. Whether it is done is counted from its members.
+const (
+	RunActive   RunState = "active"
+	RunPaused   RunState = "paused"   // no member is claimed; sends in flight finish
+	RunCanceled RunState = "canceled" // every member not yet attempted was canceled
+)
+
+var runKeyPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
+
+// RunStatus is a run and its members' progress.
+type RunStatus struct {
+	Key        string     `json:"key"`
+	State      RunState   `json:"state"`
+	SendAt     *time.Time `json:"sendAt,omitempty"`
+	Schedule   string     `json:"schedule,omitempty"`
+	Occurrence *time.Time `json:"occurrence,omitempty"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	UpdatedAt  time.Time  `json:"updatedAt"`
+	// Counts holds the members in each state (every state present).
+	Counts map[State]int64 `json:"counts"`
+	// Total is the number of members.
+	Total int64 `json:"total"`
+	// SentLastMinute is how many members were sent in the last minute: the
+	// run's pace now.
+	SentLastMinute int64 `json:"sentLastMinute"`
+}
+
+// Done reports whether no member is waiting or being sent.
+func (s *RunStatus) Done() bool {
+	return s.Counts[StatePending] == 0 && s.Counts[StateSending] == 0
+}
+
+// Left is how long the members still to send take at the pace of the last
+// minute; zero when done, or when nothing was sent in the last minute.
+func (s *RunStatus) Left() time.Duration {
+	todo := s.Counts[StatePending] + s.Counts[StateSending]
+	if todo == 0 || s.SentLastMinute == 0 {
+		return 0
+	}
+	return time.Duration(float64(todo) / float64(s.SentLastMinute) * float64(time.Minute))
+}
+
+// RunResult is what EnqueueRun did.
+type RunResult struct {
+	// Created is false when the run was there already: its members were
+	// enqueued as by EnqueueMany, the existing ones left as they are.
+	Created bool
+	// Intents holds one result per member, in order.
+	Intents []*EnqueueResult
+}
+
+// ErrRunCanceled matches (errors.Is) an enqueue into a canceled run.
+var ErrRunCanceled = errors.New("outbox: the run is canceled")
+
+// EnqueueRun writes a run and its members in the caller's transaction.
+// Enqueueing a run again is idempotent as a whole: the run is there once,
+// and each member whose key is there already with the same payload is
+// Existing (another payload is a *KeyReuseError), so a producer that
+// crashed halfway, or enqueues a big run in several transactions, runs
+// again and adds only what is missing. A new member of a canceled run is
+// refused with ErrRunCanceled.
+func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult, error) {
+	if !runKeyPattern.MatchString(run.Key) {
+		return nil, &InvalidError{Index: -1, Field: "run key", Reason: fmt.Sprintf(
+			"%q: want 1 to 200 letters, digits, \"_\", \".\", \":\" and \"-\"", shorten(run.Key))}
+	}
+	var sendAt *time.Time
+	if !run.SendAt.IsZero() {
+		sendAt = &run.SendAt
+	}
+	res := &RunResult{}
+	var state RunState
+	err := tx.QueryRow(ctx, `WITH i AS (
+			INSERT INTO sendonce_run (key, send_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING state)
+		SELECT true, state FROM i UNION ALL SELECT false, state FROM sendonce_run WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM i)`,
+		run.Key, sendAt).Scan(&res.Created, &state)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: enqueue run %q: %w", run.Key, err)
+	}
+	if state == RunCanceled {
+		// Members already there are Existing as ever; a new one is refused.
+		keys := make([]string, len(run.Intents))
+		for i, in := range run.Intents {
+			keys[i] = in.Key
+		}
+		var missing bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) k
+			WHERE NOT EXISTS (SELECT 1 FROM sendonce_outbox WHERE idempotency_key = k))`, keys).Scan(&missing); err != nil {
+			return nil, fmt.Errorf("outbox: enqueue run %q: %w", run.Key, err)
+		}
+		if missing {
+			return nil, &RunStateError{Key: run.Key, Op: "enqueue into", State: state, Reason: "a canceled run takes no new members"}
+		}
+	}
+	intents := make([]Intent, len(run.Intents))
+	for i, in := range run.Intents {
+		in.run = run.Key
+		if in.SendAt.IsZero() {
+			in.SendAt = run.SendAt
+		}
+		intents[i] = in
+	}
+	if res.Intents, err = o.EnqueueMany(ctx, tx, intents); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// RunListParams select runs for Runs.
+type RunListParams struct {
+	// Limit bounds the runs returned, newest first (default 50).
+	Limit int
+}
+
+// Runs lists runs, newest first, with their progress.
+func (o *Outbox) Runs(ctx context.Context, p *RunListParams) ([]*RunStatus, error) {
+	limit := 50
+	if p != nil && p.Limit > 0 {
+		limit = p.Limit
+	}
+	rows, err := o.pool.Query(ctx, `SELECT key FROM sendonce_run ORDER BY created_at DESC, key LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: runs: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("outbox: runs: %w", err)
+	}
+	out := make([]*RunStatus, 0, len(keys))
+	for _, k := range keys {
+		st, err := runStatus(ctx, o.pool, k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// RunStatus reads a run and counts its members. It returns an error
+// matching ErrNotFound when there is no such run.
+func (o *Outbox) RunStatus(ctx context.Context, key string) (*RunStatus, error) {
+	return runStatus(ctx, o.pool, key)
+}
+
+func runStatus(ctx context.Context, db querier, key string) (*RunStatus, error) {
+	st := &RunStatus{Key: key, Counts: map[State]int64{}}
+	var schedule *string
+	err := db.QueryRow(ctx, `SELECT state, send_at, schedule_name, occurrence, created_at, updated_at FROM sendonce_run WHERE key = $1`, key).
+		Scan(&st.State, &st.SendAt, &schedule, &st.Occurrence, &st.CreatedAt, &st.UpdatedAt)
+	if err != nil {
+		return nil, notFound(fmt.Errorf("outbox: run %q: %w", key, err), key)
+	}
+	if schedule != nil {
+		st.Schedule = *schedule
+	}
+	for _, s := range States {
+		st.Counts[s] = 0
+	}
+	rows, err := db.Query(ctx, `SELECT state, count(*), count(*) FILTER (WHERE sent_at > now() - interval '1 minute')
+		FROM sendonce_outbox WHERE run_key = $1 GROUP BY state`, key)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: run %q: %w", key, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s State
+		var n, recent int64
+		if err := rows.Scan(&s, &n, &recent); err != nil {
+			return nil, fmt.Errorf("outbox: run %q: %w", key, err)
+		}
+		st.Counts[s] = n
+		st.Total += n
+		st.SentLastMinute += recent
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: run %q: %w", key, err)
+	}
+	return st, nil
+}
+
+// querier is a pool, a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// RunStateError is the error of an operation a run's state does not allow.
+type RunStateError struct {
+	Key    string
+	Op     string
+	State  RunState
+	Reason string
+}
+
+func (e *RunStateError) Error() string {
+	return fmt.Sprintf("outbox: cannot %s run %q: it is %s: %s", e.Op, e.Key, e.State, e.Reason)
+}
+
+// Is makes a RunStateError about a canceled run match ErrRunCanceled.
+func (e *RunStateError) Is(target error) bool {
+	return target == ErrRunCanceled && e.State == RunCanceled
+}
+
+// lockRun locks a run and returns its state, or a *RunStateError when it
+// is in none of the allowed states.
+func lockRun(ctx context.Context, tx pgx.Tx, key, op string, allowed ...RunState) (RunState, error) {
+	var cur RunState
+	if err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR UPDATE`, key).Scan(&cur); err != nil {
+		return "", notFound(fmt.Errorf("run %q: %w", key, err), key)
+	}
+	for _, a := range allowed {
+		if cur == a {
+			return cur, nil
+		}
+	}
+	reason := map[RunState]string{
+		RunPaused:   "resume it first",
+		RunActive:   "it is not paused",
+		RunCanceled: "a canceled run stays canceled",
+	}[cur]
+	return cur, &RunStateError{Key: key, Op: op, State: cur, Reason: reason}
+}
+
+// setRunState moves a locked run to state.
+func setRunState(ctx context.Context, tx pgx.Tx, key string, state RunState) error {
+	_, err := tx.Exec(ctx, `UPDATE sendonce_run SET state = $2, updated_at = now() WHERE key = $1`, key, string(state))
+	return err
+}
+
+// PauseRun pauses a run: no member is claimed until ResumeRun; sends in
+// flight finish. A member's job that comes up meanwhile ends without
+// sending, and ResumeRun gives the member a new one.
+func (o *Outbox) PauseRun(ctx context.Context, key string) (*RunStatus, error) {
+	return o.runOp(ctx, key, "pause", func(tx pgx.Tx) error {
+		if _, err := lockRun(ctx, tx, key, "pause", RunActive); err != nil {
+			return err
+		}
+		return setRunState(ctx, tx, key, RunPaused)
+	})
+}
+
+// ResumeRun resumes a paused run: every member still to send whose job
+// ended while it was paused gets a new one.
+func (o *Outbox) ResumeRun(ctx context.Context, key string) (*RunStatus, error) {
+	return o.runOp(ctx, key, "resume", func(tx pgx.Tx) error {
+		if _, err := lockRun(ctx, tx, key, "resume", RunPaused); err != nil {
+			return err
+		}
+		if err := setRunState(ctx, tx, key, RunActive); err != nil {
+			return err
+		}
+		return o.giveRunJobs(ctx, tx, key, false)
+	})
+}
+
+// giveRunJobs gives a new job to every member still to send, and every
+// frozen batch of the run, whose job is gone or finished; with unstarted,
+// to every member whose send has not started, whatever its job.
+func (o *Outbox) giveRunJobs(ctx context.Context, tx pgx.Tx, key string, unstarted bool) error {
+	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, o.attempts > 0 FROM sendonce_outbox o
+		LEFT JOIN river_job j ON j.id = o.job_id
+		WHERE o.run_key = $1 AND o.state IN ('pending', 'sending') AND o.batch_key IS NULL
+			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded')
+				OR ($2 AND o.state = 'pending' AND o.attempts = 0))
+		ORDER BY o.id FOR UPDATE OF o`, key, unstarted)
+	if err != nil {
+		return err
+	}
+	var ids []int64
+	var params []river.InsertManyParams
+	for rows.Next() {
+		var id int64
+		var k string
+		var kind Kind
+		var sendAt *time.Time
+		var attempted bool
+		if err := rows.Scan(&id, &k, &kind, &sendAt, &attempted); err != nil {
+			rows.Close()
+			return err
+		}
+		var at time.Time
+		if sendAt != nil {
+			at = *sendAt
+		}
+		ids = append(ids, id)
+		params = append(params, river.InsertManyParams{Args: sendjob.Args{Key: k, IntentKind: string(kind), RunKey: key},
+			InsertOpts: sendjob.InsertOpts(o.queue, at, sendjob.PriorityBulk)})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(params) > 0 {
+		jobs, err := o.river.InsertManyTx(ctx, tx, params)
+		if err != nil {
+			return fmt.Errorf("insert river jobs: %w", err)
+		}
+		jobIDs := make([]int64, len(jobs))
+		for i, j := range jobs {
+			jobIDs[i] = j.Job.ID
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET job_id = u.job_id, updated_at = now()
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`, ids, jobIDs); err != nil {
+			return err
+		}
+	}
+	// Frozen batches whose job ended while the run was paused.
+	rows, err = tx.Query(ctx, `SELECT b.id, b.idempotency_key, b.queue FROM sendonce_batch b
+		LEFT JOIN river_job j ON j.id = b.job_id
+		WHERE b.run_key = $1 AND b.state IN ('pending', 'sending')
+			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+		ORDER BY b.id FOR UPDATE OF b`, key)
+	if err != nil {
+		return err
+	}
+	ids, params = nil, nil
+	for rows.Next() {
+		var id int64
+		var k, queue string
+		if err := rows.Scan(&id, &k, &queue); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+		params = append(params, river.InsertManyParams{Args: sendjob.BatchArgs{Key: k, RunKey: key},
+			InsertOpts: sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityBulk)})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(params) == 0 {
+		return err
+	}
+	jobs, err := o.river.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return fmt.Errorf("insert river jobs: %w", err)
+	}
+	jobIDs := make([]int64, len(jobs))
+	for i, j := range jobs {
+		jobIDs[i] = j.Job.ID
+	}
+	_, err = tx.Exec(ctx, `WITH b AS (
+			UPDATE sendonce_batch b SET job_id = u.job_id, updated_at = now()
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE b.id = u.id
+			RETURNING b.idempotency_key, b.member_keys, b.job_id)
+		UPDATE sendonce_outbox o SET job_id = b.job_id, updated_at = now()
+		FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
+			AND o.state IN ('pending', 'sending')`, ids, jobIDs)
+	return err
+}
+
+// RunCancel is what CancelRun did.
+type RunCancel struct {
+	// Canceled counts the members canceled now.
+	Canceled int64 `json:"canceled"`
+	// Left counts the members left as they were: attempted already (they
+	// may have reached the API), or settled.
+	Left int64 `json:"left"`
+	// Status is the run after the cancel.
+	Status *RunStatus `json:"status"`
+}
+
+// CancelRun cancels a run, atomically: every member whose send has not
+// started is canceled, with every frozen batch of the run not yet
+// attempted; members attempted already are left as they are (they may have
+// reached the API) and counted. New members cannot be enqueued into it.
+func (o *Outbox) CancelRun(ctx context.Context, key string) (*RunCancel, error) {
+	res := &RunCancel{}
+	st, err := o.runOp(ctx, key, "cancel", func(tx pgx.Tx) error {
+		if _, err := lockRun(ctx, tx, key, "cancel", RunActive, RunPaused); err != nil {
+			return err
+		}
+		if err := setRunState(ctx, tx, key, RunCanceled); err != nil {
+			return err
+		}
+		// Batches first, then members: the order the worker locks them in.
+		if _, err := tx.Exec(ctx, `WITH b AS (
+				SELECT id FROM sendonce_batch WHERE run_key = $1 AND state = 'pending' AND attempts = 0 ORDER BY id FOR UPDATE)
+			UPDATE sendonce_batch s SET state = 'canceled', updated_at = now() FROM b WHERE s.id = b.id`, key); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET state = 'canceled', updated_at = now()
+			WHERE o.run_key = $1 AND o.state = 'pending' AND o.attempts = 0
+				AND (o.batch_key IS NULL OR EXISTS (SELECT 1 FROM sendonce_batch b
+					WHERE b.idempotency_key = o.batch_key AND b.state = 'canceled'))`, key)
+		res.Canceled = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Status = st
+	res.Left = st.Total - st.Counts[StateCanceled]
+	return res, nil
+}
+
+// RescheduleRun moves a run's members whose send has not started to at:
+// each gets a new job held until then (frozen batches not yet attempted
+// are undone, their members rescheduled with the others). It returns how
+// many it moved.
+func (o *Outbox) RescheduleRun(ctx context.Context, key string, at time.Time) (int64, error) {
+	if at.IsZero() {
+		return 0, &InvalidError{Index: -1, Field: "time", Reason: "zero time"}
+	}
+	var n int64
+	_, err := o.runOp(ctx, key, "reschedule", func(tx pgx.Tx) error {
+		if _, err := lockRun(ctx, tx, key, "reschedule", RunActive, RunPaused); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_run SET send_at = $2, updated_at = now() WHERE key = $1`, key, at); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `WITH b AS (
+				SELECT id, idempotency_key, member_keys FROM sendonce_batch
+				WHERE run_key = $1 AND state = 'pending' AND attempts = 0 ORDER BY id FOR UPDATE),
+			u AS (UPDATE sendonce_batch s SET state = 'canceled', last_error = 'undone by a reschedule of its run',
+				updated_at = now() FROM b WHERE s.id = b.id)
+			UPDATE sendonce_outbox o SET batch_key = NULL, updated_at = now()
+			FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
+				AND o.state = 'pending' AND o.attempts = 0`, key); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET send_at = $2, updated_at = now()
+			WHERE run_key = $1 AND state = 'pending' AND attempts = 0 AND batch_key IS NULL`, key, at)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		// Old jobs end without sending; in a paused run the new ones do too
+		// until ResumeRun gives them others.
+		return o.giveRunJobs(ctx, tx, key, true)
+	})
+	return n, err
+}
+
+// runOp runs fn in a transaction and returns the run's status after it.
+func (o *Outbox) runOp(ctx context.Context, key, op string, fn func(pgx.Tx) error) (*RunStatus, error) {
+	var st *RunStatus
+	err := o.inTx(ctx, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		var err error
+		st, err = runStatus(ctx, tx, key)
+		return err
+	})
+	if err != nil {
+		var rse *RunStateError
+		if errors.As(err, &rse) || errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("outbox: %s run %q: %w", op, key, err)
+	}
+	return st, nil
+}
+
+// shorten cuts s to 60 bytes for an error message.
+func shorten(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
+}

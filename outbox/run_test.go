@@ -1,0 +1,183 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/outboxtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+func members(prefix string, n int) []outbox.Intent {
+	out := make([]outbox.Intent, n)
+	for i := range out {
+		out[i] = outbox.Intent{Key: fmt.Sprintf("%s:%d", prefix, i),
+			Payload: fmt.Sprintf(`{"from":"billing@example.com","to":["c%d@example.com"],"subject":"Invoice","text":"x"}`, i)}
+	}
+	return out
+}
+
+func enqueueRun(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, run outbox.Run) (*outbox.RunResult, error) {
+	t.Helper()
+	var res *outbox.RunResult
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = ob.EnqueueRun(context.Background(), tx, run)
+		return err
+	})
+	return res, err
+}
+
+// TestEnqueueRunIsIdempotentAsAWhole: a run enqueued twice (a producer that
+// crashed and ran again) is there once, with each member once; its members'
+// jobs go at the bulk priority, behind lone intents.
+func TestEnqueueRunIsIdempotentAsAWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob := setup(t)
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	run := outbox.Run{Key: "billing:2026-12", SendAt: at, Intents: members("invoice:2026-12", 5)}
+	res, err := enqueueRun(t, pool, ob, run)
+	if err != nil || !res.Created || len(res.Intents) != 5 || res.Intents[0].Existing {
+		t.Fatalf("first EnqueueRun = %+v, %v; want a new run of 5", res, err)
+	}
+	run.Intents = append(run.Intents, members("invoice:2026-12", 7)[5:]...)
+	res, err = enqueueRun(t, pool, ob, run)
+	if err != nil || res.Created {
+		t.Fatalf("second EnqueueRun = %+v, %v; want the existing run", res, err)
+	}
+	existing := 0
+	for _, r := range res.Intents {
+		if r.Existing {
+			existing++
+		}
+	}
+	if existing != 5 {
+		t.Fatalf("second EnqueueRun: %d members existing, want 5 (and 2 new)", existing)
+	}
+	st, err := ob.RunStatus(ctx, "billing:2026-12")
+	if err != nil || st.Total != 7 || st.Counts[outbox.StatePending] != 7 || st.State != outbox.RunActive || st.SendAt == nil || !st.SendAt.Equal(at) {
+		t.Fatalf("RunStatus = %+v, %v; want 7 pending members, active, send at %s", st, err, at)
+	}
+	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job j JOIN sendonce_outbox o ON o.job_id = j.id
+		WHERE o.run_key = 'billing:2026-12' AND j.priority = 3 AND j.scheduled_at = $1 AND j.args->>'run' = 'billing:2026-12'`, at); n != 7 {
+		t.Fatalf("%d members' jobs at bulk priority, held until the run's time, naming the run; want 7", n)
+	}
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "bad key!"}); err == nil {
+		t.Fatal("EnqueueRun with a bad key succeeded")
+	}
+}
+
+// TestPauseResumeCancelRun drives a run's states: a paused run's members
+// are not claimed, and resume gives jobs back to those whose jobs ended
+// meanwhile; cancel takes every member not yet attempted, leaves the others
+// and counts them; a canceled run takes no new member.
+func TestPauseResumeCancelRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob := setup(t)
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "campaign:1", Intents: members("campaign:1", 6)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.ResumeRun(ctx, "campaign:1"); !errors.As(err, new(*outbox.RunStateError)) {
+		t.Fatalf("resume of an active run = %v, want a RunStateError", err)
+	}
+	st, err := ob.PauseRun(ctx, "campaign:1")
+	if err != nil || st.State != outbox.RunPaused {
+		t.Fatalf("PauseRun = %+v, %v", st, err)
+	}
+	// A member's job ran while paused and ended without sending.
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
+		WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = 'campaign:1:0')`); err != nil {
+		t.Fatal(err)
+	}
+	old := *outboxtest.Get(t, ob, "campaign:1:0").JobID
+	if st, err = ob.ResumeRun(ctx, "campaign:1"); err != nil || st.State != outbox.RunActive {
+		t.Fatalf("ResumeRun = %+v, %v", st, err)
+	}
+	if rec := outboxtest.Get(t, ob, "campaign:1:0"); *rec.JobID == old {
+		t.Fatalf("after resume the member still names its ended job %d", old)
+	}
+	// Two members were attempted (one sent, one sending) before the cancel.
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1 WHERE idempotency_key = 'campaign:1:1';
+		UPDATE sendonce_outbox SET state = 'sending', attempts = 1 WHERE idempotency_key = 'campaign:1:2'`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ob.CancelRun(ctx, "campaign:1")
+	if err != nil || res.Canceled != 4 || res.Left != 2 || res.Status.State != outbox.RunCanceled {
+		t.Fatalf("CancelRun = %+v, %v; want 4 canceled, 2 left", res, err)
+	}
+	if rec := outboxtest.Get(t, ob, "campaign:1:2"); rec.State != outbox.StateSending {
+		t.Fatalf("an attempted member became %s, want left sending", rec.State)
+	}
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "campaign:1", Intents: members("campaign:1", 7)}); !errors.Is(err, outbox.ErrRunCanceled) {
+		t.Fatalf("a new member into a canceled run: %v, want ErrRunCanceled", err)
+	}
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "campaign:1", Intents: members("campaign:1", 6)}); err != nil {
+		t.Fatalf("the same members again into a canceled run: %v, want them existing", err)
+	}
+	if _, err := ob.PauseRun(ctx, "campaign:1"); !errors.Is(err, outbox.ErrRunCanceled) {
+		t.Fatalf("pause of a canceled run = %v, want ErrRunCanceled", err)
+	}
+	if _, err := ob.RunStatus(ctx, "nope"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("RunStatus of no run = %v, want ErrNotFound", err)
+	}
+}
+
+// TestRescheduleRun holds the members not yet attempted until the new
+// time, each with a new job held until then.
+func TestRescheduleRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob := setup(t)
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "digest:w49", Intents: members("digest:w49", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1 WHERE idempotency_key = 'digest:w49:0'`); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Second)
+	n, err := ob.RescheduleRun(ctx, "digest:w49", at)
+	if err != nil || n != 2 {
+		t.Fatalf("RescheduleRun = %d, %v; want 2", n, err)
+	}
+	if got := outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job j JOIN sendonce_outbox o ON o.job_id = j.id
+		WHERE o.run_key = 'digest:w49' AND j.state = 'scheduled' AND j.scheduled_at = $1`, at); got != 2 {
+		t.Fatalf("%d members' jobs held until %s, want 2", got, at)
+	}
+}
+
+func TestParseSpec(t *testing.T) {
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	from := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) // a Tuesday
+	for _, c := range []struct {
+		spec string
+		want time.Time
+	}{
+		{"0 8 * * MON Europe/Berlin", time.Date(2026, 12, 7, 8, 0, 0, 0, berlin)},
+		{"0 8 * * MON", time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)},
+		{"0 8 * * MON-FRI UTC", time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)},
+		{"* * * * * *", from.Add(time.Second)},
+		{"@hourly", from.Add(time.Hour)},
+	} {
+		s, err := outbox.ParseSpec(c.spec)
+		if err != nil {
+			t.Errorf("%q: %v", c.spec, err)
+			continue
+		}
+		if got := s.Next(from); !got.Equal(c.want) {
+			t.Errorf("%q: next %s, want %s", c.spec, got, c.want)
+		}
+	}
+	for _, bad := range []string{"", "0 8 * *", "0 8 * * MON Mars/Olympus", "61 * * * *"} {
+		if _, err := outbox.ParseSpec(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}

@@ -4,18 +4,29 @@ import (
 	"context"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
 // batcher turns the two row updates every send makes (Claim before the API
-// call, MarkSent after it) into one statement for all the sends that reach
-// that point at the same moment. It never waits to fill a batch: a loop
-// takes whatever requests are queued when it is free, so a lone send costs
-// what it did unbatched, and a busy worker makes far fewer statements (and
-// WAL flushes) than sends. Each send still waits for its own batch, so
+// call, MarkSent after it) into one statement each for all the sends that
+// reach that point at the same moment. It never waits to fill a batch: its
+// loop takes whatever requests are queued when it is free, so a lone send
+// costs what it did unbatched, and a busy worker makes far fewer statements
+// (and WAL flushes) than sends. Each send still waits for its own batch, so
 // nothing is reported done before it is committed.
+//
+// One loop does both kinds, one round at a time: the answers queued, then
+// the claims queued, in one transaction (one commit, one WAL flush) when
+// there are both. A call costs the database far more than a row of it
+// (executor start-up, the commit and its flush), so fewer, larger calls are
+// cheaper. Measured with the drain benchmark (20,000 intents, concurrency
+// 500; database CPU per intent, medians of 4 runs): three loops of each
+// kind, as before, made about 1,600 calls and cost 140 µs; one loop of each
+// kind, about 670 calls and 123 µs; this one loop for both, 108 µs. The
+// rate did not drop: while a round runs, the next one's requests queue.
 type batcher struct {
 	pool   *pgxpool.Pool
 	opts   sendstate.ClaimOptions
@@ -23,12 +34,8 @@ type batcher struct {
 	sents  chan sentRequest
 }
 
-// batchLoops is how many batches of each kind may be in flight at once;
-// batchMax bounds one batch.
-const (
-	batchLoops = 3
-	batchMax   = 200
-)
+// batchMax bounds the claims, and the answers, of one round.
+const batchMax = 200
 
 type claimRequest struct {
 	req  sendstate.ClaimRequest
@@ -51,13 +58,10 @@ type sentResult struct {
 	err      error
 }
 
-// newBatcher starts the batch loops; they end when ctx does.
+// newBatcher starts the batch loop; it ends when ctx does.
 func newBatcher(ctx context.Context, pool *pgxpool.Pool, opts sendstate.ClaimOptions) *batcher {
 	b := &batcher{pool: pool, opts: opts, claims: make(chan claimRequest), sents: make(chan sentRequest)}
-	for range batchLoops {
-		go b.claimLoop(ctx)
-		go b.sentLoop(ctx)
-	}
+	go b.loop(ctx)
 	return b
 }
 
@@ -81,70 +85,92 @@ func (b *batcher) markSent(ctx context.Context, s sendstate.Sent) (bool, error) 
 		res := <-req.done
 		return res.overrode, res.err
 	case <-ctx.Done():
-		// The loops are gone (the worker is stopping): record it alone.
+		// The loop is gone (the worker is stopping): record it alone.
 		return sendstate.MarkSent(context.WithoutCancel(ctx), b.pool, s)
 	}
 }
 
-func (b *batcher) claimLoop(ctx context.Context) {
+func (b *batcher) loop(ctx context.Context) {
 	for {
-		var first claimRequest
+		var claims []claimRequest
+		var sents []sentRequest
 		select {
-		case first = <-b.claims:
+		case r := <-b.claims:
+			claims = append(claims, r)
+		case r := <-b.sents:
+			sents = append(sents, r)
 		case <-ctx.Done():
 			return
 		}
-		batch := drain(b.claims, first)
-		reqs := make([]sendstate.ClaimRequest, len(batch))
-		for i, r := range batch {
-			reqs[i] = r.req
-		}
-		claimed, err := sendstate.ClaimMany(context.WithoutCancel(ctx), b.pool, reqs, b.opts)
-		for _, r := range batch {
-			switch c, ok := claimed[r.req.JobID]; {
-			case err != nil:
-				r.done <- claimResult{err: err}
-			case ok:
-				r.done <- claimResult{claimed: c, ok: true}
+	queued:
+		for len(claims) < batchMax && len(sents) < batchMax {
+			select {
+			case r := <-b.claims:
+				claims = append(claims, r)
+			case r := <-b.sents:
+				sents = append(sents, r)
 			default:
-				// Not this job's to send.
-				r.done <- claimResult{}
+				break queued
 			}
 		}
+		b.round(context.WithoutCancel(ctx), claims, sents)
 	}
 }
 
-func (b *batcher) sentLoop(ctx context.Context) {
-	for {
-		var first sentRequest
-		select {
-		case first = <-b.sents:
-		case <-ctx.Done():
-			return
-		}
-		batch := drain(b.sents, first)
-		sent := make([]sendstate.Sent, len(batch))
-		for i, r := range batch {
-			sent[i] = r.sent
-		}
-		overrode, err := sendstate.MarkSentMany(context.WithoutCancel(ctx), b.pool, sent)
-		for _, r := range batch {
-			r.done <- sentResult{overrode: slices.Contains(overrode, r.sent.Key), err: err}
+// round records the answers and makes the claims. The answers go first:
+// should an answer and a claim of one intent meet in a round (a job that
+// ran again beside the one that sent it), the claim then finds the intent
+// sent and does not send it again.
+func (b *batcher) round(ctx context.Context, claims []claimRequest, sents []sentRequest) {
+	reqs := make([]sendstate.ClaimRequest, len(claims))
+	for i, r := range claims {
+		reqs[i] = r.req
+	}
+	sent := make([]sendstate.Sent, len(sents))
+	for i, r := range sents {
+		sent[i] = r.sent
+	}
+	var claimed map[int64]*sendstate.Claimed
+	var overrode []string
+	var err error
+	switch {
+	case len(sent) == 0:
+		claimed, err = sendstate.ClaimMany(ctx, b.pool, reqs, b.opts)
+	case len(reqs) == 0:
+		overrode, err = sendstate.MarkSentMany(ctx, b.pool, sent)
+	default:
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			if overrode, err = sendstate.MarkSentMany(ctx, tx, sent); err != nil {
+				return err
+			}
+			claimed, err = sendstate.ClaimMany(ctx, tx, reqs, b.opts)
+			return err
+		})
+		if err != nil {
+			// The claims share the answers' fate only to save a commit:
+			// whatever failed, the answers are recorded again on their own.
+			claimed = nil
+			var markErr error
+			overrode, markErr = sendstate.MarkSentMany(ctx, b.pool, sent)
+			for _, r := range sents {
+				r.done <- sentResult{overrode: slices.Contains(overrode, r.sent.Key), err: markErr}
+			}
+			sents = nil
 		}
 	}
-}
-
-// drain returns first and whatever else is queued on ch, up to batchMax,
-// without waiting.
-func drain[T any](ch chan T, first T) []T {
-	batch := []T{first}
-	for len(batch) < batchMax {
-		select {
-		case r := <-ch:
-			batch = append(batch, r)
+	for _, r := range sents {
+		r.done <- sentResult{overrode: slices.Contains(overrode, r.sent.Key), err: err}
+	}
+	for _, r := range claims {
+		switch c, ok := claimed[r.req.JobID]; {
+		case err != nil:
+			r.done <- claimResult{err: err}
+		case ok:
+			r.done <- claimResult{claimed: c, ok: true}
 		default:
-			return batch
+			// Not this job's to send.
+			r.done <- claimResult{}
 		}
 	}
-	return batch
 }

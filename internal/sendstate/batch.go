@@ -28,7 +28,9 @@ type Batcher struct {
 }
 
 // Freeze binds the intents of the given jobs into one batch on queue, of
-// run (empty for lone intents), in one transaction: only intents that are email, pending, never attempted
+// run (empty for lone intents), in one transaction (rows are found by key;
+// the state check is written so that no index on state can drive the scan,
+// as in ClaimMany): only intents that are email, pending, never attempted
 // and bound to no batch join (and only while their job is the one named on
 // the row). It returns the batch's key and the job ids that joined. When
 // fewer than two intents may join, nothing is written and joined is empty:
@@ -43,7 +45,7 @@ func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimReq
 		rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.job_id, o.payload::text FROM sendonce_outbox o
 			WHERE o.idempotency_key = ANY($1)
 				AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
-				AND o.kind = 'email' AND o.state = 'pending' AND o.attempts = 0 AND o.batch_key IS NULL
+				AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
 				AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
 			ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
 		if err != nil {

@@ -3,6 +3,8 @@ package sendstate_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,5 +275,105 @@ func TestSweep(t *testing.T) {
 	}
 	if n, _ := jobs.Sweep(ctx); n != 0 {
 		t.Fatalf("second Sweep scheduled %d, want 0", n)
+	}
+}
+
+// MarkSentMany reads whether a row was failed back from the last_error it
+// writes (an UPDATE cannot return old values): only a failed row counts as
+// overridden, not one that merely carries an earlier attempt's error, and
+// a success clears that error as it always did.
+func TestMarkSentManyTellsOverriddenFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "o:retried", "o:failed", "o:pending")
+	claim(t, pool, "o:retried")
+	if err := sendstate.MarkPending(ctx, pool, sendstate.Outcome{Key: "o:retried", JobID: request(t, pool, "o:retried").JobID,
+		Reason: "503 server_error: try again", Uncertain: true}); err != nil {
+		t.Fatal(err)
+	}
+	claim(t, pool, "o:retried")
+	claim(t, pool, "o:failed")
+	fail(t, pool, "o:failed", "gave up after 10 attempts", true)
+
+	overrode, err := sendstate.MarkSentMany(ctx, pool, []sendstate.Sent{
+		{Key: "o:retried", MessageID: "msg_r"}, {Key: "o:failed", MessageID: "msg_f"},
+		{Key: "o:pending", MessageID: "msg_p"}, {Key: "o:missing", MessageID: "msg_m"}})
+	if err != nil || len(overrode) != 1 || overrode[0] != "o:failed" {
+		t.Fatalf("MarkSentMany = %v, %v; want [o:failed]", overrode, err)
+	}
+	if rec := get(t, pool, "o:retried"); rec.State != outbox.StateSent || rec.LastError != "" || !rec.Uncertain {
+		t.Errorf("o:retried: %+v, want sent, last error cleared, still uncertain", rec)
+	}
+	if rec := get(t, pool, "o:failed"); rec.State != outbox.StateSent ||
+		rec.LastError != "sent by an attempt that overlapped the one that parked it: gave up after 10 attempts" {
+		t.Errorf("o:failed: %+v", rec)
+	}
+	if rec := get(t, pool, "o:pending"); rec.State != outbox.StateSent || rec.MessageID != "msg_p" {
+		t.Errorf("o:pending: %+v", rec)
+	}
+}
+
+// The check of what is sent runs after an update since migration 5 (a
+// BEFORE trigger made every update of the worker lock its row first); it
+// still refuses a bad change and lets a good one through.
+func TestUpdateOfWhatIsSentIsChecked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "u:1")
+	_, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET payload = '{"from": "billing@example.com", "text": "hi"}' WHERE idempotency_key = 'u:1'`)
+	if err == nil || !strings.Contains(err.Error(), `payload needs at least one recipient in "to"`) {
+		t.Fatalf("update to a payload without recipients: %v", err)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET payload = $1 WHERE idempotency_key = 'u:1'`, outboxtest.InvoiceBody)
+	claim(t, pool, "u:1") // the worker's own updates do not set those columns
+}
+
+// A claim and a mark find their rows by key, whatever the statistics say.
+// Analysed while nothing was unsettled and then given a backlog, the
+// planner drove a claim written with a plain state predicate from the
+// index of unsettled intents: every batch read the whole backlog.
+func TestClaimAndMarkFindRowsByKeyAfterStaleStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t, "p:0")
+	claim(t, pool, "p:0")
+	if _, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "p:0", MessageID: "msg_0"}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `ANALYZE sendonce_outbox`)
+	keys := make([]string, 2000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("p:%d", i+1)
+	}
+	enqueue(t, pool, ob, keys...)
+	var reqs []sendstate.ClaimRequest
+	var sent []sendstate.Sent
+	for _, k := range keys[:100] {
+		reqs = append(reqs, request(t, pool, k))
+		sent = append(sent, sendstate.Sent{Key: k, MessageID: "msg_" + k})
+	}
+
+	// One connection of its own, whose statistics are flushed on demand.
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	scans := func() int64 {
+		if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		return outboxtest.Value[int64](t, pool, `SELECT idx_scan FROM pg_stat_user_indexes
+			WHERE indexrelname = 'sendonce_outbox_unsettled_idx'`)
+	}
+	before := scans()
+	if claimed, err := sendstate.ClaimMany(ctx, conn, reqs, claimOpts); err != nil || len(claimed) != len(reqs) {
+		t.Fatalf("ClaimMany = %d claims, %v; want %d", len(claimed), err, len(reqs))
+	}
+	if _, err := sendstate.MarkSentMany(ctx, conn, sent); err != nil {
+		t.Fatal(err)
+	}
+	if n := scans() - before; n != 0 {
+		t.Fatalf("the claim and the mark scanned the index of unsettled intents %d times, want none", n)
 	}
 }

@@ -23,7 +23,7 @@ func runCounts(ctx context.Context, pool *pgxpool.Pool, run string) (counts, err
 }
 
 // TestRunLifecycle drains a billing run of 5,000 emails through two
-// coalescing workers at 20 requests/s, pauses it at 30% (nothing more is
+// coalescing workers (25 to a request) at 20 requests/s, pauses it at 30% (nothing more is
 // sent while it is paused), resumes it, and cancels it at 60%: the members
 // sent plus those canceled are all of them, no canceled member reaches the
 // API, nothing is delivered twice, and a lone transactional email enqueued
@@ -62,7 +62,9 @@ func TestRunLifecycle(t *testing.T) {
 		}
 	}
 
-	opts := workerOptions{Concurrency: 100, Coalesce: 100, APIRate: "20/s"}
+	// Batches of 25 at 20 requests/s: 500 emails a second, so the run
+	// lasts long enough (10 s) for a pause and a cancel to land in it.
+	opts := workerOptions{Concurrency: 100, Coalesce: 25, APIRate: "20/s"}
 	workers := []*proc{startWorker(t, "worker0", e, opts), startWorker(t, "worker1", e, opts)}
 	sent := func() int {
 		c, err := runCounts(ctx, pool, run)
@@ -127,6 +129,9 @@ func TestRunLifecycle(t *testing.T) {
 	}
 	if final["sent"]+final["canceled"] != n || final["failed"] != 0 {
 		t.Errorf("members at the end %s: sent + canceled must be all %d, none failed", final, n)
+	}
+	if final["canceled"] == 0 {
+		t.Errorf("the cancel at 60%% canceled nothing (%s): it came after the run had ended, and proved nothing", final)
 	}
 	if !strings.Contains(cancel.stdout, fmt.Sprintf(`"canceled": %d`, final["canceled"])) {
 		t.Errorf("cancel said %s; the run holds %d canceled members", strings.TrimSpace(cancel.stdout), final["canceled"])

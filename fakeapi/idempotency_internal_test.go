@@ -12,22 +12,7 @@ import (
 // its key and delivering, and shows a second request with the same key waits
 // for it and then replays rather than sending.
 func TestRacingRequestWaitsForClaimedKey(t *testing.T) {
-	s := New(Config{})
-	defer s.Close()
-	claimed, release, waiting := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var holdFirst, signalWait sync.Once
-	s.testHook = func(event string) {
-		switch event {
-		case "claimed":
-			holdFirst.Do(func() { close(claimed); <-release })
-		case "waiting":
-			signalWait.Do(func() { close(waiting) })
-		}
-	}
-	url, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, url, claimed, release, waiting := holdingServer(t)
 	send := func() <-chan map[string]any {
 		out := make(chan map[string]any, 1)
 		go func() {
@@ -67,22 +52,7 @@ func TestRacingRequestWaitsForClaimedKey(t *testing.T) {
 // same key waits, and when the first is refused (storing nothing) it claims
 // the free key and sends.
 func TestRejectedSendReleasesKeyToWaiter(t *testing.T) {
-	s := New(Config{})
-	defer s.Close()
-	claimed, release, waiting := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var holdFirst, signalWait sync.Once
-	s.testHook = func(event string) {
-		switch event {
-		case "claimed":
-			holdFirst.Do(func() { close(claimed); <-release })
-		case "waiting":
-			signalWait.Do(func() { close(waiting) })
-		}
-	}
-	url, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, url, claimed, release, waiting := holdingServer(t)
 	type answer struct {
 		status int
 		body   map[string]any
@@ -118,4 +88,28 @@ func TestRejectedSendReleasesKeyToWaiter(t *testing.T) {
 	if n := len(s.Deliveries()); n != 1 {
 		t.Fatalf("deliveries = %d, want 1", n)
 	}
+}
+
+// holdingServer starts a server whose first send holds between claiming
+// its key and handling it until release is closed; claimed closes when it
+// holds, and waiting when a second request waits for the key.
+func holdingServer(t *testing.T) (s *Server, url string, claimed, release, waiting chan struct{}) {
+	t.Helper()
+	s = New(Config{})
+	t.Cleanup(s.Close)
+	claimed, release, waiting = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var holdFirst, signalWait sync.Once
+	s.testHook = func(event string) {
+		switch event {
+		case "claimed":
+			holdFirst.Do(func() { close(claimed); <-release })
+		case "waiting":
+			signalWait.Do(func() { close(waiting) })
+		}
+	}
+	url, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, url, claimed, release, waiting
 }

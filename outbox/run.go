@@ -292,93 +292,48 @@ func (o *Outbox) ResumeRun(ctx context.Context, key string) (*RunStatus, error) 
 // frozen batch of the run, whose job is gone or finished; with unstarted,
 // to every member whose send has not started, whatever its job.
 func (o *Outbox) giveRunJobs(ctx context.Context, tx pgx.Tx, key string, unstarted bool) error {
-	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, o.attempts > 0 FROM sendonce_outbox o
+	_, err := sendjob.Give(ctx, tx, o.river, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
 		LEFT JOIN river_job j ON j.id = o.job_id
 		WHERE o.run_key = $1 AND o.state IN ('pending', 'sending') AND o.batch_key IS NULL
 			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded')
 				OR ($2 AND o.state = 'pending' AND o.attempts = 0))
-		ORDER BY o.id FOR UPDATE OF o`, key, unstarted)
+		ORDER BY o.id FOR UPDATE OF o`, []any{key, unstarted},
+		func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
+			var id int64
+			var k string
+			var kind Kind
+			var sendAt *time.Time
+			err := rows.Scan(&id, &k, &kind, &sendAt)
+			var at time.Time
+			if sendAt != nil {
+				at = *sendAt
+			}
+			return id, river.InsertManyParams{Args: sendjob.Args{Key: k, IntentKind: string(kind), RunKey: key},
+				InsertOpts: sendjob.InsertOpts(o.queue, at, sendjob.PriorityBulk)}, err
+		}, `UPDATE sendonce_outbox o SET job_id = u.job_id, updated_at = now()
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
 	if err != nil {
 		return err
 	}
-	var ids []int64
-	var params []river.InsertManyParams
-	for rows.Next() {
-		var id int64
-		var k string
-		var kind Kind
-		var sendAt *time.Time
-		var attempted bool
-		if err := rows.Scan(&id, &k, &kind, &sendAt, &attempted); err != nil {
-			rows.Close()
-			return err
-		}
-		var at time.Time
-		if sendAt != nil {
-			at = *sendAt
-		}
-		ids = append(ids, id)
-		params = append(params, river.InsertManyParams{Args: sendjob.Args{Key: k, IntentKind: string(kind), RunKey: key},
-			InsertOpts: sendjob.InsertOpts(o.queue, at, sendjob.PriorityBulk)})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if len(params) > 0 {
-		jobs, err := o.river.InsertManyTx(ctx, tx, params)
-		if err != nil {
-			return fmt.Errorf("insert river jobs: %w", err)
-		}
-		jobIDs := make([]int64, len(jobs))
-		for i, j := range jobs {
-			jobIDs[i] = j.Job.ID
-		}
-		if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET job_id = u.job_id, updated_at = now()
-			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`, ids, jobIDs); err != nil {
-			return err
-		}
-	}
 	// Frozen batches whose job ended while the run was paused.
-	rows, err = tx.Query(ctx, `SELECT b.id, b.idempotency_key, b.queue FROM sendonce_batch b
+	_, err = sendjob.Give(ctx, tx, o.river, `SELECT b.id, b.idempotency_key, b.queue FROM sendonce_batch b
 		LEFT JOIN river_job j ON j.id = b.job_id
 		WHERE b.run_key = $1 AND b.state IN ('pending', 'sending')
 			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
-		ORDER BY b.id FOR UPDATE OF b`, key)
-	if err != nil {
-		return err
-	}
-	ids, params = nil, nil
-	for rows.Next() {
-		var id int64
-		var k, queue string
-		if err := rows.Scan(&id, &k, &queue); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-		params = append(params, river.InsertManyParams{Args: sendjob.BatchArgs{Key: k, RunKey: key},
-			InsertOpts: sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityBulk)})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(params) == 0 {
-		return err
-	}
-	jobs, err := o.river.InsertManyTx(ctx, tx, params)
-	if err != nil {
-		return fmt.Errorf("insert river jobs: %w", err)
-	}
-	jobIDs := make([]int64, len(jobs))
-	for i, j := range jobs {
-		jobIDs[i] = j.Job.ID
-	}
-	_, err = tx.Exec(ctx, `WITH b AS (
+		ORDER BY b.id FOR UPDATE OF b`, []any{key},
+		func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
+			var id int64
+			var k, queue string
+			err := rows.Scan(&id, &k, &queue)
+			return id, river.InsertManyParams{Args: sendjob.BatchArgs{Key: k, RunKey: key},
+				InsertOpts: sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityBulk)}, err
+		}, `WITH b AS (
 			UPDATE sendonce_batch b SET job_id = u.job_id, updated_at = now()
 			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE b.id = u.id
 			RETURNING b.idempotency_key, b.member_keys, b.job_id)
 		UPDATE sendonce_outbox o SET job_id = b.job_id, updated_at = now()
 		FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
-			AND o.state IN ('pending', 'sending')`, ids, jobIDs)
+			AND o.state IN ('pending', 'sending')`)
 	return err
 }
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
 
 	"github.com/sendonce/sendonce/client"
@@ -49,30 +48,8 @@ func (h *harness) workBatch(batchKey string, attempt int) (*rivertest.WorkResult
 	if err := h.pool.QueryRow(ctx, `SELECT job_id FROM sendonce_batch WHERE idempotency_key = $1`, batchKey).Scan(&jobID); err != nil {
 		h.t.Fatal(err)
 	}
-	tx, err := h.pool.Begin(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, `UPDATE river_job SET attempt = $2,
-		state = CASE WHEN finalized_at IS NULL THEN state ELSE 'available' END, finalized_at = NULL
-		WHERE id = $1`, jobID, attempt-1); err != nil {
-		h.t.Fatal(err)
-	}
-	row, err := h.river.JobGetTx(ctx, tx, jobID)
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	bw := &batchWorker{w: h.worker, batcher: &sendstate.Batcher{Pool: h.pool, River: h.river}}
-	w := rivertest.NewWorker[sendjob.BatchArgs](h.t, riverpgxv5.New(h.pool), &river.Config{}, bw)
-	res, workErr := w.WorkJob(ctx, h.t, tx, row)
-	if res == nil {
-		h.t.Fatalf("batch job %d not worked: %v", jobID, workErr)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		h.t.Fatal(err)
-	}
-	return res, workErr
+	return workAs(h, jobID, attempt, river.Worker[sendjob.BatchArgs](bw))
 }
 
 func (h *harness) batchState(key string) string {

@@ -102,6 +102,12 @@ func (h *harness) work(key string, attempt int) (*rivertest.WorkResult, error) {
 // touches river_job, so the transaction holds nothing the worker waits for.
 func (h *harness) workJob(jobID int64, attempt int) (*rivertest.WorkResult, error) {
 	h.t.Helper()
+	return workAs(h, jobID, attempt, river.Worker[sendjob.Args](h.worker))
+}
+
+// workAs is workJob with any worker: the send worker or the batch worker.
+func workAs[T river.JobArgs](h *harness, jobID int64, attempt int, worker river.Worker[T]) (*rivertest.WorkResult, error) {
+	h.t.Helper()
 	ctx := context.Background()
 	tx, err := h.pool.Begin(ctx)
 	if err != nil {
@@ -117,7 +123,7 @@ func (h *harness) workJob(jobID int64, attempt int) (*rivertest.WorkResult, erro
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	w := rivertest.NewWorker[sendjob.Args](h.t, riverpgxv5.New(h.pool), &river.Config{}, h.worker)
+	w := rivertest.NewWorker[T](h.t, riverpgxv5.New(h.pool), &river.Config{}, worker)
 	res, workErr := w.WorkJob(ctx, h.t, tx, row)
 	if res == nil {
 		h.t.Fatalf("job %d not worked: %v", jobID, workErr)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -231,20 +232,12 @@ func (a *app) enqueueRun(cmd *cobra.Command, o *enqueueOptions) error {
 		return err
 	}
 	run.Intents = intents
-	ctx := cmd.Context()
-	pool, err := a.connect(ctx, 0)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	ob, err := outbox.New(pool, &outbox.Config{Queue: o.queue})
-	if err != nil {
-		return err
-	}
-	var res *outbox.RunResult
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		res, err = ob.EnqueueRun(ctx, tx, run)
-		return err
+	res, err := fromOutbox(cmd.Context(), a, o.queue, func(ob *outbox.Outbox, ctx context.Context) (res *outbox.RunResult, err error) {
+		err = pgx.BeginFunc(ctx, ob.Pool(), func(tx pgx.Tx) error {
+			res, err = ob.EnqueueRun(ctx, tx, run)
+			return err
+		})
+		return res, err
 	})
 	if err != nil {
 		return err

@@ -82,24 +82,11 @@ func (s *Coalesced) Run(ctx context.Context, env *Env) error {
 
 func (s *Coalesced) drain(ctx context.Context, env *Env, bin string) error {
 	f := s.fleet
-	if err := env.Reset(ctx); err != nil {
-		return err
-	}
-	srv := fakeapi.New(fakeapi.Config{APIKeys: []string{APIKey}, Rate: []fakeapi.RateLimit{{Count: f.limit, Per: time.Second}}})
-	url, err := srv.Start("127.0.0.1:0")
+	srv, url, _, err := f.backlog(ctx, env, "coalesce")
 	if err != nil {
-		srv.Close()
-		return fmt.Errorf("bench: start fake API: %w", err)
+		return err
 	}
 	defer srv.Close()
-	ob, err := env.Outbox(env.Admin)
-	if err != nil {
-		return err
-	}
-	intents := Intents("coalesce", f.n)
-	if err := EnqueueBatches(ctx, ob, intents, 1000); err != nil {
-		return err
-	}
 	if err := env.Checkpoint(ctx); err != nil {
 		return err
 	}

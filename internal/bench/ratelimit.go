@@ -176,29 +176,13 @@ func buildSendonce(ctx context.Context, env *Env, who string) (string, error) {
 // drain measures one cell: n intents enqueued, then the fleet started and
 // run until every intent is sent or failed.
 func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCell) error {
-	// Reset empties the fleet's budget too: a rate the previous cell found
-	// must not carry over.
-	if err := env.Reset(ctx); err != nil {
-		return err
-	}
-	srv := fakeapi.New(fakeapi.Config{
-		APIKeys: []string{APIKey},
-		Rate:    []fakeapi.RateLimit{{Count: s.limit, Per: time.Second}},
-	})
-	url, err := srv.Start("127.0.0.1:0")
+	// backlog resets the database, the fleet's budget too: a rate the
+	// previous cell found must not carry over.
+	srv, url, intents, err := s.backlog(ctx, env, "rate-"+c.name)
 	if err != nil {
-		srv.Close()
-		return fmt.Errorf("bench: start fake API: %w", err)
+		return err
 	}
 	defer srv.Close()
-	ob, err := env.Outbox(env.Admin)
-	if err != nil {
-		return err
-	}
-	intents := Intents("rate-"+c.name, s.n)
-	if err := EnqueueBatches(ctx, ob, intents, 1000); err != nil {
-		return err
-	}
 	if err := env.Checkpoint(ctx); err != nil {
 		return err
 	}
@@ -276,6 +260,27 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 		s.keepLogs(env, c, fleet)
 	}
 	return nil
+}
+
+// backlog empties the database, starts a fake API that allows s.limit
+// requests a second per key, and enqueues s.n intents (keys prefix:i).
+func (s *RateLimited) backlog(ctx context.Context, env *Env, prefix string) (*fakeapi.Server, string, []outbox.Intent, error) {
+	if err := env.Reset(ctx); err != nil {
+		return nil, "", nil, err
+	}
+	srv := fakeapi.New(fakeapi.Config{APIKeys: []string{APIKey}, Rate: []fakeapi.RateLimit{{Count: s.limit, Per: time.Second}}})
+	url, err := srv.Start("127.0.0.1:0")
+	if err == nil {
+		var ob *outbox.Outbox
+		if ob, err = env.Outbox(env.Admin); err == nil {
+			intents := Intents(prefix, s.n)
+			if err = EnqueueBatches(ctx, ob, intents, 1000); err == nil {
+				return srv, url, intents, nil
+			}
+		}
+	}
+	srv.Close()
+	return nil, "", nil, fmt.Errorf("bench: backlog: %w", err)
 }
 
 // ledger is what the fake delivered, against the intents.

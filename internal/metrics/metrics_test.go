@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sendonce/sendonce/internal/metrics"
+	"github.com/sendonce/sendonce/internal/outboxtest"
 	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/worker"
@@ -172,15 +173,11 @@ func TestWatchOutboxReportsNothingWhenTheDatabaseIsDown(t *testing.T) {
 }
 
 func TestWatchRunsReportsRunsNotDone(t *testing.T) {
-	pool := pgtest.NewDB(t)
+	pool, ob := outboxtest.New(t)
 	ctx := context.Background()
-	ob, err := outbox.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := metrics.New()
 	m.WatchRuns(ob, 0, nil)
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "billing:2026-12", Intents: []outbox.Intent{
 			{Key: "b:1", Payload: `{"from":"a@example.com","to":["b@example.com"],"subject":"s","text":"t"}`},
 			{Key: "b:2", Payload: `{"from":"a@example.com","to":["c@example.com"],"subject":"s","text":"t"}`},

@@ -5,8 +5,11 @@
 package sendjob
 
 import (
+	"context"
+	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
 
@@ -67,4 +70,44 @@ func PriorityFor(run string) int {
 		return PriorityBulk
 	}
 	return PriorityNormal
+}
+
+// Give gives new River jobs to rows, in tx: query selects the rows, locked;
+// job makes the id of each row and its job from the row scanned; update
+// then runs with the rows' ids ($1) and their new jobs' ids ($2), in
+// order, to name the jobs on the rows. It returns how many rows it gave
+// jobs to. The sweeper's rescue and reconcile and the outbox's run
+// operations give jobs this way.
+func Give(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], query string, args []any,
+	job func(pgx.Rows) (int64, river.InsertManyParams, error), update string) (int, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	var ids []int64
+	var params []river.InsertManyParams
+	for rows.Next() {
+		id, p, err := job(rows)
+		if err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids, params = append(ids, id), append(params, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	jobs, err := rc.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return 0, fmt.Errorf("insert river jobs: %w", err)
+	}
+	jobIDs := make([]int64, len(jobs))
+	for i, j := range jobs {
+		jobIDs[i] = j.Job.ID
+	}
+	if _, err := tx.Exec(ctx, update, ids, jobIDs); err != nil {
+		return 0, err
+	}
+	return len(ids), nil
 }

@@ -118,7 +118,9 @@ type Batch struct {
 	WindowLeft time.Duration
 }
 
-// ClaimBatch claims a frozen batch for one attempt of its job: the batch
+// ClaimBatch claims a frozen batch for one attempt of its job (its SET
+// list mirrors ClaimMany's on purpose: a batch's request is claimed as an
+// intent's is): the batch
 // and its unsettled members become sending, with one more attempt, the
 // batch's first attempt stamped on every member (their replay window runs
 // from it), the owner and API key recorded. A batch left sending by a crash

@@ -116,54 +116,35 @@ func (o *Scheduler) ReconcileBatches(ctx context.Context) (int, error) {
 func (o *Scheduler) rescheduleBatches(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, query, append([]any{sweepBatch}, args...)...)
-		if err != nil {
-			return err
-		}
-		var ids []int64
-		var params []river.InsertManyParams
-		for rows.Next() {
+		var err error
+		n, err = sendjob.Give(ctx, tx, o.River, query, append([]any{sweepBatch}, args...), func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
 			var id int64
 			var key, queue, run string
-			if err := rows.Scan(&id, &key, &queue, &run); err != nil {
-				rows.Close()
-				return err
-			}
-			p := priority
-			if p == sendjob.PriorityNormal {
-				p = sendjob.PriorityFor(run)
-			}
-			ids = append(ids, id)
-			params = append(params, river.InsertManyParams{Args: sendjob.BatchArgs{Key: key, RunKey: run}, InsertOpts: sendjob.InsertOpts(queue, time.Time{}, p)})
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(ids) == 0 {
-			return err
-		}
-		jobs, err := o.River.InsertManyTx(ctx, tx, params)
-		if err != nil {
-			return fmt.Errorf("insert river jobs: %w", err)
-		}
-		jobIDs := make([]int64, len(jobs))
-		for i, j := range jobs {
-			jobIDs[i] = j.Job.ID
-		}
-		if _, err := tx.Exec(ctx, `WITH b AS (
+			err := rows.Scan(&id, &key, &queue, &run)
+			return id, river.InsertManyParams{Args: sendjob.BatchArgs{Key: key, RunKey: run},
+				InsertOpts: sendjob.InsertOpts(queue, time.Time{}, runPriority(priority, run))}, err
+		}, `WITH b AS (
 				UPDATE sendonce_batch b SET job_id = u.job_id, claimed_by = NULL, updated_at = now()
 				FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE b.id = u.id
 				RETURNING b.idempotency_key, b.member_keys, b.job_id)
 			UPDATE sendonce_outbox o SET job_id = b.job_id, claimed_by = NULL, updated_at = now()
 			FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
-				AND o.state IN ('pending', 'sending')`, ids, jobIDs); err != nil {
-			return err
-		}
-		n = len(ids)
-		return nil
+				AND o.state IN ('pending', 'sending')`)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: %s: %w", op, err)
 	}
 	return n, nil
+}
+
+// runPriority is priority, or for a normal one, the priority of a new job
+// for an intent of run (bulk for a run's members).
+func runPriority(priority int, run string) int {
+	if priority == sendjob.PriorityNormal {
+		return sendjob.PriorityFor(run)
+	}
+	return priority
 }
 
 func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
@@ -177,56 +158,28 @@ func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, 
 	}
 }
 
-// reschedule selects intents (id, key, kind, send_at, run key) with query, locked, and
-// gives each a new River job in the same transaction.
+// reschedule selects intents (id, key, kind, send_at, run key) with query,
+// locked, and gives each a new River job in the same transaction. The
+// owner is forgotten with the old job: the intent is rescued once, and its
+// new job's claim names the next owner.
 func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		var ids []int64
-		var params []river.InsertManyParams
-		for rows.Next() {
+		var err error
+		n, err = sendjob.Give(ctx, tx, o.River, query, args, func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
 			var id int64
 			var key, kind, run string
 			var sendAt *time.Time
-			if err := rows.Scan(&id, &key, &kind, &sendAt, &run); err != nil {
-				rows.Close()
-				return err
-			}
+			err := rows.Scan(&id, &key, &kind, &sendAt, &run)
 			var at time.Time
 			if sendAt != nil {
 				at = *sendAt
 			}
-			ids = append(ids, id)
-			p := priority
-			if p == sendjob.PriorityNormal {
-				p = sendjob.PriorityFor(run)
-			}
-			params = append(params, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run}, InsertOpts: sendjob.InsertOpts(o.Queue, at, p)})
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(ids) == 0 {
-			return err
-		}
-		jobs, err := o.River.InsertManyTx(ctx, tx, params)
-		if err != nil {
-			return fmt.Errorf("insert river jobs: %w", err)
-		}
-		jobIDs := make([]int64, len(jobs))
-		for i, j := range jobs {
-			jobIDs[i] = j.Job.ID
-		}
-		// The owner is forgotten with the old job: the intent is rescued
-		// once, and its new job's claim names the next owner.
-		if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET job_id = u.job_id, claimed_by = NULL, updated_at = now()
-			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`, ids, jobIDs); err != nil {
-			return err
-		}
-		n = len(ids)
-		return nil
+			return id, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run},
+				InsertOpts: sendjob.InsertOpts(o.Queue, at, runPriority(priority, run))}, err
+		}, `UPDATE sendonce_outbox o SET job_id = u.job_id, claimed_by = NULL, updated_at = now()
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: %s: %w", op, err)

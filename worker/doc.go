@@ -55,6 +55,23 @@
 // safe as completing the job in the row's transaction (river.JobCompleteTx),
 // without a transaction per job on the hot path.
 //
+// # Batches
+//
+// With Config.Coalesce, email intents whose jobs run at about the same time
+// (one queue and one run at a time) are frozen into a batch before its first
+// attempt: a sendonce_batch row with a key of its own, the request body and
+// the members in order, and a batch job. The batch job sends that body
+// under that key on every attempt, so a crash replays the whole batch, and
+// maps the API's answer back to each member. A request refused whole with a
+// 400 or 422 is split to send the rest.
+//
+// # Runs and schedules
+//
+// A run's members are not claimed while it is paused; their jobs go at a
+// lower priority than lone intents and wait for the send budget behind them
+// (budget WaitBulk). Every sweep also creates the runs of due schedules,
+// one occurrence per transaction (Config.Producers for Go producers).
+//
 // # Running it
 //
 // Worker bundles a River client working the send queue with a sweeper that

@@ -69,6 +69,20 @@ type Config struct {
 	// sends that have come due (reads promote lazily as well). Default 100 ms.
 	SchedulerInterval time.Duration
 
+	// WebhookURL, when set, makes the fake POST a signed webhook event to it
+	// for every email it delivers (each email of a batch; not broadcasts):
+	// email.delivered, or email.bounced, email.complained, … as the bounce,
+	// complain and delay_then_bounce rules say. A sender goroutine posts them
+	// in order, asynchronously, retrying a non-2xx answer or a network error
+	// (WebhookAttempts, WebhookBackoff). An absolute http or https URL.
+	WebhookURL string
+
+	// WebhookSecret signs the events: X-OpenEmail-Signature is
+	// t=<unix seconds on Now>,v1=<hex HMAC-SHA256 over "<t>.<body>">, the
+	// secret used as raw bytes. Required with WebhookURL. Never logged or
+	// recorded.
+	WebhookSecret string
+
 	// Logger receives one line per request and the chosen seed. API keys are
 	// never logged, only their oe_test_/oe_live_ prefix. Default: discard.
 	Logger *slog.Logger

@@ -13,6 +13,7 @@ import (
 //
 //	GET  /_fake/deliveries[?to=addr]  the delivery ledger: {"data":[Delivery…]}
 //	GET  /_fake/requests              the request log: {"data":[RequestRecord…],"rateLimited":n}
+//	GET  /_fake/webhooks              webhook attempts: {"data":[WebhookAttempt…],"sent":n}
 //	POST /_fake/reset                 clear all state, restore the configured faults and the seed
 //	GET  /_fake/faults                {"faults":["rule",…],"seed":n}
 //	POST /_fake/faults                replace the rules: {"faults":["rule",…]}, optionally "seed":n
@@ -51,6 +52,10 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request, requestID 
 		if only(http.MethodGet) {
 			answer(http.StatusOK, map[string]any{"data": nonNil(s.Requests()), "rateLimited": s.RateLimited()})
 		}
+	case "/_fake/webhooks":
+		if only(http.MethodGet) {
+			answer(http.StatusOK, map[string]any{"data": nonNil(s.Webhooks()), "sent": s.WebhooksSent()})
+		}
 	case "/_fake/reset":
 		if only(http.MethodPost) {
 			s.Reset()
@@ -76,7 +81,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request, requestID 
 			answer(http.StatusOK, map[string]any{"ok": true})
 		}
 	default:
-		fail(notFound("No control endpoint " + r.URL.Path + " (see GET /_fake/deliveries, /_fake/requests, /_fake/faults, POST /_fake/reset)."))
+		fail(notFound("No control endpoint " + r.URL.Path + " (see GET /_fake/deliveries, /_fake/requests, /_fake/webhooks, /_fake/faults, POST /_fake/reset)."))
 	}
 }
 

@@ -58,7 +58,8 @@
 //
 // Any other path is 404 and a known path under another method is 405 (with
 // Allow), both in the error shape below. Everything else the real API offers
-// (webhooks, domains, templates CRUD, …) is not faked.
+// (webhook management, domains, templates CRUD, …) is not faked; the fake
+// does send webhook events (see Webhooks).
 //
 // # Authentication and errors
 //
@@ -244,9 +245,11 @@
 //
 //	GET  /_fake/deliveries[?to=addr]   {"data":[Delivery…]}
 //	GET  /_fake/requests               {"data":[RequestRecord…],"rateLimited":n}
+//	GET  /_fake/webhooks               {"data":[WebhookAttempt…],"sent":n}
 //	GET  /_fake/faults                 {"faults":["rule",…],"seed":n}
 //	POST /_fake/faults                 {"faults":["rule",…],"seed":n}: replace the rules (seed optional)
-//	POST /_fake/reset                  forget everything: messages, keys, ledger, log, counts;
+//	POST /_fake/reset                  forget everything: messages, keys, ledger, log, counts,
+//	                                   webhook events queued and attempts recorded;
 //	                                   fill the rate buckets; restore the configured rules;
 //	                                   restart the RNG from the seed
 //	GET  /_fake/health                 {"ok":true}
@@ -275,6 +278,19 @@
 //	                        recipient_rejected): in a batch that email is listed as failed and the
 //	                        others are sent; a single send is answered 422 and stores nothing
 //
+// and, acting on the webhook events of each email delivered rather than on
+// the request (see Webhooks; without Config.WebhookURL they do nothing):
+//
+//	bounce                  the email's event is email.bounced instead of email.delivered
+//	complain                the email's event is email.complained instead of email.delivered
+//	delay_then_bounce       two events: email.delivery_delayed, then email.bounced
+//	webhook_duplicate       the event is POSTed twice in a row: same event id, same delivery id
+//	webhook_out_of_order[=N] the event is held back until N (default 1) later events were sent,
+//	                        or WebhookHoldMax (2 s) passed
+//	webhook_delay=DURATION  the event is held back DURATION; later events are sent meanwhile
+//	webhook_bad_signature   the event is signed with a wrong secret
+//	webhook_stale           the event is signed with t WebhookStaleBy (301 s) in the past
+//
 // Options select requests and limit firing:
 //
 //	to=TEXT      any recipient (to/cc/bcc, any email of a batch) contains TEXT, case-insensitive;
@@ -294,6 +310,15 @@
 // the first reject rule to fire refuses it, p is drawn for each matching email
 // and each refused email spends one of times, so "reject;times=2" refuses the
 // first two emails of a batch. A replay runs no reject rule and spends nothing.
+//
+// The webhook kinds match an email by its own recipients (to=) and its
+// Idempotency-Key (key=); path= and method= are refused for them. Of bounce,
+// complain and delay_then_bounce the first to fire decides the email's
+// events (p drawn and times spent per email); every webhook_ rule that
+// matches fires on each event (p drawn and times spent per event), so
+// several combine. times counts per API key and Idempotency-Key, as above.
+// In an X-Fake-Fault header they apply to the emails that request creates,
+// also when a scheduled one falls due later.
 //
 // Rules come from four places: Config.Faults (and the --fault flag of the command),
 // SetFaults at run time, POST /_fake/faults, and, for one request, the
@@ -315,6 +340,51 @@
 // Config.Seed makes probabilistic faults repeatable: the same seed and the same
 // sequence of requests give the same faults. A zero seed picks one, which Seed
 // returns and New logs, so a failing run can be replayed.
+//
+// # Webhooks
+//
+// With Config.WebhookURL and Config.WebhookSecret (--webhook-url and
+// --webhook-secret or OPENEMAIL_WEBHOOK_SECRET on the command), the fake
+// POSTs a signed event to the URL for every Delivery of an email (each email
+// of a batch, a scheduled email when it falls due; broadcasts make none, as
+// the fake does not know their recipients):
+//
+//	POST <WebhookURL>
+//	Content-Type: application/json
+//	X-OpenEmail-Event: email.delivered
+//	X-OpenEmail-Delivery: whd_<32 hex>
+//	X-OpenEmail-Signature: t=<unix seconds>,v1=<64 lowercase hex>
+//
+//	{"id":"evt_<32 hex>","type":"email.delivered","createdAt":"2030-01-02T15:04:05.000Z",
+//	 "data":{"emailId":"em_…","to":["ann@example.com"]}}
+//
+// The contract (openemail-api.md §2.4) says only that the body is a JSON
+// object with a top-level id and type, and names the three headers; the
+// createdAt and data layout, the evt_ and whd_ prefixes and what
+// X-OpenEmail-Event and X-OpenEmail-Delivery carry are the fake's choice.
+// data.emailId is the id the send answered; data.to the email's to as sent.
+// The type is email.delivered unless a bounce, complain or
+// delay_then_bounce rule says otherwise (see Faults).
+//
+// The signature follows §2.4 and §7 item 10: v1 is the lowercase hex
+// HMAC-SHA256, keyed by the secret's raw bytes, of "<t>.<raw body>", with t
+// the Unix seconds of Config.Now at that attempt (so a test with an injected
+// clock verifies against the same clock). SignWebhook computes it. The
+// secret is never logged nor recorded.
+//
+// One sender goroutine posts the events asynchronously, in the order they
+// were made, one at a time. A non-2xx answer or a network error is retried
+// after 50, 100 and 200 ms (WebhookAttempts in all, each bounded by
+// WebhookTimeout), then the event is given up. A retry, and the second copy
+// of webhook_duplicate, carries the same body, event id and
+// X-OpenEmail-Delivery, with a fresh t and signature.
+//
+// Server.Webhooks (GET /_fake/webhooks) lists every attempt as a
+// WebhookAttempt: event id, delivery id, type, email id, copy, attempt, t,
+// status answered (0 with Error after a network error) and the rules that
+// fired. WebhooksSent counts the events the sender is done with (2xx or
+// given up; a duplicate counts once) and WaitWebhooks(ctx, n) waits for n of
+// them. Close stops the sender: queued events are not sent.
 //
 // A drop on a reused keep-alive connection is retried by net/http's Transport
 // on its own when the request carries an Idempotency-Key (it counts such

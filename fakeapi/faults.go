@@ -54,6 +54,40 @@ const (
 	FaultLatencyAfter FaultKind = "latency_after"
 )
 
+// The event kinds act on the webhook events of an email the fake delivered
+// (see Config.WebhookURL), not on requests: they match by the email's own
+// recipients (to=) and Idempotency-Key (key=), draw p and spend times per
+// email (the three event-type kinds) or per event (the webhook_ kinds), and
+// do nothing when no webhook URL is configured. Several webhook_ rules may
+// fire for one event; of the event-type kinds the first to fire wins.
+const (
+	// FaultBounce makes the email's event email.bounced instead of
+	// email.delivered. The email is still sent and in the ledger: the API
+	// accepted it, the receiving server bounced it later.
+	FaultBounce FaultKind = "bounce"
+	// FaultComplain makes the email's event email.complained instead of
+	// email.delivered.
+	FaultComplain FaultKind = "complain"
+	// FaultDelayThenBounce makes two events for the email:
+	// email.delivery_delayed, then email.bounced.
+	FaultDelayThenBounce FaultKind = "delay_then_bounce"
+
+	// FaultWebhookDuplicate sends the event twice, one copy after the other,
+	// with the same event id and the same delivery id.
+	FaultWebhookDuplicate FaultKind = "webhook_duplicate"
+	// FaultWebhookOutOfOrder holds the event back until Hold (default 1)
+	// later events were sent, or at most WebhookHoldMax.
+	FaultWebhookOutOfOrder FaultKind = "webhook_out_of_order"
+	// FaultWebhookDelay holds the event back for Delay; later events are
+	// sent meanwhile.
+	FaultWebhookDelay FaultKind = "webhook_delay"
+	// FaultWebhookBadSignature signs the event with a wrong secret.
+	FaultWebhookBadSignature FaultKind = "webhook_bad_signature"
+	// FaultWebhookStale signs the event with a timestamp WebhookStaleBy
+	// (301 s) in the past: outside the verifier's 300 s tolerance.
+	FaultWebhookStale FaultKind = "webhook_stale"
+)
+
 // DefaultRejectCode is the error code of a reject rule that names none.
 const DefaultRejectCode = "recipient_rejected"
 
@@ -68,8 +102,10 @@ const DefaultRejectCode = "recipient_rejected"
 // "error_before=503:times=2:to=flaky@" and "error_before=503;times=2;to=flaky@"
 // are the same rule, and "key=invoice:42" keeps its colon. The value is the
 // status for error_before/error_after, the duration for latency/latency_after,
-// the Retry-After value for retry_after and the error code for reject. Options: status, times, p, to,
-// key, path, method. See the package documentation for examples.
+// the Retry-After value for retry_after, the error code for reject, the
+// duration for webhook_delay and the count of later events for
+// webhook_out_of_order. Options: status, times, p, to, key, path, method.
+// See the package documentation for examples.
 type Fault struct {
 	Kind FaultKind
 
@@ -86,6 +122,9 @@ type Fault struct {
 	// Code is the error code of reject (default recipient_rejected): letters,
 	// digits and '_'.
 	Code string
+	// Hold is how many later events webhook_out_of_order lets go first
+	// (default 1).
+	Hold int
 
 	// To matches a request with any recipient (to, cc or bcc, of the email or
 	// of any email in a batch) containing this text, case-insensitively. For
@@ -116,6 +155,7 @@ const (
 	phaseBefore faultPhase = iota // before the handler: nothing claimed, stored or sent
 	phaseHandle                   // inside a send, email by email, after the key is claimed
 	phaseAfter                    // once a successful answer is ready
+	phaseEvent                    // on the webhook events of a delivered email
 )
 
 func (k FaultKind) phase() faultPhase {
@@ -124,9 +164,18 @@ func (k FaultKind) phase() faultPhase {
 		return phaseAfter
 	case FaultReject:
 		return phaseHandle
+	case FaultBounce, FaultComplain, FaultDelayThenBounce, FaultWebhookDuplicate,
+		FaultWebhookOutOfOrder, FaultWebhookDelay, FaultWebhookBadSignature, FaultWebhookStale:
+		return phaseEvent
 	default:
 		return phaseBefore
 	}
+}
+
+// eventType reports whether the kind chooses an email's event types
+// (bounce, complain, delay_then_bounce) rather than how an event is sent.
+func (k FaultKind) eventType() bool {
+	return k == FaultBounce || k == FaultComplain || k == FaultDelayThenBounce
 }
 
 // answers reports whether the kind decides the answer (as opposed to only
@@ -151,7 +200,7 @@ func ParseFault(rule string) (Fault, error) {
 		if hasValue {
 			f.Status, err = strconv.Atoi(value)
 		}
-	case FaultLatency, FaultLatencyAfter:
+	case FaultLatency, FaultLatencyAfter, FaultWebhookDelay:
 		if !hasValue {
 			return Fault{}, fmt.Errorf("fault %q: %s needs a duration, as in %s=2s", rule, f.Kind, f.Kind)
 		}
@@ -166,7 +215,12 @@ func ParseFault(rule string) (Fault, error) {
 			return Fault{}, fmt.Errorf("fault %q: reject needs a code after '=', as in reject=recipient_rejected", rule)
 		}
 		f.Code = value
-	case FaultDropAfter, FaultRateLimit:
+	case FaultWebhookOutOfOrder:
+		if hasValue {
+			f.Hold, err = strconv.Atoi(value)
+		}
+	case FaultDropAfter, FaultRateLimit, FaultBounce, FaultComplain, FaultDelayThenBounce,
+		FaultWebhookDuplicate, FaultWebhookBadSignature, FaultWebhookStale:
 		if hasValue {
 			return Fault{}, fmt.Errorf("fault %q: %s takes no value", rule, f.Kind)
 		}
@@ -273,10 +327,19 @@ func (f Fault) normalized() (Fault, error) {
 		if _, err := retryAfterValue(f.RetryAfter, time.Time{}); err != nil {
 			return f, err
 		}
-	case FaultLatency, FaultLatencyAfter:
+	case FaultLatency, FaultLatencyAfter, FaultWebhookDelay:
 		if f.Delay <= 0 {
 			return f, fmt.Errorf("%s needs a positive delay", f.Kind)
 		}
+	case FaultWebhookOutOfOrder:
+		if f.Hold == 0 {
+			f.Hold = 1
+		}
+		if f.Hold < 0 {
+			return f, fmt.Errorf("webhook_out_of_order=%d: want a positive number of later events", f.Hold)
+		}
+	case FaultBounce, FaultComplain, FaultDelayThenBounce, FaultWebhookDuplicate,
+		FaultWebhookBadSignature, FaultWebhookStale:
 	case FaultReject:
 		if f.Code == "" {
 			f.Code = DefaultRejectCode
@@ -286,7 +349,15 @@ func (f Fault) normalized() (Fault, error) {
 		}
 	case FaultDropAfter, FaultRateLimit:
 	default:
-		return f, fmt.Errorf("unknown fault kind %q (kinds: error_before, error_after, drop_after, latency, latency_after, rate_limit, retry_after, reject)", f.Kind)
+		return f, fmt.Errorf("unknown fault kind %q (kinds: error_before, error_after, drop_after, latency, latency_after, "+
+			"rate_limit, retry_after, reject, bounce, complain, delay_then_bounce, webhook_duplicate, "+
+			"webhook_out_of_order, webhook_delay, webhook_bad_signature, webhook_stale)", f.Kind)
+	}
+	if f.Kind != FaultWebhookOutOfOrder && f.Hold != 0 {
+		return f, fmt.Errorf("%s takes no hold count", f.Kind)
+	}
+	if f.Kind.phase() == phaseEvent && (f.Path != "" || f.Method != "") {
+		return f, fmt.Errorf("%s acts on the events of an email, not on a request: path= and method= do not apply (use to= or key=)", f.Kind)
 	}
 	if f.Kind != FaultReject && f.Code != "" {
 		return f, fmt.Errorf("%s takes no code", f.Kind)
@@ -339,8 +410,12 @@ func (f Fault) String() string {
 		if f.Status != 0 {
 			fmt.Fprintf(&b, "=%d", f.Status)
 		}
-	case FaultLatency, FaultLatencyAfter:
+	case FaultLatency, FaultLatencyAfter, FaultWebhookDelay:
 		b.WriteString("=" + f.Delay.String())
+	case FaultWebhookOutOfOrder:
+		if f.Hold > 1 {
+			fmt.Fprintf(&b, "=%d", f.Hold)
+		}
 	case FaultRetryAfter:
 		b.WriteString("=" + f.RetryAfter)
 		if f.Status != 0 {
@@ -463,8 +538,13 @@ type rule struct {
 // rulesLocked lists the rules that apply to the call: its header rules
 // first, then the server's.
 func (s *Server) rulesLocked(c *call) []rule {
-	out := make([]rule, 0, len(c.faults)+len(s.faults))
-	for _, f := range c.faults {
+	return s.rulesWithLocked(c.faults)
+}
+
+// rulesWithLocked lists header rules, then the server's.
+func (s *Server) rulesWithLocked(header []Fault) []rule {
+	out := make([]rule, 0, len(header)+len(s.faults))
+	for _, f := range header {
 		out = append(out, rule{id: headerRulePrefix + f.String(), Fault: f})
 	}
 	for i, f := range s.faults {
@@ -477,7 +557,13 @@ func (s *Server) rulesLocked(c *call) []rule {
 // times limit for the call's API key and Idempotency-Key, and wins its p
 // draw. A firing is counted.
 func (s *Server) spendLocked(c *call, r rule) bool {
-	use := faultUse{rule: r.id, apiKey: c.apiKey, idemKey: c.idemKey}
+	return s.spendForLocked(c.apiKey, c.idemKey, r)
+}
+
+// spendForLocked is spendLocked for a send identified by its API key and
+// Idempotency-Key.
+func (s *Server) spendForLocked(apiKey, idemKey string, r rule) bool {
+	use := faultUse{rule: r.id, apiKey: apiKey, idemKey: idemKey}
 	if r.Times > 0 && s.faultUses[use] >= r.Times {
 		return false
 	}

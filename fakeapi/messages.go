@@ -42,6 +42,8 @@ type message struct {
 	cancelledAt time.Time
 	idemKey     string
 	requestID   string
+	apiKey      string  // of the request that created it: event rules count times under it
+	eventFaults []Fault // the event rules of the request's X-Fake-Fault headers
 }
 
 func (m *message) isBroadcast() bool { return m.kind == KindBroadcast }
@@ -62,6 +64,12 @@ func (s *Server) createLocked(c *call, kind Kind, spec messageSpec, now time.Tim
 		createdAt: now,
 		idemKey:   c.idemKey,
 		requestID: c.requestID,
+		apiKey:    c.apiKey,
+	}
+	for _, f := range c.faults {
+		if f.Kind.phase() == phaseEvent {
+			m.eventFaults = append(m.eventFaults, f)
+		}
 	}
 	s.messages[m.id] = m
 	s.order = append(s.order, m)
@@ -97,6 +105,7 @@ func (s *Server) deliverLocked(m *message, now time.Time) {
 		RequestID:      m.requestID,
 		Payload:        m.spec.payload,
 	})
+	s.queueEventsLocked(m, now)
 	s.notifyLocked()
 }
 

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -45,6 +46,15 @@ type Server struct {
 	httpServer  *http.Server
 	baseURL     string
 
+	// The webhook sender's queue and record (see webhooks.go).
+	events       []*outEvent
+	webhooks     []WebhookAttempt
+	webhooksSent int
+	webhookGen   int // bumped by a reset, so events queued before it are forgotten
+
+	webhookWake    chan struct{} // a new event was queued; nil without a webhook URL
+	webhookStopped chan struct{} // closed when the sender has stopped
+
 	closeOnce sync.Once
 	closed    chan struct{}
 
@@ -56,8 +66,9 @@ type Server struct {
 
 // New returns a Server configured by cfg. It starts the scheduler loop that
 // promotes due scheduled sends, so call Close when done even if Start was never
-// called. New panics if cfg.Faults holds an invalid rule or cfg.Rate an
-// invalid limit.
+// called. With cfg.WebhookURL it also starts the webhook sender. New panics
+// if cfg.Faults holds an invalid rule, cfg.Rate an invalid limit or the
+// webhook settings are invalid (Config.Check reports the same as an error).
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	faults, err := checkFaults(cfg.Faults)
@@ -69,6 +80,9 @@ func New(cfg Config) *Server {
 		panic("fakeapi: " + err.Error())
 	}
 	cfg.Rate = slices.Clone(cfg.Rate)
+	if err := checkWebhook(cfg.WebhookURL, cfg.WebhookSecret); err != nil {
+		panic("fakeapi: " + err.Error())
+	}
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = rand.Int64N(1<<53) + 1
@@ -85,8 +99,13 @@ func New(cfg Config) *Server {
 	if len(cfg.Rate) > 0 {
 		attrs = append(attrs, "rate", formatRate(cfg.Rate))
 	}
+	if cfg.WebhookURL != "" {
+		u, _ := url.Parse(cfg.WebhookURL)
+		attrs = append(attrs, "webhook_url", u.Redacted()) // never the secret
+	}
 	s.logger.Info("fake OpenEmail API ready", attrs...)
 	go s.runScheduler(cfg.SchedulerInterval)
+	s.startWebhooks()
 	return s
 }
 
@@ -105,6 +124,10 @@ func (s *Server) resetLocked() {
 	s.requests = nil
 	s.buckets = map[bucketKey]*bucket{}
 	s.rateLimited = 0
+	s.events = nil
+	s.webhooks = nil
+	s.webhooksSent = 0
+	s.webhookGen++
 	if s.changed != nil {
 		close(s.changed)
 	}
@@ -200,7 +223,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Close stops the server at once: listeners and connections close, latency
-// faults in progress end without an answer, waits return ErrClosed.
+// faults in progress end without an answer, waits return ErrClosed, and the
+// webhook sender stops (an attempt in flight is cut off, queued events are
+// never sent); Close returns once it has.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closed)
@@ -209,6 +234,9 @@ func (s *Server) Close() {
 		s.mu.Unlock()
 		if hs != nil {
 			hs.Close()
+		}
+		if s.webhookStopped != nil {
+			<-s.webhookStopped
 		}
 	})
 }

@@ -27,6 +27,8 @@ type options struct {
 	rate            rateValue
 	rateRetryAfter  bool
 	rateHeaders     bool
+	webhookURL      string
+	webhookSecret   string
 	logFormat       string
 	logLevel        string
 	schedulerTick   time.Duration
@@ -49,6 +51,10 @@ var envNames = map[string]string{
 	"rate":             envPrefix + "RATE",
 	"rate-retry-after": envPrefix + "RATE_RETRY_AFTER",
 	"rate-headers":     envPrefix + "RATE_HEADERS",
+	"webhook-url":      envPrefix + "WEBHOOK_URL",
+	// The secret's variable is the one the receiving side reads too, so one
+	// setting in docker-compose serves both.
+	"webhook-secret":   "OPENEMAIL_WEBHOOK_SECRET",
 	"log-format":       envPrefix + "LOG_FORMAT",
 	"log-level":        envPrefix + "LOG_LEVEL",
 	"scheduler-tick":   envPrefix + "SCHEDULER_TICK",
@@ -80,6 +86,12 @@ func (o *options) register(fs *pflag.FlagSet) {
 			"the API sends none, so neither does the fake by default")
 	fs.BoolVar(&o.rateHeaders, "rate-headers", false,
 		"with --rate: every API answer carries RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset")
+	fs.StringVar(&o.webhookURL, "webhook-url", "",
+		"POST a signed webhook event (email.delivered, or as the event rules say) to this URL for every email delivered; "+
+			"needs --webhook-secret")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "",
+		"secret the webhook events are signed with (HMAC-SHA256, X-OpenEmail-Signature); never printed or logged. "+
+			"Prefer the environment variable: flags show in ps")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (info logs one line per request)")
 	fs.DurationVar(&o.schedulerTick, "scheduler-tick", fakeapi.DefaultSchedulerInterval,
@@ -122,6 +134,8 @@ func (o *options) config(logger *slog.Logger) (fakeapi.Config, error) {
 		Rate:              o.rate,
 		RateRetryAfter:    o.rateRetryAfter,
 		RateHeaders:       o.rateHeaders,
+		WebhookURL:        o.webhookURL,
+		WebhookSecret:     o.webhookSecret,
 	}
 	if len(o.rate) == 0 {
 		switch {
@@ -140,6 +154,11 @@ func (o *options) config(logger *slog.Logger) (fakeapi.Config, error) {
 	}
 	if o.latency > 0 {
 		cfg.Faults = append(cfg.Faults, fakeapi.Fault{Kind: fakeapi.FaultLatency, Delay: o.latency})
+	}
+	if o.webhookURL != "" {
+		if err := (fakeapi.Config{WebhookURL: o.webhookURL, WebhookSecret: o.webhookSecret}).Check(); err != nil {
+			return cfg, fmt.Errorf("--webhook-url/--webhook-secret: %v", err)
+		}
 	}
 	for _, v := range o.apiKeys {
 		for k := range strings.SplitSeq(v, ",") {

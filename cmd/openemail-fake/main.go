@@ -78,6 +78,8 @@ Control endpoints (no key needed):
   GET  /_fake/deliveries[?to=addr]  the delivery ledger
   GET  /_fake/requests              every API request: time, method, path, key,
                                     status, fault fired, Retry-After sent
+  GET  /_fake/webhooks              every webhook attempt: event, delivery id, type,
+                                    email, copy, attempt, status answered, fault fired
   GET  /_fake/faults                the fault rules and seed
   POST /_fake/faults                replace them: {"faults":["rule",…],"seed":n}
   POST /_fake/reset                 forget everything, restore the startup rules
@@ -102,12 +104,21 @@ in an X-Fake-Fault header):
                             (default recipient_rejected): a batch answers 200 with that email
                             as {"status":"failed","error":{…}} in its place and sends the
                             others; a single send answers 422 and stores nothing
+  webhook kinds (act on the events of each email delivered; need --webhook-url):
+    bounce                  the email's event is email.bounced instead of email.delivered
+    complain                the email's event is email.complained
+    delay_then_bounce       two events: email.delivery_delayed, then email.bounced
+    webhook_duplicate       the event is POSTed twice: same event id, same X-OpenEmail-Delivery
+    webhook_out_of_order[=N]  the event is held until N (default 1) later events went (at most 2s)
+    webhook_delay=DURATION  the event is held for DURATION; later events go meanwhile
+    webhook_bad_signature   the event is signed with a wrong secret
+    webhook_stale           the event is signed with t 301 s in the past (outside the 300 s tolerance)
   options:
     to=TEXT     some recipient (to/cc/bcc, any email of a batch) contains TEXT;
-                for reject, a recipient of the email itself
+                for reject and the webhook kinds, a recipient of the email itself
     key=TEXT    the Idempotency-Key contains TEXT (colons in TEXT are fine)
     path=GLOB   the request path matches: /emails, /emails/*, /templates/*/send
-    method=M    the request method is M
+    method=M    the request method is M (path= and method= not for the webhook kinds)
     times=N     fire at most N times per Idempotency-Key (unkeyed requests share a count);
                 reject counts each refused email
     p=P         fire with probability P (seeded by --seed, so runs repeat)
@@ -131,6 +142,19 @@ Rate limit (--rate, OPENEMAIL_FAKE_RATE; default none):
                         every API answer (the IETF draft fields)
   /_fake/requests marks such a 429 "rateLimited": true and counts them.
 
+Webhooks (--webhook-url, --webhook-secret; default off):
+
+  For every email delivered (each email of a batch, a scheduled one when it
+  falls due; not broadcasts) the fake POSTs one event to the URL, from one
+  sender in order and asynchronously, retrying a non-2xx answer or a network
+  error 3 times (after 50ms, 100ms, 200ms):
+    {"id":"evt_…","type":"email.delivered","createdAt":"2030-01-02T15:04:05.000Z",
+     "data":{"emailId":"em_…","to":["…"]}}
+  with Content-Type: application/json, X-OpenEmail-Event: <type>,
+  X-OpenEmail-Delivery: whd_… (the same on every retry and duplicate) and
+  X-OpenEmail-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>"
+  keyed by the secret>. The secret is never printed or logged.
+
 Exit status: 0 after a graceful shutdown, 1 when serving failed (say, the
 address is taken), 2 for a bad flag or environment variable (one line on
 stderr, nothing started).`
@@ -142,6 +166,8 @@ const examples = `  openemail-fake
   openemail-fake --fault 'reject=suppressed:to=bounced@'
   OPENEMAIL_FAKE_FAULTS='latency_after=30s:key=invoice:,rate_limit:p=0.05' openemail-fake
   openemail-fake --rate 10/s,500/m --rate-headers
+  OPENEMAIL_WEBHOOK_SECRET=… openemail-fake --webhook-url http://127.0.0.1:8080/webhooks/openemail \
+    --fault 'bounce:to=bounced@' --fault 'webhook_duplicate:p=0.1'
   curl -H 'X-Fake-Fault: error_before=503;times=2' -H 'Idempotency-Key: k1' …   # per request`
 
 // newCommand builds the command; getenv, stdout and stderr are injected so

@@ -32,6 +32,9 @@ func get(ctx context.Context, db interface {
 type ListParams struct {
 	// State keeps only intents in this state; empty keeps all.
 	State State
+	// Delivery keeps only intents with this delivery status; empty keeps
+	// all.
+	Delivery DeliveryStatus
 	// AfterID pages: only intents with a larger id.
 	AfterID int64
 	// Limit caps the rows (default 100, at most 10,000).
@@ -43,12 +46,16 @@ func (o *Outbox) List(ctx context.Context, p ListParams) ([]*Record, error) {
 	if p.State != "" && !p.State.Valid() {
 		return nil, fmt.Errorf("outbox: list: unknown state %q: want one of %v", p.State, States)
 	}
+	if p.Delivery != "" && !p.Delivery.Valid() {
+		return nil, fmt.Errorf("outbox: list: unknown delivery status %q: want one of %v", p.Delivery, DeliveryStatuses)
+	}
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
 	p.Limit = min(p.Limit, 10_000)
 	rows, err := o.pool.Query(ctx, `SELECT `+columns+` FROM sendonce_outbox
-		WHERE ($1 = '' OR state = $1) AND id > $2 ORDER BY id LIMIT $3`, string(p.State), p.AfterID, p.Limit)
+		WHERE ($1 = '' OR state = $1) AND ($4 = '' OR delivery_status = $4) AND id > $2 ORDER BY id LIMIT $3`,
+		string(p.State), p.AfterID, p.Limit, string(p.Delivery))
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
 	}
@@ -64,30 +71,43 @@ type Stats struct {
 	// Counts holds the number of intents in each state (every state is
 	// present, zero or not).
 	Counts map[State]int64 `json:"counts"`
+	// Deliveries holds the number of intents with each delivery status
+	// (every status is present, zero or not); intents with none are not
+	// counted.
+	Deliveries map[DeliveryStatus]int64 `json:"deliveries"`
 	// OldestPending is the age of the oldest intent that is due and not
 	// yet sent (pending or sending), or zero when there is none.
 	OldestPending time.Duration `json:"oldestPendingNanos"`
 }
 
-// Stats counts intents by state and ages the oldest due one.
+// Stats counts intents by state and by delivery status, and ages the
+// oldest due one.
 func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 	db := o.pool
-	st := &Stats{Counts: map[State]int64{}}
+	st := &Stats{Counts: map[State]int64{}, Deliveries: map[DeliveryStatus]int64{}}
 	for _, s := range States {
 		st.Counts[s] = 0
 	}
-	rows, err := db.Query(ctx, `SELECT state, count(*) FROM sendonce_outbox GROUP BY state`)
+	for _, d := range DeliveryStatuses {
+		st.Deliveries[d] = 0
+	}
+	// One read of the table for both counts.
+	rows, err := db.Query(ctx, `SELECT state, coalesce(delivery_status, ''), count(*) FROM sendonce_outbox GROUP BY 1, 2`)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: stats: %w", err)
 	}
 	for rows.Next() {
 		var s State
+		var d DeliveryStatus
 		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
+		if err := rows.Scan(&s, &d, &n); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("outbox: stats: %w", err)
 		}
-		st.Counts[s] = n
+		st.Counts[s] += n
+		if d != "" {
+			st.Deliveries[d] += n
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

@@ -66,24 +66,29 @@ type Record struct {
 	// BatchKey is the key of the coalesced batch request the intent is
 	// bound to, or went out in (see worker.Config.Coalesce); empty when
 	// it is sent alone.
-	BatchKey  string     `json:"batchKey,omitempty"`
-	CreatedAt time.Time  `json:"createdAt"`
-	UpdatedAt time.Time  `json:"updatedAt"`
-	SentAt    *time.Time `json:"sentAt,omitempty"`
+	BatchKey string `json:"batchKey,omitempty"`
+	// DeliveryStatus is what the API's delivery webhooks last said of the
+	// message, by the precedence of DeliveryStatuses; empty until one did.
+	DeliveryStatus DeliveryStatus `json:"deliveryStatus,omitempty"`
+	// DeliveryStatusAt is the time of the event that gave DeliveryStatus.
+	DeliveryStatusAt *time.Time `json:"deliveryStatusAt,omitempty"`
+	CreatedAt        time.Time  `json:"createdAt"`
+	UpdatedAt        time.Time  `json:"updatedAt"`
+	SentAt           *time.Time `json:"sentAt,omitempty"`
 }
 
 // columns is the select list that scanRecord reads, in order.
 const columns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), send_at, state, attempts,
 	coalesce(message_id, ''), replayed, coalesce(last_error, ''), job_id, first_attempt_at,
 	created_at, updated_at, sent_at, uncertain, snoozes, coalesce(api_key_fingerprint, ''), forced_retry_at, claimed_by,
-	coalesce(batch_key, '')`
+	coalesce(batch_key, ''), coalesce(delivery_status, ''), delivery_status_at`
 
 func scanRecord(row pgx.Row, extra ...any) (*Record, error) {
 	r := &Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.SendAt, &r.State, &r.Attempts,
 		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
 		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy,
-		&r.BatchKey}
+		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

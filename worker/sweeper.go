@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/webhook"
 )
 
 // sweeper gives River jobs to rows inserted by plain SQL. It listens on the
@@ -16,7 +17,8 @@ import (
 // sweeps every interval, so a missed notification (a dropped connection, a
 // restarted database) only delays a send.
 //
-// Every interval it also creates the runs of due schedules and rescues the
+// Every interval it also creates the runs of due schedules, applies the
+// delivery events that came before their send was recorded, and rescues the
 // intents and batches that crashed workers left sending (RescueAbandoned),
 // and every reconcileEvery intervals it gives a new job to intents and
 // batches whose job ended without them (Reconcile): nothing is left where
@@ -81,6 +83,8 @@ func (s *sweeper) listen(ctx context.Context) error {
 
 func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
+	matchEvents := func(ctx context.Context) (int, error) { return webhook.MatchPending(ctx, s.pool) }
+	s.do(ctx, matchEvents, "match events", "applied delivery events that came before their send was recorded")
 	s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
 	rescue := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandoned(ctx, s.restartGrace) }
 	s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key")

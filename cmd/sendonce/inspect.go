@@ -17,9 +17,10 @@ import (
 
 // statusOutput is status's --json answer.
 type statusOutput struct {
-	Counts               map[outbox.State]int64 `json:"counts"`
-	OldestPendingSeconds float64                `json:"oldestPendingSeconds"`
-	Budgets              []budget.Status        `json:"budgets"`
+	Counts               map[outbox.State]int64          `json:"counts"`
+	Deliveries           map[outbox.DeliveryStatus]int64 `json:"deliveries"`
+	OldestPendingSeconds float64                         `json:"oldestPendingSeconds"`
+	Budgets              []budget.Status                 `json:"budgets"`
 }
 
 // budgetLine describes a send budget in a few words.
@@ -51,6 +52,10 @@ func (a *app) statusCommand() *cobra.Command {
 canceled) and gives the age of the oldest intent that is due and not yet sent.
 A growing age means the worker is not keeping up, or not running.
 
+It counts sent intents by delivery status too (delivery_delayed, delivered,
+failed, bounced, suppressed, complained), as the API's delivery webhooks
+reported them (see work --webhook-addr).
+
 It also shows the fleet's send budget for each API key (by its fingerprint,
 never the key): the rate the workers send at, the configured limit, and
 whether a Retry-After has paused them.`,
@@ -70,12 +75,15 @@ whether a Retry-After has paused them.`,
 				return err
 			}
 			if asJSON {
-				return printJSON(a.stdout, statusOutput{Counts: st.Counts,
+				return printJSON(a.stdout, statusOutput{Counts: st.Counts, Deliveries: st.Deliveries,
 					OldestPendingSeconds: math.Round(st.OldestPending.Seconds()*1000) / 1000, Budgets: budgets})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			for _, s := range outbox.States {
 				fmt.Fprintf(tw, "%s\t%d\n", s, st.Counts[s])
+			}
+			for _, d := range outbox.DeliveryStatuses {
+				fmt.Fprintf(tw, "delivery %s\t%d\n", d, st.Deliveries[d])
 			}
 			oldest := "none"
 			if st.OldestPending > 0 {
@@ -111,24 +119,32 @@ the last error, and its times. The payload (the message) is printed with
 
 func (a *app) listCommand() *cobra.Command {
 	var (
-		asJSON bool
-		state  string
-		limit  int
-		after  int64
+		asJSON   bool
+		state    string
+		delivery string
+		limit    int
+		after    int64
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--state S] [--limit N] [--after ID]",
-		Short: "List intents in id order, optionally of one state",
+		Use:   "list [--state S] [--delivery D] [--limit N] [--after ID]",
+		Short: "List intents in id order, optionally of one state or delivery status",
 		Long: `list prints intents in id order, a page at a time: --limit caps the page, and
 --after ID continues after the last id of the previous page (printed as a hint
-when the page is full).`,
+when the page is full). --delivery keeps the intents whose delivery status
+(from the API's delivery webhooks) is one of delivery_delayed, delivered,
+failed, bounced, suppressed or complained.`,
 		Example: `  sendonce list --state failed
+  sendonce list --delivery bounced
   sendonce list --limit 500 --after 1200 --json`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			st := outbox.State(strings.ToLower(state))
 			if st != "" && !st.Valid() {
 				return usagef("unknown --state %q: want pending, sending, sent, failed or canceled", state)
+			}
+			dl := outbox.DeliveryStatus(strings.ToLower(delivery))
+			if dl != "" && !dl.Valid() {
+				return usagef("unknown --delivery %q: want delivery_delayed, delivered, failed, bounced, suppressed or complained", delivery)
 			}
 			if limit < 1 || limit > 10_000 {
 				return usagef("--limit %d: want 1 to 10000", limit)
@@ -137,7 +153,7 @@ when the page is full).`,
 				return usagef("--after %d: want an id, 0 or more", after)
 			}
 			recs, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) ([]*outbox.Record, error) {
-				return ob.List(ctx, outbox.ListParams{State: st, AfterID: after, Limit: limit})
+				return ob.List(ctx, outbox.ListParams{State: st, Delivery: dl, AfterID: after, Limit: limit})
 			})
 			if err != nil {
 				return err
@@ -162,6 +178,8 @@ when the page is full).`,
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the intents as a JSON array, payloads included")
 	f.StringVar(&state, "state", "", "only intents in this state: pending, sending, sent, failed or canceled")
+	f.StringVar(&delivery, "delivery", "",
+		"only intents with this delivery status: delivery_delayed, delivered, failed, bounced, suppressed or complained")
 	f.IntVar(&limit, "limit", 100, "at most this many intents (1 to 10000)")
 	f.Int64Var(&after, "after", 0, "only intents with an id above this one (to page)")
 	return cmd

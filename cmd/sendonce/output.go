@@ -54,6 +54,11 @@ func printRecord(w io.Writer, r *outbox.Record) {
 		row("replayed", fmt.Sprint(r.Replayed))
 	}
 	row("last error", r.LastError)
+	if r.DeliveryStatus != "" {
+		row("delivery", string(r.DeliveryStatus)+" ("+stamp(*r.DeliveryStatusAt)+")")
+	} else if r.State == outbox.StateSent {
+		row("delivery", "unknown (no delivery event yet)")
+	}
 	if r.SendAt != nil {
 		row("send at", stamp(*r.SendAt))
 	}
@@ -78,10 +83,14 @@ func printRecord(w io.Writer, r *outbox.Record) {
 // printTable writes intents one per line.
 func printTable(w io.Writer, recs []*outbox.Record) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKEY\tKIND\tSTATE\tATTEMPTS\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(tw, "ID\tKEY\tKIND\tSTATE\tATTEMPTS\tDELIVERY\tUPDATED\tLAST ERROR")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Key, r.Kind, r.State, r.Attempts,
-			stamp(r.UpdatedAt), clip(r.LastError, 60))
+		delivery := string(r.DeliveryStatus)
+		if delivery == "" {
+			delivery = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Key, r.Kind, r.State, r.Attempts,
+			delivery, stamp(r.UpdatedAt), clip(r.LastError, 60))
 	}
 	tw.Flush()
 }

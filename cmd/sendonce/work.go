@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,8 +19,16 @@ import (
 	"github.com/sendonce/sendonce/internal/metrics"
 	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/webhook"
 	"github.com/sendonce/sendonce/worker"
 )
+
+// envWebhookSecret holds the webhook signing secret(s), comma-separated
+// while one is being rotated. There is no flag: flags show in ps.
+const envWebhookSecret = "OPENEMAIL_WEBHOOK_SECRET"
+
+// webhookPath is where --webhook-addr's listener takes deliveries.
+const webhookPath = "/webhooks/openemail"
 
 const workLong = `work runs the worker: it sends every committed intent through the OpenEmail API
 with the intent's idempotency key, retrying failures with the same key (so a
@@ -60,6 +69,15 @@ token, as "Authorization: Bearer TOKEN" or as the password of HTTP basic
 authentication (any user name; a browser prompts for it). On an address that
 is not loopback, work refuses to start without a token.
 
+--webhook-addr ADDR (off when empty) starts a listener of its own that takes
+the API's signed delivery webhooks on POST /webhooks/openemail: each event is
+verified with the secret from OPENEMAIL_WEBHOOK_SECRET (only from the
+environment; several, comma-separated, while rotating), stored once, and
+gives its intent a delivery status (delivered, delivery_delayed, bounced,
+complained, failed, suppressed: see "sendonce show" and "list --delivery").
+A refused delivery (bad or stale signature 401, bad body 400, over 1 MiB 413)
+stores nothing. work refuses to start with --webhook-addr and no secret.
+
 Every flag can also be set by its environment variable (shown with the flag);
 a flag given on the command line wins.`
 
@@ -90,6 +108,7 @@ type workOptions struct {
 	rateLimits        []worker.RateLimit
 	coalesce          int
 	coalesceWait      time.Duration
+	webhookAddr       string
 }
 
 // workCommand declares `sendonce work`. Its cobra.Command literal is alike
@@ -134,6 +153,8 @@ func (a *app) workCommand() *cobra.Command {
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics and /riverui; empty disables")
 	f.StringVar(&o.uiToken, "ui-token", "",
 		"token the River UI requires (required when --http-addr is not loopback); prefer the environment variable: flags show in ps")
+	f.StringVar(&o.webhookAddr, "webhook-addr", "",
+		"listen address for the API's delivery webhooks (POST "+webhookPath+"; secret from "+envWebhookSecret+"); empty disables")
 	for flag, env := range map[string]string{
 		"concurrency":         "SENDONCE_CONCURRENCY",
 		"queue":               "SENDONCE_QUEUE",
@@ -155,6 +176,7 @@ func (a *app) workCommand() *cobra.Command {
 		"shutdown-grace":      "SENDONCE_SHUTDOWN_GRACE",
 		"http-addr":           "SENDONCE_HTTP_ADDR",
 		"ui-token":            "SENDONCE_UI_TOKEN",
+		"webhook-addr":        "SENDONCE_WEBHOOK_ADDR",
 	} {
 		bindEnv(f, flag, env)
 	}
@@ -222,6 +244,13 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	}
 	log := a.logger
 	m := metrics.New()
+	var secrets []string
+	if o.webhookAddr != "" {
+		secrets = webhookSecrets(a.getenv(envWebhookSecret))
+		if len(secrets) == 0 {
+			return usagef("--webhook-addr %s needs the signing secret in %s (comma-separated to rotate)", o.webhookAddr, envWebhookSecret)
+		}
+	}
 
 	// The API client: the key from the environment only, every HTTP attempt
 	// counted, and enough idle connections kept for every send in flight.
@@ -335,9 +364,35 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		go func() { srvDone <- srv.Serve(ln) }()
 	}
 
+	var (
+		hookSrv  *http.Server
+		hookDone = make(chan error, 1)
+		hookAddr = "off"
+	)
+	if o.webhookAddr != "" {
+		h, err := webhook.New(pool, secrets, log)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle(webhookPath, h)
+		ln, err := net.Listen("tcp", o.webhookAddr)
+		if err != nil {
+			if srv != nil {
+				_ = srv.Close()
+			}
+			return fmt.Errorf("cannot listen on --webhook-addr: %w", err)
+		}
+		hookAddr = "http://" + ln.Addr().String()
+		hookSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
+		go func() { hookDone <- hookSrv.Serve(ln) }()
+	}
+
 	if err := w.Start(runCtx); err != nil {
-		if srv != nil {
-			_ = srv.Close()
+		for _, s := range []*http.Server{srv, hookSrv} {
+			if s != nil {
+				_ = s.Close()
+			}
 		}
 		return err
 	}
@@ -349,8 +404,8 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	if o.coalesce >= 2 {
 		coalesce = fmt.Sprintf("%d/%s", o.coalesce, o.coalesceWait)
 	}
-	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s\n",
-		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce)
+	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s\n",
+		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr)
 
 	var srvErr error
 	select {
@@ -358,6 +413,8 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	case srvErr = <-srvDone:
 		// The listener died under us: stop as for a signal, then fail.
 		log.Error("http listener failed; shutting down", "error", srvErr)
+	case srvErr = <-hookDone:
+		log.Error("webhook listener failed; shutting down", "error", srvErr)
 	}
 	log.Info("shutting down: no new sends; waiting for the sends in flight", "grace", o.shutdownGrace.String())
 	if ops != nil {
@@ -369,10 +426,12 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	if stopCtx.Err() != nil {
 		log.Warn("shutdown grace ran out: sends still in flight were cancelled and go back to the queue")
 	}
-	if srv != nil {
-		httpCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(httpCtx)
+	httpCtx, cancelHTTP := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancelHTTP()
+	for _, s := range []*http.Server{srv, hookSrv} {
+		if s != nil {
+			_ = s.Shutdown(httpCtx)
+		}
 	}
 	if stopErr != nil {
 		return fmt.Errorf("stop: %w", stopErr)
@@ -390,6 +449,17 @@ func ready(ctx context.Context, pool *pgxpool.Pool, dsn string) error {
 		return errors.New("database unreachable: " + errorLine(err, dsnSecrets(dsn)...))
 	}
 	return nil
+}
+
+// webhookSecrets splits the secret variable at commas, dropping blanks.
+func webhookSecrets(v string) []string {
+	var out []string
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // apiHost is the host of the API's base URL, for the startup line.

@@ -51,7 +51,7 @@ func TestWorkSendsAndServesOperations(t *testing.T) {
 	}
 
 	w := startWork(t, env, fastArgs...)
-	if !regexp.MustCompile(`^sendonce work: queue=sendonce concurrency=100 http=http://127\.0\.0\.1:\d+ api=127\.0\.0\.1:\d+ api-rate=from-429s coalesce=off\n$`).MatchString(w.stdout.String()) {
+	if !regexp.MustCompile(`^sendonce work: queue=sendonce concurrency=100 http=http://127\.0\.0\.1:\d+ api=127\.0\.0\.1:\d+ api-rate=from-429s coalesce=off webhooks=off\n$`).MatchString(w.stdout.String()) {
 		t.Errorf("startup line: %q", w.stdout.String())
 	}
 
@@ -197,6 +197,9 @@ func TestWorkRefusesToStart(t *testing.T) {
 		{"bad env value", with("SENDONCE_CONCURRENCY", "lots"), nil, 2, []string{"SENDONCE_CONCURRENCY"}},
 		{"bad duration", base, []string{"--job-timeout", "soon"}, 2, []string{"job-timeout"}},
 		{"no database", with("DATABASE_URL", ""), nil, 2, []string{"DATABASE_URL"}},
+		{"webhooks without a secret", base, []string{"--webhook-addr", "127.0.0.1:0"}, 2, []string{"--webhook-addr", "OPENEMAIL_WEBHOOK_SECRET"}},
+		{"webhooks from the environment without a secret", with("SENDONCE_WEBHOOK_ADDR", "127.0.0.1:0"), nil, 2, []string{"OPENEMAIL_WEBHOOK_SECRET"}},
+		{"webhooks with a blank secret", with("OPENEMAIL_WEBHOOK_SECRET", " , "), []string{"--webhook-addr", "127.0.0.1:0"}, 2, []string{"OPENEMAIL_WEBHOOK_SECRET"}},
 		{"plain http off loopback", with("OPENEMAIL_BASE_URL", "http://fake-api:8025"), nil, 1, []string{"plain http", "fake-api"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,6 +57,9 @@ type RunStatus struct {
 	// SentLastMinute is how many members were sent in the last minute: the
 	// run's pace now.
 	SentLastMinute int64 `json:"sentLastMinute"`
+	// Deliveries counts the members by delivery status, from the API's
+	// webhooks (only the statuses some member has).
+	Deliveries map[DeliveryStatus]int64 `json:"deliveries"`
 }
 
 // Done reports whether no member is waiting or being sent.
@@ -191,21 +194,27 @@ func runStatus(ctx context.Context, db querier, key string) (*RunStatus, error) 
 	for _, s := range States {
 		st.Counts[s] = 0
 	}
-	rows, err := db.Query(ctx, `SELECT state, count(*), count(*) FILTER (WHERE sent_at > now() - interval '1 minute')
-		FROM sendonce_outbox WHERE run_key = $1 GROUP BY state`, key)
+	st.Deliveries = map[DeliveryStatus]int64{}
+	rows, err := db.Query(ctx, `SELECT state, coalesce(delivery_status, ''), count(*),
+			count(*) FILTER (WHERE sent_at > now() - interval '1 minute')
+		FROM sendonce_outbox WHERE run_key = $1 GROUP BY state, delivery_status`, key)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: run %q: %w", key, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var s State
+		var d DeliveryStatus
 		var n, recent int64
-		if err := rows.Scan(&s, &n, &recent); err != nil {
+		if err := rows.Scan(&s, &d, &n, &recent); err != nil {
 			return nil, fmt.Errorf("outbox: run %q: %w", key, err)
 		}
-		st.Counts[s] = n
+		st.Counts[s] += n
 		st.Total += n
 		st.SentLastMinute += recent
+		if d != "" {
+			st.Deliveries[d] += n
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outbox: run %q: %w", key, err)

@@ -105,13 +105,16 @@ func TestPauseResumeCancelRun(t *testing.T) {
 		t.Fatalf("after resume the member still names its ended job %d", old)
 	}
 	// Two members were attempted (one sent, one sending) before the cancel.
-	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1 WHERE idempotency_key = 'campaign:1:1';
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1, delivery_status = 'bounced' WHERE idempotency_key = 'campaign:1:1';
 		UPDATE sendonce_outbox SET state = 'sending', attempts = 1 WHERE idempotency_key = 'campaign:1:2'`); err != nil {
 		t.Fatal(err)
 	}
 	res, err := ob.CancelRun(ctx, "campaign:1")
 	if err != nil || res.Canceled != 4 || res.Left != 2 || res.Status.State != outbox.RunCanceled {
 		t.Fatalf("CancelRun = %+v, %v; want 4 canceled, 2 left", res, err)
+	}
+	if d := res.Status.Deliveries; d[outbox.DeliveryBounced] != 1 || len(d) != 1 {
+		t.Fatalf("run deliveries %v, want one bounced", d)
 	}
 	if rec := outboxtest.Get(t, ob, "campaign:1:2"); rec.State != outbox.StateSending {
 		t.Fatalf("an attempted member became %s, want left sending", rec.State)

@@ -200,6 +200,11 @@ func printRun(w io.Writer, r *outbox.RunStatus) {
 	for _, s := range outbox.States {
 		fmt.Fprintf(tw, "  %s:\t%d\n", s, r.Counts[s])
 	}
+	for _, d := range outbox.DeliveryStatuses {
+		if n := r.Deliveries[d]; n > 0 {
+			fmt.Fprintf(tw, "  delivery %s:\t%d\n", d, n)
+		}
+	}
 	fmt.Fprintf(tw, "sent in the last minute:\t%d\n", r.SentLastMinute)
 	switch left := r.Left(); {
 	case r.Done():

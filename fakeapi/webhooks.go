@@ -308,7 +308,7 @@ func (s *Server) sendEvent(ctx context.Context, client *http.Client, ev *outEven
 		backoff := WebhookBackoff
 		for attempt := 1; attempt <= WebhookAttempts; attempt++ {
 			if attempt > 1 {
-				if !sleepCtx(ctx, backoff) {
+				if !s.pause(ctx, backoff) {
 					return
 				}
 				backoff *= 2
@@ -394,17 +394,6 @@ func SignWebhook(secret string, t int64, body []byte) string {
 	mac.Write([]byte(ts + "."))
 	mac.Write(body)
 	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // Webhooks returns every webhook attempt, in the order made.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/syncbuf"
 )
 
 const hookSecret = "whsec_fake_3b1f9e"
@@ -365,27 +366,9 @@ func TestWebhookGivesUpAndCloseStopsSender(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the sender goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestWebhookSecretIsNeverShown(t *testing.T) {
 	rc := newReceiver(t, 500)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cfg := hookConfig(rc, "webhook_bad_signature;to=bad@")
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, base := startTest(t, cfg)

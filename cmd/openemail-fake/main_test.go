@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/sendonce/sendonce/fakeapi"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -157,14 +159,7 @@ func TestRateFlags(t *testing.T) {
 		}, "5/m 1/s", true, true},
 	}
 	for _, tc := range cases {
-		cmd, o := newCommand(env(tc.vars), io.Discard, io.Discard)
-		if err := cmd.ParseFlags(tc.args); err != nil {
-			t.Fatalf("%v: %v", tc.args, err)
-		}
-		if err := applyEnv(cmd, env(tc.vars)); err != nil {
-			t.Fatalf("%v %v: %v", tc.args, tc.vars, err)
-		}
-		cfg, err := o.config(nil)
+		cfg, err := configFrom(t, tc.args, tc.vars)
 		if err != nil {
 			t.Fatalf("%v %v: %v", tc.args, tc.vars, err)
 		}
@@ -274,4 +269,18 @@ func getEmails(t *testing.T, base string) *http.Response {
 	}
 	resp.Body.Close()
 	return resp
+}
+
+// configFrom parses the flags args with the environment vars, as the
+// command does, and returns the fake's configuration or its error.
+func configFrom(t *testing.T, args []string, vars map[string]string) (fakeapi.Config, error) {
+	t.Helper()
+	cmd, o := newCommand(env(vars), io.Discard, io.Discard)
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	if err := applyEnv(cmd, env(vars)); err != nil {
+		t.Fatalf("%v %v: %v", args, vars, err)
+	}
+	return o.config(nil)
 }

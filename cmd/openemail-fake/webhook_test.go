@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/syncbuf"
 )
 
 const cmdSecret = "whsec_cmd_9c2d"
@@ -45,14 +46,7 @@ func TestWebhookFlags(t *testing.T) {
 		{args: []string{"--webhook-url", "a.test/1", "--webhook-secret", cmdSecret}, wantErrorHas: "absolute http or https URL"},
 	}
 	for _, tc := range cases {
-		cmd, o := newCommand(env(tc.vars), io.Discard, io.Discard)
-		if err := cmd.ParseFlags(tc.args); err != nil {
-			t.Fatalf("%v: %v", tc.args, err)
-		}
-		if err := applyEnv(cmd, env(tc.vars)); err != nil {
-			t.Fatalf("%v %v: %v", tc.args, tc.vars, err)
-		}
-		cfg, err := o.config(nil)
+		cfg, err := configFrom(t, tc.args, tc.vars)
 		if tc.wantErrorHas != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErrorHas) || strings.Contains(err.Error(), cmdSecret) {
 				t.Errorf("%v: err %v, want one with %q", tc.args, err, tc.wantErrorHas)
@@ -104,7 +98,7 @@ func TestServesWebhooks(t *testing.T) {
 	defer recv.Close()
 
 	stdout, w := io.Pipe()
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
@@ -163,21 +157,4 @@ func TestServesWebhooks(t *testing.T) {
 	if strings.Contains(stderr.String(), cmdSecret) || !strings.Contains(stderr.String(), "webhook") {
 		t.Errorf("stderr shows the secret or no webhook line: %s", stderr.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

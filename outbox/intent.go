@@ -90,12 +90,8 @@ func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 // ValidateKey checks an idempotency key against the API's rule.
 func ValidateKey(key string) error {
 	if !keyRE.MatchString(key) {
-		shown := key
-		if len(shown) > 60 {
-			shown = shown[:60] + "…"
-		}
-		return &InvalidError{Index: -1, Field: "key", Reason: fmt.Sprintf(
-			"%q: want 1 to 255 characters of letters, digits, \"_\", \".\", \":\" and \"-\" (invalid_idempotency_key)", shown)}
+		return invalid("key", fmt.Sprintf(
+			"%q: want 1 to 255 characters of letters, digits, \"_\", \".\", \":\" and \"-\" (invalid_idempotency_key)", shorten(key)))
 	}
 	return nil
 }
@@ -277,6 +273,14 @@ func (in *Intent) kind() Kind {
 		return KindEmail
 	}
 	return in.Kind
+}
+
+// shorten cuts s to 60 bytes for an error message.
+func shorten(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
 }
 
 func invalid(field, reason string) error {

@@ -98,8 +98,8 @@ var ErrRunCanceled = errors.New("outbox: the run is canceled")
 // refused with ErrRunCanceled.
 func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult, error) {
 	if !runKeyPattern.MatchString(run.Key) {
-		return nil, &InvalidError{Index: -1, Field: "run key", Reason: fmt.Sprintf(
-			"%q: want 1 to 200 letters, digits, \"_\", \".\", \":\" and \"-\"", shorten(run.Key))}
+		return nil, invalid("run key", fmt.Sprintf(
+			"%q: want 1 to 200 letters, digits, \"_\", \".\", \":\" and \"-\"", shorten(run.Key)))
 	}
 	var sendAt *time.Time
 	if !run.SendAt.IsZero() {
@@ -149,27 +149,16 @@ type RunListParams struct {
 	Limit int
 }
 
-// Runs lists runs, newest first, with their progress.
+// Runs lists runs, newest first, with their progress: two queries, however
+// many runs (the metrics read it at every scrape).
 func (o *Outbox) Runs(ctx context.Context, p *RunListParams) ([]*RunStatus, error) {
 	limit := 50
 	if p != nil && p.Limit > 0 {
 		limit = p.Limit
 	}
-	rows, err := o.pool.Query(ctx, `SELECT key FROM sendonce_run ORDER BY created_at DESC, key LIMIT $1`, limit)
+	out, err := runStatuses(ctx, o.pool, `ORDER BY created_at DESC, key LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: runs: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("outbox: runs: %w", err)
-	}
-	out := make([]*RunStatus, 0, len(keys))
-	for _, k := range keys {
-		st, err := runStatus(ctx, o.pool, k)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, st)
 	}
 	return out, nil
 }
@@ -181,34 +170,55 @@ func (o *Outbox) RunStatus(ctx context.Context, key string) (*RunStatus, error) 
 }
 
 func runStatus(ctx context.Context, db querier, key string) (*RunStatus, error) {
-	st := &RunStatus{Key: key, Counts: map[State]int64{}}
-	var schedule *string
-	err := db.QueryRow(ctx, `SELECT state, send_at, schedule_name, occurrence, created_at, updated_at FROM sendonce_run WHERE key = $1`, key).
-		Scan(&st.State, &st.SendAt, &schedule, &st.Occurrence, &st.CreatedAt, &st.UpdatedAt)
-	if err != nil {
-		return nil, notFound(fmt.Errorf("outbox: run %q: %w", key, err), key)
-	}
-	if schedule != nil {
-		st.Schedule = *schedule
-	}
-	for _, s := range States {
-		st.Counts[s] = 0
-	}
-	st.Deliveries = map[DeliveryStatus]int64{}
-	rows, err := db.Query(ctx, `SELECT state, coalesce(delivery_status, ''), count(*),
-			count(*) FILTER (WHERE sent_at > now() - interval '1 minute')
-		FROM sendonce_outbox WHERE run_key = $1 GROUP BY state, delivery_status`, key)
-	if err != nil {
+	out, err := runStatuses(ctx, db, `WHERE key = $1`, key)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("outbox: run %q: %w", key, err)
+	case len(out) == 0:
+		return nil, fmt.Errorf("%w: run %q", ErrNotFound, key)
+	}
+	return out[0], nil
+}
+
+// runStatuses reads the runs that rest selects (a WHERE, ORDER BY or LIMIT
+// clause over sendonce_run), then counts all their members in one query.
+func runStatuses(ctx context.Context, db querier, rest string, args ...any) ([]*RunStatus, error) {
+	rows, err := db.Query(ctx, `SELECT key, state, send_at, coalesce(schedule_name, ''), occurrence, created_at, updated_at
+		FROM sendonce_run `+rest, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*RunStatus, error) {
+		st := &RunStatus{Counts: map[State]int64{}, Deliveries: map[DeliveryStatus]int64{}}
+		for _, s := range States {
+			st.Counts[s] = 0
+		}
+		return st, r.Scan(&st.Key, &st.State, &st.SendAt, &st.Schedule, &st.Occurrence, &st.CreatedAt, &st.UpdatedAt)
+	})
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	byKey := make(map[string]*RunStatus, len(out))
+	keys := make([]string, len(out))
+	for i, st := range out {
+		byKey[st.Key], keys[i] = st, st.Key
+	}
+	rows, err = db.Query(ctx, `SELECT run_key, state, coalesce(delivery_status, ''), count(*),
+			count(*) FILTER (WHERE sent_at > now() - interval '1 minute')
+		FROM sendonce_outbox WHERE run_key = ANY($1) GROUP BY run_key, state, delivery_status`, keys)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
+		var key string
 		var s State
 		var d DeliveryStatus
 		var n, recent int64
-		if err := rows.Scan(&s, &d, &n, &recent); err != nil {
-			return nil, fmt.Errorf("outbox: run %q: %w", key, err)
+		if err := rows.Scan(&key, &s, &d, &n, &recent); err != nil {
+			return nil, err
 		}
+		st := byKey[key]
 		st.Counts[s] += n
 		st.Total += n
 		st.SentLastMinute += recent
@@ -216,10 +226,7 @@ func runStatus(ctx context.Context, db querier, key string) (*RunStatus, error) 
 			st.Deliveries[d] += n
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: run %q: %w", key, err)
-	}
-	return st, nil
+	return out, rows.Err()
 }
 
 // querier is a pool, a connection or a transaction.
@@ -397,7 +404,7 @@ func (o *Outbox) CancelRun(ctx context.Context, key string) (*RunCancel, error) 
 // many it moved.
 func (o *Outbox) RescheduleRun(ctx context.Context, key string, at time.Time) (int64, error) {
 	if at.IsZero() {
-		return 0, &InvalidError{Index: -1, Field: "time", Reason: "zero time"}
+		return 0, invalid("time", "zero time")
 	}
 	var n int64
 	_, err := o.runOp(ctx, key, "reschedule", func(tx pgx.Tx) error {
@@ -449,12 +456,4 @@ func (o *Outbox) runOp(ctx context.Context, key, op string, fn func(pgx.Tx) erro
 		return nil, fmt.Errorf("outbox: %s run %q: %w", op, key, err)
 	}
 	return st, nil
-}
-
-// shorten cuts s to 60 bytes for an error message.
-func shorten(s string) string {
-	if len(s) > 60 {
-		return s[:60] + "…"
-	}
-	return s
 }

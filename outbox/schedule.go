@@ -116,25 +116,25 @@ func OccurrenceRunKey(schedule string, at time.Time) string {
 // first after now; runs already created are left as they are.
 func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error) {
 	if !scheduleNamePattern.MatchString(s.Name) {
-		return nil, &InvalidError{Index: -1, Field: "name", Reason: fmt.Sprintf(
-			"%q: want 1 to 100 letters, digits, \"_\", \".\" and \"-\"", shorten(s.Name))}
+		return nil, invalid("name", fmt.Sprintf(
+			"%q: want 1 to 100 letters, digits, \"_\", \".\" and \"-\"", shorten(s.Name)))
 	}
 	sched, err := ParseSpec(s.Spec)
 	if err != nil {
-		return nil, &InvalidError{Index: -1, Field: "spec", Reason: err.Error()}
+		return nil, invalid("spec", err.Error())
 	}
 	if (s.Producer == "") == (strings.TrimSpace(s.Statement) == "") {
-		return nil, &InvalidError{Index: -1, Field: "source", Reason: "want a Go producer's name or a SQL statement, one of the two"}
+		return nil, invalid("source", "want a Go producer's name or a SQL statement, one of the two")
 	}
 	if s.Missed == "" {
 		s.Missed = MissedLate
 	}
 	if s.Missed != MissedLate && s.Missed != MissedSkip {
-		return nil, &InvalidError{Index: -1, Field: "missed", Reason: fmt.Sprintf("%q: want late or skip", s.Missed)}
+		return nil, invalid("missed", fmt.Sprintf("%q: want late or skip", s.Missed))
 	}
 	s.NextAt = sched.Next(time.Now())
 	if s.NextAt.IsZero() {
-		return nil, &InvalidError{Index: -1, Field: "spec", Reason: fmt.Sprintf("%q never occurs", s.Spec)}
+		return nil, invalid("spec", fmt.Sprintf("%q never occurs", s.Spec))
 	}
 	var producer, statement *string
 	if s.Producer != "" {

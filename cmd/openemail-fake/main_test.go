@@ -215,23 +215,9 @@ func TestBadSettingsExitTwoWithOneLine(t *testing.T) {
 }
 
 func TestServesWithRate(t *testing.T) {
-	stdout, w := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	go func() {
-		done <- execute(ctx, []string{"--addr", "127.0.0.1:0", "--rate", "1/h", "--rate-retry-after", "--rate-headers"},
-			env(nil), w, io.Discard)
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`listening on (http://\S+) `).FindStringSubmatch(line)
-	if m == nil {
-		t.Fatalf("start line %q", line)
-	}
-	get := func() *http.Response { return getEmails(t, m[1]) }
+	url, stop := serve(t, []string{"--addr", "127.0.0.1:0", "--rate", "1/h", "--rate-retry-after", "--rate-headers"}, nil, io.Discard)
+	defer stop()
+	get := func() *http.Response { return getEmails(t, url) }
 	fields := func(r *http.Response) string {
 		return fmt.Sprintf("%d retry-after=%s limit=%s remaining=%s reset=%s", r.StatusCode, r.Header.Get("Retry-After"),
 			r.Header.Get("RateLimit-Limit"), r.Header.Get("RateLimit-Remaining"), r.Header.Get("RateLimit-Reset"))
@@ -242,7 +228,7 @@ func TestServesWithRate(t *testing.T) {
 	if got := fields(get()); got != "429 retry-after=3600 limit=1 remaining=0 reset=3600" {
 		t.Errorf("second request: %s", got)
 	}
-	resp, err := http.Get(m[1] + "/_fake/requests")
+	resp, err := http.Get(url + "/_fake/requests")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,10 +238,39 @@ func TestServesWithRate(t *testing.T) {
 		t.Errorf("/_fake/requests %s", body)
 	}
 
-	cancel()
-	if code := <-done; code != exitOK {
+	if code := stop(); code != exitOK {
 		t.Fatalf("exit %d after shutdown", code)
 	}
+}
+
+// serve runs the command with args and the environment vars until stop,
+// which returns its exit code (and may be called again). It returns the
+// fake's URL from the start line.
+func serve(t *testing.T, args []string, vars map[string]string, stderr io.Writer) (url string, stop func() int) {
+	t.Helper()
+	stdout, w := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- execute(ctx, args, env(vars), w, stderr) }()
+	code, stopped := 0, false
+	stop = func() int {
+		if !stopped {
+			cancel()
+			code, stopped = <-done, true
+		}
+		return code
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`listening on (http://\S+) `).FindStringSubmatch(line)
+	if m == nil {
+		stop()
+		t.Fatalf("start line %q", line)
+	}
+	return m[1], stop
 }
 
 // getEmails lists emails at the fake on base with the test's API key.

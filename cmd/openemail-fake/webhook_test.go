@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -89,32 +87,24 @@ func TestServesWebhooks(t *testing.T) {
 	var mu sync.Mutex
 	var got []http.Header
 	var bodies [][]byte
+	arrived := make(chan struct{}, 1)
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		got, bodies = append(got, r.Header.Clone()), append(bodies, b)
 		mu.Unlock()
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
 	}))
 	defer recv.Close()
 
-	stdout, w := io.Pipe()
 	var stderr syncbuf.Buffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	go func() {
-		done <- execute(ctx, []string{"--addr", "127.0.0.1:0", "--webhook-url", recv.URL, "--log-level", "debug"},
-			env(map[string]string{"OPENEMAIL_WEBHOOK_SECRET": cmdSecret}), w, &stderr)
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`listening on (http://\S+) `).FindStringSubmatch(line)
-	if m == nil {
-		t.Fatalf("start line %q", line)
-	}
-	req, _ := http.NewRequest(http.MethodPost, m[1]+"/emails",
+	url, stop := serve(t, []string{"--addr", "127.0.0.1:0", "--webhook-url", recv.URL, "--log-level", "debug"},
+		map[string]string{"OPENEMAIL_WEBHOOK_SECRET": cmdSecret}, &stderr)
+	defer stop()
+	req, _ := http.NewRequest(http.MethodPost, url+"/emails",
 		strings.NewReader(`{"from":"a@example.com","to":["b@example.com"],"subject":"s","text":"t"}`))
 	req.Header.Set("Authorization", "Bearer oe_test_cmd")
 	req.Header.Set("Content-Type", "application/json")
@@ -126,18 +116,10 @@ func TestServesWebhooks(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("send: %d", resp.StatusCode)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no webhook received")
-		}
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no webhook received")
 	}
 	mu.Lock()
 	sig, body := got[0].Get("X-OpenEmail-Signature"), bodies[0]
@@ -150,8 +132,7 @@ func TestServesWebhooks(t *testing.T) {
 	if want := fakeapi.SignWebhook(cmdSecret, tsec, body); sig != want {
 		t.Errorf("signature %q, want %q", sig, want)
 	}
-	cancel()
-	if code := <-done; code != exitOK {
+	if code := stop(); code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
 	if strings.Contains(stderr.String(), cmdSecret) || !strings.Contains(stderr.String(), "webhook") {

@@ -51,29 +51,25 @@ func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimReq
 		if err != nil {
 			return err
 		}
-		var ids []int64
-		var members []string
-		var body []byte
+		var ms []member
 		for rows.Next() {
-			var id, jobID int64
-			var member, payload string
-			if err := rows.Scan(&id, &member, &jobID, &payload); err != nil {
+			var m member
+			var jobID int64
+			if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload); err != nil {
 				rows.Close()
 				return err
 			}
-			ids, members, joined = append(ids, id), append(members, member), append(joined, jobID)
-			body = append(append(body, ','), payload...)
+			ms, joined = append(ms, m), append(joined, jobID)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(ids) < 2 {
+		if len(ms) < 2 {
 			joined = nil
 			return nil
 		}
-		body[0] = '['
-		key, err = insertBatch(ctx, tx, b.River, queue, run, members, ids, append(append([]byte(`{"emails":`), body...), "]}"...))
+		key, err = insertBatch(ctx, tx, b.River, queue, run, ms)
 		return err
 	})
 	if err != nil {
@@ -82,16 +78,32 @@ func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimReq
 	return key, joined, nil
 }
 
-// insertBatch writes a frozen batch of the rows ids (whose keys are
-// members, in order) with body, and its job, and binds the rows to it.
-func insertBatch(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], queue, run string, members []string, ids []int64, body []byte) (string, error) {
+// member is an intent joining a batch: its row, key and payload as JSON.
+type member struct {
+	id           int64
+	key, payload string
+}
+
+// insertBatch writes a frozen batch of the members, in order (its body is
+// {"emails":[their payloads]}), and its job, and binds the rows to it.
+func insertBatch(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], queue, run string, ms []member) (string, error) {
+	ids := make([]int64, len(ms))
+	keys := make([]string, len(ms))
+	body := []byte(`{"emails":[`)
+	for i, m := range ms {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		ids[i], keys[i], body = m.id, m.key, append(body, m.payload...)
+	}
+	body = append(body, "]}"...)
 	key := BatchKeyPrefix + uuid.NewString()
 	job, err := rc.InsertTx(ctx, tx, sendjob.BatchArgs{Key: key, RunKey: run}, sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityFor(run)))
 	if err != nil {
 		return "", fmt.Errorf("insert river job: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO sendonce_batch (idempotency_key, queue, body, member_keys, job_id, run_key)
-		VALUES ($1, $2, $3, $4, $5, nullif($6, ''))`, key, queue, string(body), members, job.Job.ID, run); err != nil {
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''))`, key, queue, string(body), keys, job.Job.ID, run); err != nil {
 		return "", err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET batch_key = $2, job_id = $3, updated_at = now()
@@ -288,38 +300,26 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 			if err != nil {
 				return err
 			}
-			byKey := map[string]struct {
-				id      int64
-				payload string
-			}{}
+			byKey := map[string]member{}
 			for rows.Next() {
-				var id int64
-				var k, payload string
-				if err := rows.Scan(&id, &k, &payload); err != nil {
+				var m member
+				if err := rows.Scan(&m.id, &m.key, &m.payload); err != nil {
 					rows.Close()
 					return err
 				}
-				byKey[k] = struct {
-					id      int64
-					payload string
-				}{id, payload}
+				byKey[m.key] = m
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
 				return err
 			}
+			var ms []member // the part's members still bound to the batch, in order
 			var ids []int64
-			var members []string
-			body := []byte(`{"emails":[`)
 			for _, k := range p.Members {
 				if m, ok := byKey[k]; ok {
-					if len(ids) > 0 {
-						body = append(body, ',')
-					}
-					ids, members, body = append(ids, m.id), append(members, k), append(body, m.payload...)
+					ms, ids = append(ms, m), append(ids, m.id)
 				}
 			}
-			body = append(body, "]}"...)
 			switch {
 			case len(ids) == 0:
 			case p.Failed != "":
@@ -328,7 +328,7 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 					return err
 				}
 			case len(ids) == 1:
-				job, err := b.River.InsertTx(ctx, tx, sendjob.Args{Key: members[0], IntentKind: "email", RunKey: run},
+				job, err := b.River.InsertTx(ctx, tx, sendjob.Args{Key: ms[0].key, IntentKind: "email", RunKey: run},
 					sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityFor(run)))
 				if err != nil {
 					return fmt.Errorf("insert river job: %w", err)
@@ -337,7 +337,7 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 					return err
 				}
 			default:
-				k, err := insertBatch(ctx, tx, b.River, queue, run, members, ids, body)
+				k, err := insertBatch(ctx, tx, b.River, queue, run, ms)
 				if err != nil {
 					return err
 				}

@@ -11,17 +11,21 @@ import (
 type State string
 
 // The states of an intent. pending → sending → sent is the usual path;
-// failed and canceled are terminal until an operator retries a failed one.
+// failed, canceled and suppressed are terminal until an operator retries a
+// failed or suppressed one.
 const (
 	StatePending  State = "pending"  // waiting for a worker (or for its send time)
 	StateSending  State = "sending"  // a worker is sending it, or crashed while sending
 	StateSent     State = "sent"     // the API accepted it (fresh or replayed)
 	StateFailed   State = "failed"   // given up; see LastError
 	StateCanceled State = "canceled" // canceled before any send was attempted
+	// StateSuppressed: not sent, because every recipient is on the
+	// suppression list (see Outbox.Suppress); no API call was made.
+	StateSuppressed State = "suppressed"
 )
 
 // States lists every state in lifecycle order.
-var States = []State{StatePending, StateSending, StateSent, StateFailed, StateCanceled}
+var States = []State{StatePending, StateSending, StateSent, StateFailed, StateCanceled, StateSuppressed}
 
 // Valid reports whether s is a known state.
 func (s State) Valid() bool {
@@ -72,6 +76,10 @@ type Record struct {
 	DeliveryStatus DeliveryStatus `json:"deliveryStatus,omitempty"`
 	// DeliveryStatusAt is the time of the event that gave DeliveryStatus.
 	DeliveryStatusAt *time.Time `json:"deliveryStatusAt,omitempty"`
+	// SuppressedRecipients are the recipients found on the suppression list
+	// when the intent was first claimed: every attempt sends without them
+	// (or, all of them, the intent is suppressed).
+	SuppressedRecipients []string `json:"suppressedRecipients,omitempty"`
 	CreatedAt        time.Time  `json:"createdAt"`
 	UpdatedAt        time.Time  `json:"updatedAt"`
 	SentAt           *time.Time `json:"sentAt,omitempty"`
@@ -81,14 +89,14 @@ type Record struct {
 const columns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), send_at, state, attempts,
 	coalesce(message_id, ''), replayed, coalesce(last_error, ''), job_id, first_attempt_at,
 	created_at, updated_at, sent_at, uncertain, snoozes, coalesce(api_key_fingerprint, ''), forced_retry_at, claimed_by,
-	coalesce(batch_key, ''), coalesce(delivery_status, ''), delivery_status_at`
+	coalesce(batch_key, ''), coalesce(delivery_status, ''), delivery_status_at, suppressed_recipients`
 
 func scanRecord(row pgx.Row, extra ...any) (*Record, error) {
 	r := &Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.SendAt, &r.State, &r.Attempts,
 		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
 		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy,
-		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt}
+		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt, &r.SuppressedRecipients}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

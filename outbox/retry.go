@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/internal/sendjob"
+	"github.com/sendonce/sendonce/internal/suppress"
 )
 
 // DefaultReplayWindow is how long after an intent's first attempt its key
@@ -72,8 +74,12 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 		if err != nil {
 			return notFound(err, key)
 		}
+		if cur.State == StateSuppressed {
+			rec, err = o.retrySuppressed(ctx, tx, cur)
+			return err
+		}
 		if cur.State != StateFailed {
-			return &StateError{Key: key, Op: "retry", State: cur.State, Reason: "only a failed intent can be retried"}
+			return &StateError{Key: key, Op: "retry", State: cur.State, Reason: "only a failed or suppressed intent can be retried"}
 		}
 		if cur.BatchKey != "" && cur.Uncertain && !expired {
 			// The batch may have reached the API: only the same request
@@ -152,4 +158,33 @@ func (o *Outbox) retryBatch(ctx context.Context, tx pgx.Tx, cur *Record) (*Recor
 		return nil, err
 	}
 	return get(ctx, tx, cur.Key)
+}
+
+// retrySuppressed puts a suppressed intent back to pending with a new job.
+// No attempt of it reached the API, so its next claim looks its recipients
+// up on the list again; while every recipient is still on it, the retry is
+// refused, since it would only be parked again.
+func (o *Outbox) retrySuppressed(ctx context.Context, tx pgx.Tx, cur *Record) (*Record, error) {
+	var still []string
+	if err := tx.QueryRow(ctx, `SELECT sendonce_suppressed(kind, payload) FROM sendonce_outbox WHERE id = $1`,
+		cur.ID).Scan(&still); err != nil {
+		return nil, fmt.Errorf("read suppressed recipients: %w", err)
+	}
+	if _, none, err := suppress.Strip(string(cur.Kind), cur.Payload, still); err == nil && none {
+		return nil, &StateError{Key: cur.Key, Op: "retry", State: cur.State, Reason: fmt.Sprintf(
+			"every recipient is still on the suppression list (%s): take them off first "+
+				"(sendonce suppression remove), or the retry is parked again", strings.Join(still, ", "))}
+	}
+	var sendAt time.Time
+	if cur.SendAt != nil {
+		sendAt = *cur.SendAt
+	}
+	job, err := o.river.InsertTx(ctx, tx, sendjob.Args{Key: cur.Key}, sendjob.InsertOpts(o.queue, sendAt, sendjob.PriorityUrgent))
+	if err != nil {
+		return nil, fmt.Errorf("insert river job: %w", err)
+	}
+	return scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
+		SET state = 'pending', job_id = $2, snoozes = 0, suppressed_recipients = NULL,
+			last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
+		WHERE id = $1 RETURNING `+columns, cur.ID, job.Job.ID))
 }

@@ -18,6 +18,16 @@
 // "<status>"}') at commit: an application can LISTEN sendonce_delivery to
 // react (see the example).
 //
+// Events also keep the suppression list (sendonce_suppression) in step:
+// email.bounced (unless the event calls the bounce soft or transient) and
+// email.complained put the addresses they are about on it, as do the API's
+// own email.suppressed and suppression.added; suppression.removed takes
+// them off. The addresses are the event's data.to (a string or an array),
+// or else data.email, data.address or data.recipient; an email event
+// without any names the recipients of the intent it matched. Each event is
+// applied once. A worker parks an intent whose recipients are all
+// suppressed before any API call (see package worker).
+//
 // The answers:
 //
 //	200  stored (or stored before: a delivery sent again is stored once)

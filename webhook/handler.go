@@ -88,7 +88,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("webhook event", "type", ev.Type, "delivery_id", ev.DeliveryID, "email_id", deref(ev.EmailID),
-		"intent_id", stored.intentID, "duplicate", stored.duplicate)
+		"intent_id", stored.intentID, "duplicate", stored.duplicate, "suppression_changes", stored.suppressed)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]bool{"received": true, "duplicate": stored.duplicate})
 }
@@ -102,8 +102,9 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, code int, reaso
 
 // stored is what store did.
 type stored struct {
-	duplicate bool
-	intentID  *int64
+	duplicate  bool
+	intentID   *int64
+	suppressed int // addresses the event put on (or took off) the suppression list
 }
 
 // store writes the event and applies it, in one transaction: the event is
@@ -126,7 +127,10 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 		if err != nil {
 			return fmt.Errorf("insert event: %w", err)
 		}
-		if err := tx.QueryRow(ctx, `SELECT sendonce_event_match($1)`, ev.DeliveryID).Scan(&st.intentID); err != nil {
+		// Match first: an event without addresses of its own suppresses
+		// the recipients of the intent it matched.
+		if err := tx.QueryRow(ctx, `SELECT m, sendonce_event_suppress($1) FROM sendonce_event_match($1) AS m`,
+			ev.DeliveryID).Scan(&st.intentID, &st.suppressed); err != nil {
 			return fmt.Errorf("match event: %w", err)
 		}
 		return nil

@@ -18,6 +18,9 @@ const (
 	ResultFailed   Result = "failed"   // parked as failed (permanent error or limits reached)
 	ResultExpired  Result = "expired"  // parked as failed: the replay window ran out
 	ResultSkipped  Result = "skipped"  // the job found its intent already settled
+	// ResultSuppressed: parked as suppressed, no API call (its recipients
+	// are on the suppression list).
+	ResultSuppressed Result = "suppressed"
 
 	// Coalescing's events.
 	ResultCoalesced Result = "coalesced" // the intent joined a batch; the batch's job sends it

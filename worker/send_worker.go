@@ -16,6 +16,7 @@ import (
 	"github.com/sendonce/sendonce/internal/budget"
 	"github.com/sendonce/sendonce/internal/sendjob"
 	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/internal/suppress"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -59,6 +60,12 @@ type SendConfig struct {
 	// RetryBase·2^(attempt-1), at most RetryMax, less up to 10% jitter.
 	// Defaults 1 s and 10 min.
 	RetryBase, RetryMax time.Duration
+	// PartlySuppressed says what to do with an intent some (not all) of
+	// whose recipients are on the suppression list when it is first
+	// claimed: send it to the others (PartlySuppressedSend, the default) or
+	// park it as suppressed (PartlySuppressedPark). An intent all of whose
+	// recipients are suppressed is always parked.
+	PartlySuppressed PartlySuppressed
 	// Observer, when set, is told of every attempt's outcome.
 	Observer Observer
 	// Logger receives a line per outcome; never the API key or bodies.
@@ -198,12 +205,15 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) err
 	if err := a.check(ctx); err != nil {
 		return err
 	}
+	if parked, err := a.suppress(ctx); parked || err != nil {
+		return err
+	}
 
 	// No HTTP attempt may start, or go on, past the window's end.
 	sendCtx, cancel := context.WithTimeout(ctx, c.WindowLeft)
 	defer cancel()
 	start := time.Now()
-	res, sendErr := a.sendPaced(ctx, sendCtx, func() (sendResult, error) { return w.send(sendCtx, rec) })
+	res, sendErr := a.sendPaced(ctx, sendCtx, func() (sendResult, error) { return w.send(sendCtx, a.rec) })
 	elapsed := time.Since(start)
 	if w.afterSend != nil {
 		if err := w.afterSend(key); err != nil {
@@ -234,6 +244,51 @@ func (a *attempt) check(ctx context.Context) error {
 			rec.APIKeyFingerprint, w.keyFingerprint))
 	}
 	return nil
+}
+
+// PartlySuppressed is the policy for an intent with some recipients on the
+// suppression list.
+type PartlySuppressed string
+
+// The PartlySuppressed policies.
+const (
+	PartlySuppressedSend PartlySuppressed = "send" // send to the recipients not suppressed
+	PartlySuppressedPark PartlySuppressed = "park" // park the intent as suppressed
+)
+
+// suppress applies the suppression list's verdict, taken at the intent's
+// first claim (rec.SuppressedRecipients): the body goes without those
+// recipients, the same on every attempt, or, when no "to" recipient would
+// be left (or the policy parks a partly suppressed intent at its first
+// claim), the intent is parked as suppressed and the job ends without an
+// API call.
+func (a *attempt) suppress(ctx context.Context) (parked bool, err error) {
+	rec := a.rec
+	if len(rec.SuppressedRecipients) == 0 {
+		return false, nil
+	}
+	body, none, err := suppress.Strip(string(rec.Kind), rec.Payload, rec.SuppressedRecipients)
+	if err != nil {
+		return true, a.park(ctx, ResultFailed, false, fmt.Sprintf("%v: cannot take the suppressed recipients out", err))
+	}
+	first := rec.Attempts == 1 && !rec.Uncertain
+	if !none && !(first && a.w.cfg.PartlySuppressed == PartlySuppressedPark) {
+		a.log.Info("sending without suppressed recipients", "suppressed", len(rec.SuppressedRecipients))
+		stripped := *rec
+		stripped.Payload = body
+		a.rec = &stripped
+		return false, nil
+	}
+	reason := "not sent: every recipient is on the suppression list"
+	if !none {
+		reason = "not sent: some recipients are on the suppression list, and partly suppressed intents are parked"
+	}
+	if err := sendstate.MarkSuppressed(context.WithoutCancel(ctx), a.w.pool, a.outcome(reason, false, false)); err != nil {
+		return true, err
+	}
+	a.w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSuppressed})
+	a.log.Info("intent suppressed; no API call", "suppressed", len(rec.SuppressedRecipients))
+	return true, nil
 }
 
 // sendPaced makes the call, and again after each 429 for as long as the

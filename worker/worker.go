@@ -160,6 +160,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: replay window %s: want at most %s, the time the API keeps an idempotency key",
 			cfg.Send.ReplayWindow, outbox.MaxReplayWindow)
 	}
+	switch cfg.Send.PartlySuppressed {
+	case "", PartlySuppressedSend, PartlySuppressedPark:
+	default:
+		return nil, fmt.Errorf("worker: partly suppressed %q: want %q or %q",
+			cfg.Send.PartlySuppressed, PartlySuppressedSend, PartlySuppressedPark)
+	}
 	restartGrace := cfg.RestartGrace
 	if restartGrace <= 0 {
 		restartGrace = sendstate.DefaultRestartGrace

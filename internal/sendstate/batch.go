@@ -32,7 +32,8 @@ type Batcher struct {
 // the state check is written so that no index on state can drive the scan,
 // as in ClaimMany): only intents that are email, pending, never attempted
 // and bound to no batch join (and only while their job is the one named on
-// the row). It returns the batch's key and the job ids that joined. When
+// the row). An intent with a suppressed recipient does not join: its own
+// job sends it alone, without that recipient, or parks it. It returns the batch's key and the job ids that joined. When
 // fewer than two intents may join, nothing is written and joined is empty:
 // a lone intent is sent alone, under its own key.
 func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
@@ -47,6 +48,7 @@ func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimReq
 				AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
 				AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
 				AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
+				AND NOT ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) AND sendonce_suppressed(o.kind, o.payload) IS NOT NULL)
 			ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
 		if err != nil {
 			return err

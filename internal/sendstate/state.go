@@ -35,12 +35,12 @@ type DB interface {
 
 // claimColumns is what a claim returns of an intent: what a send needs.
 const claimColumns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), state, attempts,
-	uncertain, snoozes, coalesce(api_key_fingerprint, ''), job_id, first_attempt_at`
+	uncertain, snoozes, coalesce(api_key_fingerprint, ''), job_id, first_attempt_at, suppressed_recipients`
 
 func scanClaimed(row pgx.Row, extra ...any) (*outbox.Record, error) {
 	r := &outbox.Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.State, &r.Attempts,
-		&r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.JobID, &r.FirstAttemptAt}
+		&r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.JobID, &r.FirstAttemptAt, &r.SuppressedRecipients}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
@@ -91,6 +91,11 @@ type Claimed struct {
 // lock their rows in one order; should two ever deadlock all the same,
 // PostgreSQL cancels one statement and its jobs run again.
 //
+// The first claim of an intent (no first attempt yet) looks its recipients
+// up on the suppression list and stores what it finds (NULL: none) with
+// the claim, so that every attempt sends the same body; with the list empty
+// that is one lookup per statement, not per row.
+//
 // The state is checked on the row the key found, never used to find rows:
 // `(state IN (…)) IS TRUE` means the same as the bare IN, but no index can
 // serve it. A bare IN matches the partial index of unsettled intents, and
@@ -118,6 +123,9 @@ func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOption
 				WHEN $4 = '' THEN o.api_key_fingerprint
 				WHEN o.uncertain OR o.state = 'sending' THEN coalesce(o.api_key_fingerprint, $4)
 				ELSE $4 END,
+			suppressed_recipients = CASE
+				WHEN o.first_attempt_at IS NOT NULL THEN o.suppressed_recipients
+				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) THEN sendonce_suppressed(o.kind, o.payload) END,
 			updated_at = now()
 		FROM unnest($1::text[], $2::bigint[]) AS r(req_key, req_job_id)
 		WHERE o.idempotency_key = r.req_key AND o.job_id = r.req_job_id AND (o.state IN ('pending', 'sending')) IS TRUE
@@ -282,4 +290,20 @@ func update(ctx context.Context, db DB, op, sql string, args ...any) error {
 		return fmt.Errorf("sendstate: %s %q: %w", op, args[0], err)
 	}
 	return nil
+}
+
+// MarkSuppressed parks an intent whose send must not go out because of the
+// suppression list, with the reason, followed by the suppressed addresses
+// and why each is on the list. No attempt reached the API (the first
+// claim decided it), so the claim is undone: no attempts, no first attempt,
+// nothing uncertain; a retry after the address is taken off the list looks
+// the recipients up again. Only the intent's own job may.
+func MarkSuppressed(ctx context.Context, db DB, o Outcome) error {
+	return update(ctx, db, "mark suppressed", `UPDATE sendonce_outbox
+		SET state = 'suppressed', attempts = 0,
+			last_error = $3 || coalesce(': ' || (SELECT string_agg(s.address || ' (' || s.reason || ')', ', ' ORDER BY s.address)
+				FROM sendonce_suppression s WHERE s.address = ANY(suppressed_recipients)), ''), first_attempt_at = NULL, uncertain = false,
+			api_key_fingerprint = NULL, updated_at = now()
+		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending')`,
+		o.Key, o.JobID, o.Reason)
 }

@@ -1,0 +1,138 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sendonce/sendonce/internal/suppress"
+)
+
+// SuppressionReason says why an address is on the suppression list.
+type SuppressionReason string
+
+// The reasons an address is suppressed.
+const (
+	SuppressedBounced    SuppressionReason = "bounced"    // a hard bounce, from the delivery webhooks
+	SuppressedComplained SuppressionReason = "complained" // a spam complaint, from the delivery webhooks
+	SuppressedAPI        SuppressionReason = "api"        // the API's email.suppressed or suppression.added
+	SuppressedManual     SuppressionReason = "manual"     // added with Suppress (sendonce suppression add)
+)
+
+// Suppression is an address on the suppression list. A worker parks an
+// intent all of whose recipients are suppressed as StateSuppressed, before
+// any API call, and sends a partly suppressed one without them (see
+// worker.SendConfig.PartlySuppressed). The list is looked up when an
+// intent is first claimed: a change after that does not change what its
+// attempts send.
+type Suppression struct {
+	// Address is the address in lower case (the bare address of a
+	// "Name <addr>" form).
+	Address string            `json:"address"`
+	Reason  SuppressionReason `json:"reason"`
+	// Source is the webhook delivery that added it ("webhook <id>"), or
+	// what Suppress was given.
+	Source    string    `json:"source,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// maxAddress is the longest address accepted (RFC 5321's 64 + 1 + 255,
+// rounded as the list's check does).
+const maxAddress = 320
+
+// suppressAddresses normalises addrs and refuses a bad one, naming it.
+func suppressAddresses(addrs []string) ([]string, error) {
+	if len(addrs) == 0 {
+		return nil, invalid("address", "needs at least one address")
+	}
+	out := make([]string, 0, len(addrs))
+	for i, a := range addrs {
+		n := suppress.Address(a)
+		at := strings.LastIndexByte(n, '@')
+		switch {
+		case at < 1 || at == len(n)-1:
+			return nil, invalid(fmt.Sprintf("address[%d]", i), fmt.Sprintf("%q is not an email address", a))
+		case len(n) > maxAddress:
+			return nil, invalid(fmt.Sprintf("address[%d]", i), fmt.Sprintf("is %d bytes, over %d", len(n), maxAddress))
+		case strings.IndexFunc(n, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+			return nil, invalid(fmt.Sprintf("address[%d]", i), fmt.Sprintf("%q holds a space or control character", a))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Suppress puts addresses on the suppression list by hand (reason
+// SuppressedManual), with source saying who or why (e.g. "ops: ticket
+// 4192"). An address already on the list keeps its entry. It returns how
+// many were added. A bad address fails the call with an *InvalidError
+// naming it, and nothing is written.
+func (o *Outbox) Suppress(ctx context.Context, addrs []string, source string) (added int, err error) {
+	norm, err := suppressAddresses(addrs)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := o.pool.Exec(ctx, `INSERT INTO sendonce_suppression (address, reason, source)
+		SELECT DISTINCT a, 'manual', nullif($2, '') FROM unnest($1::text[]) AS a
+		ON CONFLICT (address) DO NOTHING`, norm, source)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: suppress: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Unsuppress takes addresses off the suppression list, whatever put them
+// there, and returns how many were on it. Intents already parked as
+// suppressed stay so until retried (Retry).
+func (o *Outbox) Unsuppress(ctx context.Context, addrs []string) (removed int, err error) {
+	norm, err := suppressAddresses(addrs)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := o.pool.Exec(ctx, `DELETE FROM sendonce_suppression WHERE address = ANY($1)`, norm)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: unsuppress: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// SuppressionParams filter and page Suppressions.
+type SuppressionParams struct {
+	// Reason keeps only addresses suppressed for it; empty keeps all.
+	Reason SuppressionReason
+	// After pages: only addresses that sort after it.
+	After string
+	// Limit caps the result (default 100, at most 10,000).
+	Limit int
+}
+
+// Suppressions lists the suppression list in address order.
+func (o *Outbox) Suppressions(ctx context.Context, p SuppressionParams) ([]Suppression, error) {
+	switch p.Reason {
+	case "", SuppressedBounced, SuppressedComplained, SuppressedAPI, SuppressedManual:
+	default:
+		return nil, invalid("reason", fmt.Sprintf("unknown reason %q: want bounced, complained, api or manual", p.Reason))
+	}
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	p.Limit = min(p.Limit, 10_000)
+	rows, err := o.pool.Query(ctx, `SELECT address, reason, coalesce(source, ''), created_at FROM sendonce_suppression
+		WHERE ($1 = '' OR reason = $1) AND address > $2 ORDER BY address LIMIT $3`, string(p.Reason), p.After, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: suppressions: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Suppression, error) {
+		var s Suppression
+		err := r.Scan(&s.Address, &s.Reason, &s.Source, &s.CreatedAt)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: suppressions: %w", err)
+	}
+	return list, nil
+}

@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+func (h *harness) suppress(addrs ...string) {
+	h.t.Helper()
+	if _, err := h.ob.Suppress(context.Background(), addrs, "test"); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestSuppressedIntentIsNotSent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{})
+	h.suppress("Ada@Example.com")
+	h.enqueue(outbox.Intent{Key: "invoice:sup", Payload: json.RawMessage(
+		`{"from":"billing@example.com","to":["Ada Lovelace <ada@example.com>"],"subject":"Invoice","text":"Attached."}`)})
+	if res, err := h.work("invoice:sup", 1); err != nil || !completed(res) {
+		t.Fatalf("run: %s, want completed", show(res, err))
+	}
+	rec := h.get("invoice:sup")
+	if rec.State != outbox.StateSuppressed || rec.Attempts != 0 || rec.FirstAttemptAt != nil || rec.Uncertain {
+		t.Fatalf("record %+v, want suppressed with no attempt", rec)
+	}
+	if want := "not sent: every recipient is on the suppression list: ada@example.com (manual)"; rec.LastError != want {
+		t.Fatalf("last error %q, want %q", rec.LastError, want)
+	}
+	if n := len(h.fake.Requests()); n != 0 {
+		t.Fatalf("%d API requests, want none", n)
+	}
+	if got := fmt.Sprint(h.results()); got != "[suppressed]" {
+		t.Fatalf("outcomes %s", got)
+	}
+
+	// Retry is refused while the address is on the list, and sends once it
+	// is taken off: the next claim looks the list up again.
+	if _, err := h.ob.Retry(context.Background(), "invoice:sup", nil); err == nil ||
+		!strings.Contains(err.Error(), "every recipient is still on the suppression list (ada@example.com)") {
+		t.Fatalf("retry while suppressed: %v", err)
+	}
+	if n, err := h.ob.Unsuppress(context.Background(), []string{"ada@example.com"}); err != nil || n != 1 {
+		t.Fatalf("unsuppress: %d, %v", n, err)
+	}
+	if _, err := h.ob.Retry(context.Background(), "invoice:sup", nil); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if res, err := h.work("invoice:sup", 1); err != nil || !completed(res) {
+		t.Fatalf("run after retry: %s, want completed", show(res, err))
+	}
+	if rec := h.get("invoice:sup"); rec.State != outbox.StateSent || len(h.fake.Deliveries()) != 1 {
+		t.Fatalf("after retry: %+v, %d deliveries", rec, len(h.fake.Deliveries()))
+	}
+}
+
+func TestPartlySuppressed(t *testing.T) {
+	t.Parallel()
+	body := json.RawMessage(`{"from":"billing@example.com","to":["ada@example.com","bo@example.com"],` +
+		`"cc":"cy@example.com","subject":"Invoice","text":"Attached."}`)
+
+	t.Run("send to the rest", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, SendConfig{})
+		h.suppress("bo@example.com", "cy@example.com")
+		h.enqueue(outbox.Intent{Key: "invoice:part", Payload: body})
+		if res, err := h.work("invoice:part", 1); err != nil || !completed(res) {
+			t.Fatalf("run: %s, want completed", show(res, err))
+		}
+		rec := h.get("invoice:part")
+		d := h.fake.Deliveries()
+		if rec.State != outbox.StateSent || len(d) != 1 || fmt.Sprint(d[0].To) != "[ada@example.com]" || len(d[0].Cc) != 0 {
+			t.Fatalf("record %+v, deliveries %+v", rec, d)
+		}
+		if fmt.Sprint(rec.SuppressedRecipients) != "[bo@example.com cy@example.com]" {
+			t.Fatalf("suppressed recipients %v", rec.SuppressedRecipients)
+		}
+		// Taking an address off the list later changes nothing for an
+		// intent already claimed: its body under the key stays the same.
+		if _, err := h.ob.Unsuppress(context.Background(), []string{"bo@example.com"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.pool.Exec(context.Background(), `UPDATE sendonce_outbox SET state = 'sending' WHERE idempotency_key = 'invoice:part'`); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := h.work("invoice:part", 2); err != nil || !completed(res) {
+			t.Fatalf("rerun: %s, want completed", show(res, err))
+		}
+		reqs := h.fake.Requests()
+		if len(reqs) != 2 || !h.get("invoice:part").Replayed || len(h.fake.Deliveries()) != 1 {
+			t.Fatalf("rerun: %d requests, record %+v; want the first body replayed", len(reqs), h.get("invoice:part"))
+		}
+	})
+
+	t.Run("park", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, SendConfig{PartlySuppressed: PartlySuppressedPark})
+		h.suppress("bo@example.com")
+		h.enqueue(outbox.Intent{Key: "invoice:park", Payload: body})
+		if res, err := h.work("invoice:park", 1); err != nil || !completed(res) {
+			t.Fatalf("run: %s, want completed", show(res, err))
+		}
+		rec := h.get("invoice:park")
+		if rec.State != outbox.StateSuppressed || !strings.Contains(rec.LastError, "partly suppressed intents are parked: bo@example.com (manual)") {
+			t.Fatalf("record %+v", rec)
+		}
+		if n := len(h.fake.Requests()); n != 0 {
+			t.Fatalf("%d API requests, want none", n)
+		}
+	})
+}
+
+// TestSuppressedMemberSentAlone: an email intent with a suppressed
+// recipient never joins a coalesced batch (a batch's body is frozen before
+// its first attempt); its own job parks it, and the others go as a batch.
+func TestSuppressedMemberSentAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{})
+	h.suppress("bo@example.com")
+	var reqs []sendstate.ClaimRequest
+	for i, addr := range []string{"ada@example.com", "bo@example.com", "cy@example.com"} {
+		key := fmt.Sprintf("digest:%d", i)
+		rec := h.enqueue(outbox.Intent{Key: key, Payload: emailBody(addr)})
+		reqs = append(reqs, sendstate.ClaimRequest{Key: key, JobID: *rec.JobID})
+	}
+	b := &sendstate.Batcher{Pool: h.pool, River: h.river}
+	batchKey, joined, err := b.Freeze(context.Background(), outbox.DefaultQueue, "", reqs)
+	if err != nil || fmt.Sprint(joined) != fmt.Sprint([]int64{reqs[0].JobID, reqs[2].JobID}) {
+		t.Fatalf("freeze: joined %v, %v; want the jobs of digest:0 and digest:2", joined, err)
+	}
+	if res, err := h.workBatch(batchKey, 1); err != nil || !completed(res) {
+		t.Fatalf("batch: %s", show(res, err))
+	}
+	if res, err := h.work("digest:1", 1); err != nil || !completed(res) {
+		t.Fatalf("digest:1: %s", show(res, err))
+	}
+	if got := fmt.Sprintln(h.get("digest:0").State, h.get("digest:1").State, h.get("digest:2").State); got != "sent suppressed sent\n" {
+		t.Fatalf("states %s", got)
+	}
+	if d := h.fake.DeliveriesTo("bo@example.com"); len(d) != 0 {
+		t.Fatalf("deliveries to the suppressed address: %+v", d)
+	}
+}

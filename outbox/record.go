@@ -79,10 +79,10 @@ type Record struct {
 	// SuppressedRecipients are the recipients found on the suppression list
 	// when the intent was first claimed: every attempt sends without them
 	// (or, all of them, the intent is suppressed).
-	SuppressedRecipients []string `json:"suppressedRecipients,omitempty"`
-	CreatedAt        time.Time  `json:"createdAt"`
-	UpdatedAt        time.Time  `json:"updatedAt"`
-	SentAt           *time.Time `json:"sentAt,omitempty"`
+	SuppressedRecipients []string   `json:"suppressedRecipients,omitempty"`
+	CreatedAt            time.Time  `json:"createdAt"`
+	UpdatedAt            time.Time  `json:"updatedAt"`
+	SentAt               *time.Time `json:"sentAt,omitempty"`
 }
 
 // columns is the select list that scanRecord reads, in order.

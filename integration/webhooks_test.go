@@ -35,6 +35,8 @@ func freeLoopbackAddr(t testing.TB) string {
 // Every intent ends with the delivery status its recipient earned, every
 // delivery id is stored exactly once, the duplicates were not stored twice,
 // every send went exactly once, and the webhook secret is printed nowhere.
+// The bounced and complaining addresses end on the suppression list, and
+// the next intent to each is parked as suppressed without an API call.
 func TestWebhooks(t *testing.T) {
 	setup(t)
 	start := time.Now()
@@ -110,13 +112,60 @@ func TestWebhooks(t *testing.T) {
 		}
 		return c["none"] == 0 && c.total() == n, c.String()
 	})
+
+	// The bounced and complaining addresses are on the suppression list
+	// (the fake's events name them in data.to), and the next intent to each
+	// of them is parked as suppressed with no API call.
+	var wantSuppressed []string
+	var next []intent
+	for _, in := range intents {
+		if want[in.Key] != "delivered" {
+			wantSuppressed = append(wantSuppressed, strings.ToLower(in.Recipients[0]))
+			next = append(next, emailIntent("webhooks-next:"+strings.TrimPrefix(in.Key, "webhooks:"), in.Recipients[0]))
+		}
+	}
+	sort.Strings(wantSuppressed)
+	suppressed, err := queryStrings(ctx, pool, `SELECT address FROM sendonce_suppression ORDER BY address`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(suppressed) != fmt.Sprint(wantSuppressed) {
+		t.Errorf("suppression list: %d addresses, want the %d bounced or complaining ones", len(suppressed), len(wantSuppressed))
+	}
+	requestsBefore := len(srv.Requests())
+	enqueueGo(t, pool, next)
+	waitFor(t, 30*time.Second, "the next intents to bounced and complaining addresses to settle", func() (bool, string) {
+		c, err := countBy(ctx, pool, `SELECT state, count(*) FROM sendonce_outbox WHERE idempotency_key LIKE 'webhooks-next:%' GROUP BY 1`)
+		if err != nil {
+			return false, err.Error()
+		}
+		return c["pending"]+c["sending"] == 0 && c.total() == len(next), c.String()
+	})
+	c, err := countBy(ctx, pool, `SELECT state, count(*) FROM sendonce_outbox WHERE idempotency_key LIKE 'webhooks-next:%' GROUP BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c["suppressed"] != len(next) {
+		t.Errorf("the next intents to suppressed addresses: %s, want all %d suppressed", c, len(next))
+	}
+	nextCalls := 0
+	for _, r := range srv.Requests() {
+		if strings.HasPrefix(r.IdempotencyKey, "webhooks-next:") {
+			nextCalls++
+		}
+	}
+	if nextCalls != 0 || len(srv.Requests()) != requestsBefore {
+		t.Errorf("%d API requests for the suppressed intents (%d in all since they were enqueued), want 0", nextCalls, len(srv.Requests())-requestsBefore)
+	}
+
 	for _, w := range workers {
 		w.stop(t)
 	}
 
 	// Each intent's final status is the one its recipient earned.
 	got := map[string]int{}
-	rows, err := pool.Query(ctx, `SELECT idempotency_key, coalesce(delivery_status, '') FROM sendonce_outbox`)
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, coalesce(delivery_status, '') FROM sendonce_outbox
+		WHERE idempotency_key NOT LIKE 'webhooks-next:%'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +273,8 @@ func TestWebhooks(t *testing.T) {
 		}
 	}
 
-	summary(t, "webhooks: seed=%d intents=%d bounced=%d complained=%d delivered=%d events=%d duplicates_sent=%d out_of_order=%d elapsed=%s",
+	summary(t, "webhooks: seed=%d intents=%d bounced=%d complained=%d delivered=%d events=%d duplicates_sent=%d out_of_order=%d suppressed_next=%d/%d api_calls_for_them=%d elapsed=%s",
 		suite.seed, n, got["bounced"], got["complained"], got["delivered"], distinct, len(dupIDs), len(oooIDs),
+		c["suppressed"], len(next), nextCalls,
 		time.Since(start).Round(time.Second))
 }

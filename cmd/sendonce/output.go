@@ -54,6 +54,7 @@ func printRecord(w io.Writer, r *outbox.Record) {
 		row("replayed", fmt.Sprint(r.Replayed))
 	}
 	row("last error", r.LastError)
+	row("suppressed", strings.Join(r.SuppressedRecipients, ", "))
 	if r.DeliveryStatus != "" {
 		row("delivery", string(r.DeliveryStatus)+" ("+stamp(*r.DeliveryStatusAt)+")")
 	} else if r.State == outbox.StateSent {

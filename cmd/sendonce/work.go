@@ -54,6 +54,12 @@ billing run finishes in minutes, not hours. A batch gets a key of its own
 so every retry, on any worker and after any crash, replays the same request.
 A partial batch waits --coalesce-wait to fill; a lone intent goes alone.
 
+Addresses on the suppression list (sendonce suppression; bounces and
+complaints from --webhook-addr put them there) are looked up when an intent is
+first claimed, before any API call: an intent with no recipient left is parked
+as suppressed; one partly suppressed is sent to the others, or parked with
+--partly-suppressed park.
+
 On SIGINT or SIGTERM, work stops fetching, lets the sends in flight finish for
 up to --shutdown-grace (cutting off the rest, whose jobs go back to the queue
 and are retried with the same key), and exits 0. A second signal kills it.
@@ -109,6 +115,7 @@ type workOptions struct {
 	coalesce          int
 	coalesceWait      time.Duration
 	webhookAddr       string
+	partlySuppressed  string
 }
 
 // workCommand declares `sendonce work`. Its cobra.Command literal is alike
@@ -153,6 +160,8 @@ func (a *app) workCommand() *cobra.Command {
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics and /riverui; empty disables")
 	f.StringVar(&o.uiToken, "ui-token", "",
 		"token the River UI requires (required when --http-addr is not loopback); prefer the environment variable: flags show in ps")
+	f.StringVar(&o.partlySuppressed, "partly-suppressed", string(worker.PartlySuppressedSend),
+		"an intent with some recipients on the suppression list: send (to the others) or park (as suppressed)")
 	f.StringVar(&o.webhookAddr, "webhook-addr", "",
 		"listen address for the API's delivery webhooks (POST "+webhookPath+"; secret from "+envWebhookSecret+"); empty disables")
 	for flag, env := range map[string]string{
@@ -177,6 +186,7 @@ func (a *app) workCommand() *cobra.Command {
 		"http-addr":           "SENDONCE_HTTP_ADDR",
 		"ui-token":            "SENDONCE_UI_TOKEN",
 		"webhook-addr":        "SENDONCE_WEBHOOK_ADDR",
+		"partly-suppressed":   "SENDONCE_PARTLY_SUPPRESSED",
 	} {
 		bindEnv(f, flag, env)
 	}
@@ -212,6 +222,8 @@ func (o *workOptions) check() error {
 			o.replayWindow, outbox.MaxReplayWindow)
 	case o.coalesce < 0 || o.coalesce > worker.MaxCoalesce:
 		return usagef("--coalesce %d: want 0 (off) to %d, the API's batch limit", o.coalesce, worker.MaxCoalesce)
+	case o.partlySuppressed != string(worker.PartlySuppressedSend) && o.partlySuppressed != string(worker.PartlySuppressedPark):
+		return usagef("--partly-suppressed %q: want send or park", o.partlySuppressed)
 	case o.coalesceWait <= 0:
 		return usagef("--coalesce-wait %s: want a positive duration", o.coalesceWait)
 	case o.maxSnoozes < 1:
@@ -319,6 +331,8 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 			MaxSnoozes:    o.maxSnoozes,
 			RateLimitWait: o.rateLimitWait,
 			Observer:      m,
+
+			PartlySuppressed: worker.PartlySuppressed(o.partlySuppressed),
 		},
 		Logger: log,
 	})

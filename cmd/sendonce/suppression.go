@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sendonce/sendonce/outbox"
+)
+
+const suppressionLong = `suppression manages the suppression list: addresses that are not mailed
+again. The delivery webhooks (sendonce work --webhook-addr) put hard-bounced
+and complaining addresses on it, and keep it in step with the API's own
+list (email.suppressed, suppression.added, suppression.removed).
+
+A worker looks an intent's recipients up when it first claims it, before any
+API call: an intent with no "to" recipient left is parked as suppressed, one
+partly suppressed is sent to the others (sendonce work --partly-suppressed).
+An intent parked as suppressed goes again with sendonce retry, once its
+addresses are off the list.
+
+  list [--reason R]          the list in address order
+  add ADDRESS...             suppresses addresses by hand (reason manual)
+  remove ADDRESS...          takes addresses off the list`
+
+func (a *app) suppressionCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "suppression",
+		Short: "List, add and remove suppressed addresses",
+		Long:  suppressionLong,
+		Args:  noArgs,
+	}
+	var asJSON bool
+	var reason, after, source string
+	var limit int
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the suppressed addresses",
+		Args:  noArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			all, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) ([]outbox.Suppression, error) {
+				return ob.Suppressions(ctx, outbox.SuppressionParams{Reason: outbox.SuppressionReason(reason), After: after, Limit: limit})
+			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if all == nil {
+					all = []outbox.Suppression{}
+				}
+				return printJSON(a.stdout, all)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ADDRESS\tREASON\tSINCE\tSOURCE")
+			for _, s := range all {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Address, s.Reason, stamp(s.CreatedAt), s.Source)
+			}
+			return tw.Flush()
+		}),
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	list.Flags().StringVar(&reason, "reason", "", "only this reason: bounced, complained, api or manual")
+	list.Flags().StringVar(&after, "after", "", "page: only addresses after this one")
+	list.Flags().IntVar(&limit, "limit", 100, "at most this many addresses (up to 10000)")
+
+	addresses := func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return usagef("want one or more addresses")
+		}
+		return nil
+	}
+	add := &cobra.Command{
+		Use:   "add ADDRESS...",
+		Short: "Suppress addresses by hand",
+		Args:  addresses,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			n, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) (int, error) {
+				return ob.Suppress(ctx, args, source)
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "suppressed %d of %d addresses (the others were on the list already)\n", n, len(args))
+			return nil
+		}),
+	}
+	add.Flags().StringVar(&source, "source", "sendonce suppression add", "who or why, stored with each address")
+	remove := &cobra.Command{
+		Use:   "remove ADDRESS...",
+		Short: "Take addresses off the suppression list",
+		Args:  addresses,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			n, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) (int, error) {
+				return ob.Unsuppress(ctx, args)
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "removed %d of %d addresses (the others were not on the list)\n", n, len(args))
+			return nil
+		}),
+	}
+	cmd.AddCommand(list, add, remove)
+	return cmd
+}

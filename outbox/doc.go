@@ -42,9 +42,11 @@
 // # States
 //
 // pending → sending → sent, or failed (see LastError), or canceled (Cancel,
-// only before any attempt). An intent is uncertain once an attempt's
+// only before any attempt), or suppressed (every recipient on the
+// suppression list when a worker first claimed it; no API call was made:
+// see Suppress). An intent is uncertain once an attempt's
 // outcome is unknown (a network error, a 5xx, a crash): the API may hold a
-// delivery under its key. Retry puts a failed intent back to pending with
+// delivery under its key. Retry puts a failed (or suppressed) intent back to pending with
 // the same key, refusing an uncertain one past its replay window unless
 // forced. Package worker moves intents through the states; Get, List and
 // Stats read them.

@@ -26,15 +26,18 @@ type runResult struct {
 	Interrupted []string
 	// Recovery is from the kill until every intent was settled.
 	Recovery time.Duration
+	// Last is the worker still running: worker 2, or worker 1 when there
+	// was nothing to kill. The bounce step stops it.
+	Last *workerProc
 }
 
 // runWorkers is step 4: worker 1 sends until the kill lands in a window,
-// worker 2 finishes, then stops on SIGTERM.
+// worker 2 finishes and is left running for the bounce step.
 func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 	total := len(d.plan.committed())
 	res := &runResult{}
 	d.section(4, "Workers: sending, a crash, a restart")
-	args := workerArgs()
+	args := workerArgs(d.hookAddr)
 	d.say("A worker is a separate process, sendonce work, here with short timeouts (in production")
 	d.say("they are minutes):")
 	for i, line := range wrapFlags(args, 70) {
@@ -82,7 +85,8 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 
 	if !res.Killed {
 		d.say("Every email went out before one could be caught in the window: nothing to kill this time.")
-		return res, d.stopLast(w1)
+		res.Last = w1
+		return res, nil
 	}
 
 	// Let the fake API finish with the dead worker's requests, so its
@@ -162,7 +166,8 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 	b.close()
 	res.Recovery = time.Since(killedAt)
 	d.say("All %d intents sent, %s after the kill.", total, round(res.Recovery))
-	return res, d.stopLast(w2)
+	res.Last = w2
+	return res, nil
 }
 
 // poll is one step of a progress loop: it waits for the next tick of w's

@@ -42,7 +42,7 @@ type Options struct {
 	Logger *slog.Logger
 	// WorkerCommand builds the command of a worker process: `sendonce work`
 	// with args, and env (DATABASE_URL, OPENEMAIL_API_KEY,
-	// OPENEMAIL_BASE_URL) added to the environment. Nil re-executes the
+	// OPENEMAIL_BASE_URL, OPENEMAIL_WEBHOOK_SECRET) added to the environment. Nil re-executes the
 	// running binary (os.Executable) with "work" and args. If the returned
 	// command has no Env, the demo sets os.Environ() plus env; unset Stdout
 	// and Stderr go to Logger. The demo puts the process in a process group
@@ -62,10 +62,12 @@ type Options struct {
 const demoAPIKey = "oe_test_sendonce_demo"
 
 // Run runs the demo: a database, the fake OpenEmail API, an invoice run,
-// a worker killed mid-send and a second one that finishes, then a report.
-// It returns an error when a step fails, when ctx is cancelled, or when the
-// report finds a broken promise: an email delivered twice, an email of a
-// rolled-back invoice delivered, or a committed intent left unsent.
+// a worker killed mid-send and a second one that finishes, a bounce and
+// the suppressed email after it, then a report. It returns an error when a
+// step fails, when ctx is cancelled, or when the report finds a broken
+// promise: an email delivered twice, an email of a rolled-back invoice
+// delivered, a committed intent left unsent, or an email to a bounced
+// address sent.
 // Everything it started is stopped and removed before it returns.
 func Run(ctx context.Context, opts Options) error {
 	if opts.Out == nil {
@@ -119,6 +121,10 @@ type demo struct {
 	fake        *fakeapi.Server
 	ob          *outbox.Outbox
 	plan        *invoicePlan
+	// hookAddr is where the workers take the fake's webhooks, signed with
+	// hookSecret, which is never printed.
+	hookAddr   string
+	hookSecret string
 
 	// procCtx is handed to WorkerCommand. It is cancelled only in cleanup,
 	// after the workers were stopped, so the caller's cancellation leaves
@@ -150,11 +156,18 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.runInvoices(ctx); err != nil {
 		return err
 	}
+	if err := d.prepareBounce(ctx); err != nil {
+		return err
+	}
 	res, err := d.runWorkers(ctx)
 	if err != nil {
 		return err
 	}
-	rep, err := d.buildReport(ctx, res)
+	bounce, err := d.runBounce(ctx, res.Last)
+	if err != nil {
+		return err
+	}
+	rep, err := d.buildReport(ctx, res, bounce)
 	if err != nil {
 		return err
 	}

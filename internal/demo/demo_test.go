@@ -18,10 +18,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/demo"
 	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/internal/syncbuf"
+	"github.com/sendonce/sendonce/migrations"
 )
 
 // sendonceBin is the real sendonce binary, built by TestMain; the demo's
@@ -103,20 +105,32 @@ func assertGone(t *testing.T, pids []int) {
 }
 
 // runDemo runs the demo to the end and checks its report: 40 invoices,
-// 4 declined, 36 sent once each, and replays after the kill.
+// 4 declined, 36 sent once each, replays after the kill, one bounce and the
+// next email to that address suppressed; and the webhook secret the
+// workers got shown nowhere.
 func runDemo(t *testing.T, databaseURL string) string {
 	t.Helper()
 	cmd := worker(t)
+	var secrets []string // OPENEMAIL_WEBHOOK_SECRET of each worker
+	recordSecret := func(ctx context.Context, env []string, args ...string) *exec.Cmd {
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "OPENEMAIL_WEBHOOK_SECRET="); ok {
+				secrets = append(secrets, v)
+			}
+		}
+		return cmd(ctx, env, args...)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	var out syncbuf.Buffer // Options.Out, read while the demo runs
+	var out, logs syncbuf.Buffer // Options.Out, read while the demo runs; every log line
 	start := time.Now()
 	err := demo.Run(ctx, demo.Options{
-		DatabaseURL:   databaseURL,
-		Out:           &out,
-		Logger:        testLogger(t),
-		WorkerCommand: cmd,
+		DatabaseURL: databaseURL,
+		Out:         &out,
+		Logger: slog.New(slog.NewMultiHandler(testLogger(t).Handler(),
+			slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+		WorkerCommand: recordSecret,
 		Invoices:      40,
 		Seed:          7,
 	})
@@ -132,6 +146,8 @@ func runDemo(t *testing.T, databaseURL string) string {
 		"intents sent":          36,
 		"deliveries at the API": 36,
 		"duplicates at the API": 0,
+		"bounced":               1,
+		"suppressed":            1,
 	} {
 		if got := figure(t, o, label); got != want {
 			t.Errorf("%s = %d, want %d", label, got, want)
@@ -147,24 +163,82 @@ func runDemo(t *testing.T, databaseURL string) string {
 		t.Errorf("the demo named %d worker pids, want 2", len(pids))
 	}
 	assertGone(t, pids)
+
+	// Step 5 tells the bounce and the suppressed reminder, before the report.
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^5\. A bounce comes back\n(?s:.*)^6\. Report$`),
+		regexp.MustCompile(`invoice:inv_[0-9a-f]{4}_0040 has delivery status "bounced"`),
+		regexp.MustCompile(`charles@example\.org is on the suppression list`),
+		regexp.MustCompile(`key "reminder:inv_[0-9a-f]{4}_0040"`),
+		regexp.MustCompile(`parked it as "suppressed":\s+0 API calls`),
+		regexp.MustCompile(`(?m)^\s+bounced\s+1\s+charles@example\.org, by webhook; now on the suppression list$`),
+		regexp.MustCompile(`(?m)^\s+suppressed\s+1\s+the next email to the bounced address; 0 API calls$`),
+	} {
+		if !want.MatchString(o) {
+			t.Errorf("the output does not match %s", want)
+		}
+	}
+	if len(secrets) != 2 || secrets[0] == "" || secrets[0] != secrets[1] {
+		t.Fatalf("the workers got webhook secrets %d, want one of this run, the same for both", len(secrets))
+	}
+	for name, text := range map[string]string{"output": o, "log": logs.String()} {
+		if strings.Contains(text, secrets[0]) {
+			t.Errorf("the webhook secret shows in the demo's %s", name)
+		}
+	}
 	return o
 }
 
 func TestRunOnYourDatabase(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDBURL(t)
+	// A run killed before its cleanup left the bouncing address on the
+	// suppression list: the demo takes it off before its workers start,
+	// or the invoice's email would be parked instead of sent.
+	pool, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Up(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO sendonce_suppression (address, reason, source)
+		VALUES ('charles@example.org', 'bounced', 'webhook whd_left_by_a_killed_demo')`); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
 	o := runDemo(t, url)
 
 	// On a database of the caller's own, the demo drops its table and
-	// leaves the outbox rows.
+	// leaves the outbox rows, and takes the address that bounced off the
+	// suppression list.
 	conn := wantNoInvoiceTable(t, url)
-	var sent, replayed int
-	if err := conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'sent'), count(*) FILTER (WHERE replayed)
-		FROM sendonce_outbox WHERE idempotency_key LIKE 'invoice:inv\_%'`).Scan(&sent, &replayed); err != nil {
+	var sent, replayed, bounced int
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'sent'), count(*) FILTER (WHERE replayed),
+			count(*) FILTER (WHERE delivery_status = 'bounced')
+		FROM sendonce_outbox WHERE idempotency_key LIKE 'invoice:inv\_%'`).Scan(&sent, &replayed, &bounced); err != nil {
 		t.Fatal(err)
 	}
-	if want := figure(t, o, "replayed"); sent != 36 || replayed != want {
-		t.Errorf("outbox left with %d sent, %d replayed; want 36 and the report's %d", sent, replayed, want)
+	if want := figure(t, o, "replayed"); sent != 36 || replayed != want || bounced != 1 {
+		t.Errorf("outbox left with %d sent, %d replayed, %d bounced; want 36, the report's %d, 1", sent, replayed, bounced, want)
+	}
+	var reminders []string
+	rows, err := conn.Query(t.Context(), `SELECT state FROM sendonce_outbox WHERE idempotency_key LIKE 'reminder:inv\_%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reminders, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(reminders) != 1 || reminders[0] != "suppressed" {
+		t.Errorf("reminders left in the outbox in states %q, want one suppressed", reminders)
+	}
+	var listed int
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM sendonce_suppression`).Scan(&listed); err != nil {
+		t.Fatal(err)
+	}
+	if listed != 0 || !strings.Contains(o, "took charles@example.org off the suppression list") {
+		t.Errorf("%d addresses left on the suppression list, want 0, and the cleanup said so:\n%s", listed, o)
 	}
 }
 

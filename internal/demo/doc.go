@@ -9,9 +9,11 @@
 // worst moment it can find: while the API has already delivered some emails
 // but the worker has not yet written "sent" down. A second worker finishes
 // the run, River's rescuer hands it the interrupted jobs, and the API replays
-// them from their idempotency keys instead of sending them again. The report
-// at the end counts the deliveries in the fake API's ledger, so a duplicate
-// would show; Run returns an error when any promise is broken.
+// them from their idempotency keys instead of sending them again. Then one
+// customer's email bounces: the API's signed webhook puts the address on the
+// suppression list, and the next email to it is parked without an API call.
+// The report at the end counts the deliveries in the fake API's ledger, so a
+// duplicate would show; Run returns an error when any promise is broken.
 //
 // # The steps
 //
@@ -20,21 +22,37 @@
 //     Either way it is migrated (package migrations).
 //  2. The fake OpenEmail API (package fakeapi) on a loopback port, told to
 //     answer about one send in eight only a second after delivering it
-//     (the latency_after fault): the window the kill aims at.
+//     (the latency_after fault): the window the kill aims at. It POSTs a
+//     signed webhook for every email it delivers to the workers'
+//     --webhook-addr (a free loopback port), signed with a secret made at
+//     random for the run and handed to the workers in
+//     OPENEMAIL_WEBHOOK_SECRET; it is never printed.
 //  3. The invoice run: a table demo_invoices and, per invoice, one
 //     transaction that inserts the invoice and enqueues its email with
 //     outbox.Enqueue under the key "invoice:<invoice id>". One invoice in ten
 //     has its card declined and its transaction rolled back, email included.
+//     The last committed invoice goes to a customer of its own,
+//     charles@example.org, whose mailbox "does not exist": the fake's
+//     bounce rule matches that address and no other.
 //  4. Worker 1 (`sendonce work`, a real process) starts sending; a progress
 //     bar follows the outbox. Once a third of the emails are sent and some
-//     send sits in the window, worker 1 gets SIGKILL. Worker 2 starts at once.
-//  5. When every committed intent is sent, worker 2 gets SIGTERM and the
-//     report is printed: invoices committed and rolled back, intents sent and
-//     replayed, deliveries and duplicates at the API.
-//  6. Cleanup, always, also on errors and on cancellation of the context:
+//     send sits in the window, worker 1 gets SIGKILL. Worker 2 starts at once,
+//     and takes the webhooks on the same address (events in between are
+//     retried by the fake a few times, then given up: no one listens).
+//  5. When every committed intent is sent, the bounce: the demo awaits
+//     (polling, with a deadline) the bounced invoice's delivery status
+//     "bounced" and its address on sendonce_suppression, then enqueues a
+//     payment reminder to it ("reminder:<invoice id>") and awaits it parked
+//     as "suppressed", checking that the fake API never saw its key. Then
+//     the last worker gets SIGTERM.
+//  6. The report: invoices committed and rolled back, intents sent and
+//     replayed, deliveries and duplicates at the API, the bounce and the
+//     suppressed reminder.
+//  7. Cleanup, always, also on errors and on cancellation of the context:
 //     workers stopped, the fake closed, the throwaway cluster removed. On a
-//     database of your own only the demo's table is dropped; its outbox rows
-//     stay for you to inspect.
+//     database of your own only the demo's table is dropped and the bounced
+//     address taken off the suppression list; its outbox rows (and stored
+//     webhook events) stay for you to inspect.
 //
 // # Running it on your own database
 //
@@ -42,7 +60,12 @@
 //
 // The demo migrates the database, creates and finally drops the table
 // demo_invoices, and leaves its intents in sendonce_outbox (their keys start
-// "invoice:inv_" and a tag of the run). Its jobs go to a River queue of their
+// "invoice:inv_" or "reminder:inv_" and a tag of the run) and the webhook
+// events in sendonce_event. The bouncing address, charles@example.org, is
+// the demo's own: it is taken off the suppression list before the workers
+// start (an entry left by a demo killed before its cleanup would park that
+// invoice's email) and again at cleanup. While the demo runs, your own
+// workers would not mail that address either. Its jobs go to a River queue of their
 // own, sendonce_demo, so its workers never send your application's intents to
 // the fake API. Two things it cannot fence off, so do not run it against
 // production: a worker also gives River jobs to intents inserted by plain SQL
@@ -58,6 +81,9 @@
 // them. The demo's workers run with --job-timeout 3s and --rescue-after 4s
 // (in production these are minutes), but the rescuer runs only on River's
 // leader, and the killed worker was the leader: its lease has to lapse
-// (up to 15 s) before worker 2 takes over. The whole demo takes about half a
-// minute.
+// (up to 15 s) before worker 2 takes over. Sooner than that, worker 2's
+// reconciler sees that the worker which claimed the interrupted intents is
+// gone (its advisory lock went with it) and hands them to new jobs, which
+// replay them (README, "The guarantee, and its limits"). The whole demo
+// takes about ten seconds; the bounce step adds well under one.
 package demo

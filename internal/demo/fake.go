@@ -2,7 +2,10 @@ package demo
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
@@ -19,13 +22,30 @@ const (
 
 // startFake is step 2: the fake OpenEmail API in this process, with a slow
 // answer for the slow invoices' first send (times=1, so a replay is
-// answered at once).
+// answered at once), and signed delivery webhooks to the workers'
+// --webhook-addr, the bouncing invoice's as email.bounced.
 func (d *demo) startFake() error {
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return err
+	}
+	secret, err := newWebhookSecret()
+	if err != nil {
+		return err
+	}
+	d.hookAddr, d.hookSecret = addr, secret
+
 	faults := []fakeapi.Fault{{Kind: fakeapi.FaultLatency, Delay: apiLatency, Path: "/emails"}}
 	for _, inv := range d.plan.slow() {
 		faults = append(faults, fakeapi.Fault{Kind: fakeapi.FaultLatencyAfter, Delay: slowAnswer, Key: inv.Key(), Times: 1})
 	}
-	srv := fakeapi.New(fakeapi.Config{Faults: faults, Seed: d.opts.Seed})
+	faults = append(faults, fakeapi.Fault{Kind: fakeapi.FaultBounce, To: d.plan.bounced().Customer.Email})
+	srv := fakeapi.New(fakeapi.Config{
+		Faults:        faults,
+		Seed:          d.opts.Seed,
+		WebhookURL:    "http://" + addr + webhookPath,
+		WebhookSecret: secret,
+	})
 	url, err := srv.Start("127.0.0.1:0")
 	if err != nil {
 		srv.Close()
@@ -39,8 +59,38 @@ func (d *demo) startFake() error {
 	d.say("keys: a repeated key gets the stored message back (replayed: true) and nothing is sent.")
 	d.say("It keeps a ledger of what it delivers, which the report counts. To give the crash below")
 	d.say("a target, it answers 1 send in %d only %s after delivering it (fault latency_after):", slowEvery, slowAnswer)
-	d.say("the email is out, but its worker has not yet written \"sent\" down.")
+	d.say("the email is out, but its worker has not yet written \"sent\" down. And like the API it")
+	d.say("reports what became of each email with a signed webhook, to %s%s.", addr, webhookPath)
 	return nil
+}
+
+// webhookPath is where `sendonce work --webhook-addr` takes the API's
+// delivery webhooks.
+const webhookPath = "/webhooks/openemail"
+
+// freeLoopbackAddr finds a free port on 127.0.0.1 for the workers'
+// webhook listener. Worker 1 listens on it, and worker 2 on the same after
+// the kill, so the fake's events go to whichever is alive.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("demo: find a free port for the webhooks: %w", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		return "", fmt.Errorf("demo: find a free port for the webhooks: %w", err)
+	}
+	return addr, nil
+}
+
+// newWebhookSecret makes the run's webhook signing secret: random, handed
+// to the fake and to the workers (OPENEMAIL_WEBHOOK_SECRET), never shown.
+func newWebhookSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("demo: make a webhook secret: %w", err)
+	}
+	return "whsec_demo_" + hex.EncodeToString(b), nil
 }
 
 // deliveredUnrecorded returns the keys the fake API has delivered whose

@@ -26,6 +26,9 @@ type invoice struct {
 	// Slow is true for an invoice whose email the fake API answers only a
 	// while after delivering it: the window the kill aims at.
 	Slow bool
+	// Bounces is true for the one invoice whose email bounces: the API
+	// accepts it, and its webhook reports email.bounced a moment later.
+	Bounces bool
 }
 
 // Key is the invoice email's idempotency key, derived from the invoice
@@ -73,6 +76,10 @@ var customers = []customer{
 	{"Radia Perlman", "radia@example.org"},
 }
 
+// bouncer is the customer of the bouncing invoice, and of no other: the
+// suppression of the address touches that one customer's emails only.
+var bouncer = customer{"Charles Babbage", "charles@example.org"}
+
 // invoicePlan is the whole run, decided up front so the fake API can be
 // told which sends to slow down.
 type invoicePlan struct {
@@ -101,14 +108,21 @@ func planInvoices(n int, seed int64, tag string) *invoicePlan {
 	for _, i := range rng.Perm(n)[:declines] {
 		p.invoices[i].Declined = true
 	}
-	j := 0
+	j, last := 0, 0
 	for i := range p.invoices {
 		if p.invoices[i].Declined {
 			continue
 		}
 		p.invoices[i].Slow = j%slowEvery == slowEvery/2
 		j++
+		last = i
 	}
+	// The last committed invoice bounces: it is among the last sent, well
+	// after the kill, when a worker takes the webhooks. It is not slow, so
+	// its answer does not hold up the end of the run.
+	p.invoices[last].Customer = bouncer
+	p.invoices[last].Bounces = true
+	p.invoices[last].Slow = false
 	return p
 }
 
@@ -123,6 +137,11 @@ func (p *invoicePlan) committed() []invoice {
 // declined are the invoices whose transactions roll back.
 func (p *invoicePlan) declined() []invoice {
 	return p.filter(func(inv invoice) bool { return inv.Declined })
+}
+
+// bounced is the invoice whose email bounces.
+func (p *invoicePlan) bounced() invoice {
+	return p.filter(func(inv invoice) bool { return inv.Bounces })[0]
 }
 
 // slow are the invoices whose email the fake API answers late.

@@ -16,8 +16,18 @@ func TestPlanInvoices(t *testing.T) {
 	if n := len(p.slow()); n < 180/slowEvery || n > 180/slowEvery+1 {
 		t.Errorf("slow = %d, want one committed invoice in %d", n, slowEvery)
 	}
+	b := p.bounced()
+	if committed := p.committed(); b != committed[len(committed)-1] || b.Slow {
+		t.Errorf("the bouncing invoice %+v: want the last committed one, not slow", b)
+	}
 	seen := map[string]bool{}
+	bounces := 0
 	for _, inv := range p.invoices {
+		if inv.Bounces {
+			bounces++
+		} else if strings.Contains(inv.Customer.Email, b.Customer.Email) {
+			t.Errorf("%s goes to %s too: the bounce rule would take it", inv.ID, inv.Customer.Email)
+		}
 		if inv.Declined && inv.Slow {
 			t.Errorf("%s is declined and slow: a declined invoice is never sent", inv.ID)
 		}
@@ -29,6 +39,9 @@ func TestPlanInvoices(t *testing.T) {
 			t.Errorf("key %q twice", k)
 		}
 		seen[k] = true
+	}
+	if bounces != 1 {
+		t.Errorf("%d invoices bounce, want 1", bounces)
 	}
 
 	// The seed decides the story; the tag only the ids.

@@ -12,7 +12,7 @@ import (
 // counts are the run's intents by outcome, read from the outbox.
 type counts struct {
 	Sent     int // state sent
-	Settled  int // sent, failed or canceled: no worker will touch it again
+	Settled  int // sent, failed, canceled or suppressed: no worker will touch it again
 	Sending  int // claimed by a worker (or left so by a dead one)
 	Replayed int // sent, and the API's answer was a replay
 }
@@ -24,7 +24,7 @@ func (d *demo) readCounts(ctx context.Context) (counts, error) {
 	var c counts
 	err := d.pool.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE state = 'sent'),
-			count(*) FILTER (WHERE state IN ('sent', 'failed', 'canceled')),
+			count(*) FILTER (WHERE state IN ('sent', 'failed', 'canceled', 'suppressed')),
 			count(*) FILTER (WHERE state = 'sending'),
 			count(*) FILTER (WHERE replayed)
 		FROM sendonce_outbox WHERE starts_with(idempotency_key, $1)`, d.plan.keyPrefix()).

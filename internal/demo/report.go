@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sendonce/sendonce/outbox"
 )
 
-// report is step 5: the figures, from the outbox and the fake API's
+// report is step 6: the figures, from the outbox and the fake API's
 // ledger, and the promises checked against them.
 type report struct {
 	Committed  int
@@ -27,13 +29,34 @@ type report struct {
 	Duplicates int
 	// DuplicateOf names what was delivered more than once.
 	DuplicateOf []string
-	Elapsed     time.Duration
+	// Bounced counts the run's invoice intents with delivery status
+	// bounced. The promise: 1, the email to BouncedAddress, which is on
+	// the suppression list (BounceListed).
+	Bounced        int
+	BouncedAddress string
+	BounceListed   bool
+	// ReminderState is the state of the next email to the bounced address,
+	// and ReminderCalls the API requests made for it. The promise:
+	// suppressed, and 0.
+	ReminderState outbox.State
+	ReminderCalls int
+	Elapsed       time.Duration
 }
 
 // buildReport reads the figures once every intent is settled.
-func (d *demo) buildReport(ctx context.Context, res *runResult) (*report, error) {
+func (d *demo) buildReport(ctx context.Context, res *runResult, b *bounceResult) (*report, error) {
 	committed, declined := d.plan.committed(), d.plan.declined()
 	r := &report{Committed: len(committed), RolledBack: len(declined), Killed: res.Killed}
+	r.BouncedAddress, r.ReminderState = b.Invoice.Customer.Email, b.ReminderState
+	r.ReminderCalls = d.requestsFor(reminderKey(b.Invoice))
+	var err error
+	if r.BounceListed, err = d.suppressed(ctx, r.BouncedAddress); err != nil {
+		return nil, err
+	}
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox
+		WHERE starts_with(idempotency_key, $1) AND delivery_status = 'bounced'`, d.plan.keyPrefix()).Scan(&r.Bounced); err != nil {
+		return nil, fmt.Errorf("demo: read the outbox: %w", err)
+	}
 
 	c, err := d.readCounts(ctx)
 	if err != nil {
@@ -93,7 +116,7 @@ func extra(n map[string]int) (int, []string) {
 
 // printReport prints the figures, a verdict, and where to look next.
 func (d *demo) printReport(r *report) {
-	d.section(5, "Report")
+	d.section(6, "Report")
 	row := func(label string, n int, note string) { d.say("%-22s %5d   %s", label, n, note) }
 	row("invoices committed", r.Committed, "each with its email intent, in one transaction")
 	if len(r.RolledBackReached) == 0 {
@@ -122,22 +145,43 @@ func (d *demo) printReport(r *report) {
 	} else {
 		row("duplicates at the API", r.Duplicates, "BROKEN: "+sample(r.DuplicateOf, 3))
 	}
+	switch {
+	case r.Bounced == 1 && r.BounceListed:
+		row("bounced", r.Bounced, r.BouncedAddress+", by webhook; now on the suppression list")
+	case r.Bounced == 1:
+		row("bounced", r.Bounced, "BROKEN: "+r.BouncedAddress+" is not on the suppression list")
+	default:
+		row("bounced", r.Bounced, "BROKEN: want 1, the email to "+r.BouncedAddress)
+	}
+	suppressed := 0
+	if r.ReminderState == outbox.StateSuppressed {
+		suppressed = 1
+	}
+	if suppressed == 1 && r.ReminderCalls == 0 {
+		row("suppressed", suppressed, "the next email to the bounced address; 0 API calls")
+	} else {
+		row("suppressed", suppressed, fmt.Sprintf("BROKEN: the next email to the bounced address ended %q, %d API calls",
+			r.ReminderState, r.ReminderCalls))
+	}
 	if err := r.check(); err == nil {
 		d.printf("\nEvery committed invoice's email went out exactly once, through a SIGKILL, and no rolled-back\n")
-		d.printf("invoice's email went out at all. The demo took %s.\n", round(r.Elapsed))
+		d.printf("invoice's email went out at all; the address that bounced got nothing more. The demo took %s.\n",
+			round(r.Elapsed))
 	}
 
 	d.printf("\nWhere to look next\n")
 	d.say("%-28s %s", "sendonce status", "intents by state, and the age of the oldest waiting one")
 	d.say("%-28s %s", "sendonce list --state sent", "each intent: its key, the API's message id, the replayed flag")
-	d.say("%-28s %s", "README.md", `"The guarantee, and its limits"; "Many workers, many machines"`)
+	d.say("%-28s %s", "sendonce suppression list", "the addresses not mailed again: bounced, complained, added by hand")
+	d.say("%-28s %s", "README.md", `"The guarantee, and its limits"; "Delivery webhooks"`)
 	d.say("%-28s %s", "make test", "the test suite, with integration tests that kill workers mid-send")
 	if d.throwaway {
 		d.say("This database is thrown away now. To keep the rows and look at them with the commands")
 		d.say("above, run the demo on a database of yours: DATABASE_URL=postgres://... sendonce demo")
 	} else {
-		d.say("This run's %d intents stay in sendonce_outbox (keys %s…) for those commands;", r.Committed, d.plan.keyPrefix())
-		d.say("only the table demo_invoices is dropped.")
+		d.say("This run's %d intents stay in sendonce_outbox for those commands (keys %s…", r.Committed+1, d.plan.keyPrefix())
+		d.say("and %s); the table demo_invoices is dropped, and %s is", reminderKey(d.plan.bounced()), r.BouncedAddress)
+		d.say("taken off the suppression list.")
 	}
 	d.printf("\n")
 }
@@ -156,6 +200,18 @@ func (r *report) check() error {
 	}
 	if r.Deliveries != r.Committed {
 		broken = append(broken, fmt.Sprintf("the API delivered %d emails for %d committed invoices", r.Deliveries, r.Committed))
+	}
+	if r.Bounced != 1 {
+		broken = append(broken, fmt.Sprintf("%d invoice emails bounced, want 1 (to %s)", r.Bounced, r.BouncedAddress))
+	}
+	if !r.BounceListed {
+		broken = append(broken, fmt.Sprintf("the bounced address %s is not on the suppression list", r.BouncedAddress))
+	}
+	if r.ReminderCalls > 0 {
+		broken = append(broken, fmt.Sprintf("the next email to the bounced address reached the API %d times", r.ReminderCalls))
+	}
+	if r.ReminderState != outbox.StateSuppressed {
+		broken = append(broken, fmt.Sprintf("the next email to the bounced address ended %q, not suppressed", r.ReminderState))
 	}
 	if len(broken) == 0 {
 		return nil

@@ -4,28 +4,52 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sendonce/sendonce/outbox"
 )
 
 func TestReportCheckNamesEveryBrokenPromise(t *testing.T) {
-	good := report{Committed: 36, RolledBack: 4, Sent: 36, Replayed: 2, Killed: true, Deliveries: 36}
+	good := report{Committed: 36, RolledBack: 4, Sent: 36, Replayed: 2, Killed: true, Deliveries: 36,
+		Bounced: 1, BouncedAddress: "charles@example.org", BounceListed: true, ReminderState: outbox.StateSuppressed}
 	if err := good.check(); err != nil {
 		t.Fatalf("a clean run: check = %v", err)
+	}
+	with := func(change func(r *report)) report {
+		r := good
+		change(&r)
+		return r
 	}
 	for name, tc := range map[string]struct {
 		r    report
 		want string
 	}{
 		"duplicate": {
-			report{Committed: 36, Sent: 36, Deliveries: 37, Duplicates: 1},
+			with(func(r *report) { r.Deliveries, r.Duplicates = 37, 1 }),
 			"1 emails were delivered more than once",
 		},
 		"rolled back reached the API": {
-			report{Committed: 36, Sent: 36, Deliveries: 36, RolledBackReached: []string{"invoice:inv_x_0003"}},
+			with(func(r *report) { r.RolledBackReached = []string{"invoice:inv_x_0003"} }),
 			"1 emails of rolled-back invoices reached the API",
 		},
 		"unsent": {
-			report{Committed: 36, Sent: 35, Unsent: 1, Deliveries: 35},
+			with(func(r *report) { r.Sent, r.Unsent, r.Deliveries = 35, 1, 35 }),
 			"1 committed intents were not sent",
+		},
+		"no bounce": {
+			with(func(r *report) { r.Bounced = 0 }),
+			"0 invoice emails bounced, want 1 (to charles@example.org)",
+		},
+		"bounced address not suppressed": {
+			with(func(r *report) { r.BounceListed = false }),
+			"the bounced address charles@example.org is not on the suppression list",
+		},
+		"reminder sent": {
+			with(func(r *report) { r.ReminderState, r.ReminderCalls = outbox.StateSent, 1 }),
+			`the next email to the bounced address reached the API 1 times; the next email to the bounced address ended "sent", not suppressed`,
+		},
+		"reminder failed": {
+			with(func(r *report) { r.ReminderState = outbox.StateFailed }),
+			`the next email to the bounced address ended "failed", not suppressed`,
 		},
 	} {
 		err := tc.r.check()

@@ -23,8 +23,9 @@ const (
 	apiTimeout        = "2s"
 )
 
-// workerArgs are the arguments of `sendonce work` for the demo's workers.
-func workerArgs() []string {
+// workerArgs are the arguments of `sendonce work` for the demo's workers;
+// hookAddr is where they take the fake API's webhooks.
+func workerArgs(hookAddr string) []string {
 	return []string{
 		"--concurrency", workerConcurrency,
 		"--queue", Queue,
@@ -35,8 +36,13 @@ func workerArgs() []string {
 		"--log-format", "json",
 		"--log-level", "info",
 		"--fetch-poll-interval", "200ms",
+		"--webhook-addr", hookAddr,
 	}
 }
+
+// envWebhookSecret is where `sendonce work` reads the webhook signing
+// secret: the environment only, as flags show in ps.
+const envWebhookSecret = "OPENEMAIL_WEBHOOK_SECRET"
 
 // workerProc is one worker process.
 type workerProc struct {
@@ -53,8 +59,9 @@ func (d *demo) startWorker(n int) (*workerProc, error) {
 		"DATABASE_URL=" + d.dbURL,
 		"OPENEMAIL_API_KEY=" + demoAPIKey,
 		"OPENEMAIL_BASE_URL=" + d.fake.URL(),
+		envWebhookSecret + "=" + d.hookSecret,
 	}
-	cmd := d.opts.WorkerCommand(d.procCtx, env, workerArgs()...)
+	cmd := d.opts.WorkerCommand(d.procCtx, env, workerArgs(d.hookAddr)...)
 	if cmd.Env == nil {
 		cmd.Env = append(os.Environ(), env...)
 	}

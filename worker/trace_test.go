@@ -144,6 +144,62 @@ func TestSendSpanTree(t *testing.T) {
 	}
 }
 
+// TestBatchSpanLinksMembers: a coalesced batch's span, a child of River's
+// job span, links to the span that enqueued each member.
+func TestBatchSpanLinksMembers(t *testing.T) {
+	t.Parallel()
+	ctx, pool, ob, fake, c := e2eSetup(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	var enqueuers []trace.SpanContext
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for i := range 3 {
+			reqCtx, req := tp.Tracer("app").Start(ctx, "POST /invoices")
+			_, err := ob.Enqueue(reqCtx, tx, outbox.Intent{Key: fmt.Sprintf("invoice:%d", i), Payload: json.RawMessage(body(fmt.Sprintf("c%d@example.com", i)))})
+			req.End()
+			if err != nil {
+				return err
+			}
+			enqueuers = append(enqueuers, req.SpanContext())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The batch freezes when its three members joined: no timing involved.
+	w := start(t, pool, &worker.Config{Client: c, TracerProvider: tp, Coalesce: 3, CoalesceWait: time.Minute})
+	done, unsubscribe := w.RiverClient().Subscribe(river.EventKindJobCompleted)
+	defer unsubscribe()
+	for completed := false; !completed; {
+		select {
+		case ev := <-done:
+			completed = ev.Job.Kind == "sendonce_batch"
+		case <-ctx.Done():
+			t.Fatalf("no batch job completed: %v (%d deliveries)", ctx.Err(), len(fake.Deliveries()))
+		}
+	}
+
+	spans := exp.GetSpans()
+	job := only(t, spans, func(s tracetest.SpanStub) bool { return s.Name == "river.work/sendonce_batch" })
+	batch := only(t, spans, func(s tracetest.SpanStub) bool { return s.Name == "sendonce.send_batch" })
+	if batch.Parent.SpanID() != job.SpanContext.SpanID() {
+		t.Errorf("batch span's parent %s, want River's job span %s", batch.Parent.SpanID(), job.SpanContext.SpanID())
+	}
+	linked := map[trace.SpanID]bool{}
+	for _, l := range batch.Links {
+		linked[l.SpanContext.SpanID()] = true
+	}
+	for i, e := range enqueuers {
+		if !linked[e.SpanID()] {
+			t.Errorf("batch span does not link to member %d's enqueuer %s (links %v)", i, e.SpanID(), batch.Links)
+		}
+	}
+	wantAttrs(t, "batch", batch.Attributes, map[string]any{"sendonce.outcome": "sent", "sendonce.batch.members": int64(3),
+		"sendonce.batch.sent": int64(3), "sendonce.replayed": false})
+	noSecrets(t, spans, "oe_test_e2e000000000000")
+}
+
 // only finds the one span that matches.
 func only(t *testing.T, spans tracetest.SpanStubs, match func(tracetest.SpanStub) bool) tracetest.SpanStub {
 	t.Helper()

@@ -86,6 +86,9 @@ func TestBinaryTraces(t *testing.T) {
 		emailBody("traced@example.com"), parent); err != nil {
 		t.Fatal(err)
 	}
+	if r := runBinary(t, bin, environ, "", "show", "sql:traced"); r.code != 0 || !strings.Contains(r.stdout, "traceparent:") || !strings.Contains(r.stdout, parent) {
+		t.Errorf("show: %v, want the stored traceparent", r)
+	}
 	// A malformed traceparent is refused, naming the column's check.
 	_, err := pool.Exec(t.Context(), `INSERT INTO sendonce_outbox (idempotency_key, payload, traceparent) VALUES ('sql:bad', $1, 'nope')`,
 		emailBody("bad@example.com"))

@@ -26,10 +26,11 @@ const (
 )
 
 // tracer gives the tracer of the span in ctx, so that the attempts are
-// recorded by whatever provider recorded their parent; without a parent,
-// the global one (a no-op unless the program set one).
+// recorded by whatever provider records their parent; without a recording
+// parent (none, or only a span context extracted from headers), the global
+// one (a no-op unless the program set one).
 func tracer(ctx context.Context) trace.Tracer {
-	if s := trace.SpanFromContext(ctx); s.SpanContext().IsValid() {
+	if s := trace.SpanFromContext(ctx); s.IsRecording() {
 		return s.TracerProvider().Tracer(tracerName)
 	}
 	return otel.Tracer(tracerName)

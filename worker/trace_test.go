@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -56,9 +57,7 @@ func TestSendSpanTree(t *testing.T) {
 			}
 			exp := tracetest.NewInMemoryExporter()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-			w := start(t, pool, &worker.Config{Client: c, TracerProvider: tp, Concurrency: 1})
-			done, unsubscribe := w.RiverClient().Subscribe(river.EventKindJobCompleted)
-			defer unsubscribe()
+			done := startSubscribed(t, pool, &worker.Config{Client: c, TracerProvider: tp, Concurrency: 1})
 
 			// The application's request: its span is the enqueuer.
 			key := "invoice:trace-" + tc.name
@@ -168,9 +167,7 @@ func TestBatchSpanLinksMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The batch freezes when its three members joined: no timing involved.
-	w := start(t, pool, &worker.Config{Client: c, TracerProvider: tp, Coalesce: 3, CoalesceWait: time.Minute})
-	done, unsubscribe := w.RiverClient().Subscribe(river.EventKindJobCompleted)
-	defer unsubscribe()
+	done := startSubscribed(t, pool, &worker.Config{Client: c, TracerProvider: tp, Coalesce: 3, CoalesceWait: time.Minute})
 	for completed := false; !completed; {
 		select {
 		case ev := <-done:
@@ -198,6 +195,23 @@ func TestBatchSpanLinksMembers(t *testing.T) {
 	wantAttrs(t, "batch", batch.Attributes, map[string]any{"sendonce.outcome": "sent", "sendonce.batch.members": int64(3),
 		"sendonce.batch.sent": int64(3), "sendonce.replayed": false})
 	noSecrets(t, spans, "oe_test_e2e000000000000")
+}
+
+// startSubscribed starts a worker that stops when the test ends, and
+// returns its River client's job completions, subscribed before it starts.
+func startSubscribed(t *testing.T, pool *pgxpool.Pool, cfg *worker.Config) <-chan *river.Event {
+	t.Helper()
+	w, err := worker.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, unsubscribe := w.RiverClient().Subscribe(river.EventKindJobCompleted)
+	t.Cleanup(unsubscribe)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(context.Background()) })
+	return done
 }
 
 // only finds the one span that matches.

@@ -147,21 +147,26 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		log.LogAttrs(ctx, slog.LevelDebug, "openemail: attempt", slog.Int("attempt", attempt+1), slog.Bool("repeatable", repeatable))
 		started := time.Now()
 
-		resp, err := c.attempt(ctx, method, u.String(), body, header)
+		actx, span := startAttempt(ctx, callLabel(r), method, u, idemKey, attempt)
+		resp, err := c.attempt(actx, method, u.String(), body, header)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The caller's cancellation or deadline: never retried.
 				if !errors.Is(err, ctx.Err()) {
 					err = fmt.Errorf("%w: %w", ctx.Err(), err)
 				}
-				return nil, c.networkError(method, logURL, err)
+				nerr := c.networkError(method, logURL, err)
+				endAttempt(span, 0, nerr, false, 0)
+				return nil, nerr
 			}
 			nerr := c.networkError(method, logURL, err)
 			if !repeatable || attempt >= c.cfg.maxRetries {
+				endAttempt(span, 0, nerr, false, 0)
 				log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, giving up", slog.Int("attempt", attempt+1), slog.String("error", nerr.Error()))
 				return nil, nerr
 			}
 			wait := backoff(attempt + 1)
+			endAttempt(span, 0, nerr, true, wait)
 			log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, retrying", slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.String("error", nerr.Error()))
 			if err := c.wait(ctx, wait); err != nil {
 				return nil, c.networkError(method, logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, nerr.Error()))
@@ -174,25 +179,32 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		if resp.status >= 200 && resp.status <= 299 {
 			if len(bytes.TrimSpace(resp.body)) > 0 && !json.Valid(resp.body) {
 				// The work may have been done; retrying cannot tell.
-				return nil, unrecognisedSuccess(resp.status, resp.header, resp.body)
+				err := unrecognisedSuccess(resp.status, resp.header, resp.body)
+				endAttempt(span, resp.status, err, false, 0)
+				return nil, err
 			}
+			endAttempt(span, resp.status, nil, false, 0)
 			return resp, nil
 		}
 
 		wait, hasWait := retryAfterFrom(resp.header, c.cfg.now())
 		apiErr := c.redactAPIError(parseAPIError(resp.status, resp.header, resp.body, wait))
 		if !repeatable || attempt >= c.cfg.maxRetries || !retryStatuses[resp.status] {
+			endAttempt(span, resp.status, apiErr, false, 0)
 			return nil, apiErr
 		}
 		switch {
 		case hasWait && wait > maxRetryAfter:
 			// Asked to stop, not to sleep.
+			endAttempt(span, resp.status, apiErr, false, 0)
 			return nil, apiErr
 		case !hasWait && resp.status == http.StatusTooManyRequests:
+			endAttempt(span, resp.status, apiErr, false, 0)
 			return nil, apiErr
 		case !hasWait:
 			wait = backoff(attempt + 1)
 		}
+		endAttempt(span, resp.status, apiErr, true, wait)
 		log.LogAttrs(ctx, slog.LevelDebug, "openemail: retrying", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("wait", wait), slog.Bool("retry_after", hasWait))
 		if err := c.wait(ctx, wait); err != nil {
 			return nil, c.networkError(method, logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, apiErr.Error()))

@@ -30,6 +30,10 @@ type EnqueueResult struct {
 // Existing set. With a different payload it returns a *KeyReuseError. An
 // invalid intent returns an *InvalidError. In both cases nothing is written
 // and the caller's transaction is left usable.
+//
+// When ctx carries an OpenTelemetry span, its W3C trace context is stored
+// with the intent (Record.TraceParent), and the worker's send span links
+// to it.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueResult, error) {
 	res, err := o.EnqueueMany(ctx, tx, []Intent{in})
 	if err != nil {
@@ -49,7 +53,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueRes
 // EnqueueMany is Enqueue for many intents at once: one statement writes all
 // their rows and jobs, in one round trip to the database (see insertSQL).
 // The intents are all validated before anything is written; an error about
-// one names its index.
+// one names its index. All of them get the trace context of ctx's span.
 func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) ([]*EnqueueResult, error) {
 	if len(intents) == 0 {
 		return nil, nil

@@ -41,15 +41,16 @@ import (
 //
 // Each new row draws its job id from River's sequence; only the rows ON
 // CONFLICT lets in get a job, so a key already stored leaves no job behind.
-// The rows go in in key order (see EnqueueMany).
+// The rows go in in key order (see EnqueueMany). All the rows of one call
+// get the trace context of the caller's span ($12, $13; see traceContext).
 const insertSQL = `
 	WITH i AS MATERIALIZED (
 		SELECT *, nextval('river_job_id_seq'::regclass) AS job_id
 		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::timestamptz[], $6::jsonb[]) WITH ORDINALITY
 			AS i(key, kind, payload, template_id, send_at, args, ord)
 	), o AS (
-		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id, run_key)
-		SELECT key, kind, payload, template_id, send_at, job_id, nullif($11, '') FROM i ORDER BY ord
+		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id, run_key, traceparent, tracestate)
+		SELECT key, kind, payload, template_id, send_at, job_id, nullif($11, ''), nullif($12, ''), nullif($13, '') FROM i ORDER BY ord
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING *
 	), job AS (
@@ -95,9 +96,10 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 		available = available || in[i].SendAt.IsZero()
 	}
 	kinds, payloads, templates, sendAts := columnsOf(batch)
+	parent, state := traceContext(ctx)
 	b := &pgx.Batch{}
 	b.Queue(insertSQL, keys, kinds, payloads, templates, sendAts, args,
-		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run)
+		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run, parent, state)
 	if available {
 		b.Queue(notifySQL, fmt.Sprintf(`{"queue": %q}`, opts.Queue))
 	}

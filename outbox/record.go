@@ -79,24 +79,30 @@ type Record struct {
 	// SuppressedRecipients are the recipients found on the suppression list
 	// when the intent was first claimed: every attempt sends without them
 	// (or, all of them, the intent is suppressed).
-	SuppressedRecipients []string   `json:"suppressedRecipients,omitempty"`
-	CreatedAt            time.Time  `json:"createdAt"`
-	UpdatedAt            time.Time  `json:"updatedAt"`
-	SentAt               *time.Time `json:"sentAt,omitempty"`
+	SuppressedRecipients []string `json:"suppressedRecipients,omitempty"`
+	// TraceParent is the W3C traceparent of the span the intent was
+	// enqueued in, and TraceState its tracestate; empty when there was
+	// none. The worker's send span links to it (see the README's Tracing).
+	TraceParent string     `json:"traceparent,omitempty"`
+	TraceState  string     `json:"tracestate,omitempty"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	UpdatedAt   time.Time  `json:"updatedAt"`
+	SentAt      *time.Time `json:"sentAt,omitempty"`
 }
 
 // columns is the select list that scanRecord reads, in order.
 const columns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), send_at, state, attempts,
 	coalesce(message_id, ''), replayed, coalesce(last_error, ''), job_id, first_attempt_at,
 	created_at, updated_at, sent_at, uncertain, snoozes, coalesce(api_key_fingerprint, ''), forced_retry_at, claimed_by,
-	coalesce(batch_key, ''), coalesce(delivery_status, ''), delivery_status_at, suppressed_recipients`
+	coalesce(batch_key, ''), coalesce(delivery_status, ''), delivery_status_at, suppressed_recipients,
+	coalesce(traceparent, ''), coalesce(tracestate, '')`
 
 func scanRecord(row pgx.Row, extra ...any) (*Record, error) {
 	r := &Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.SendAt, &r.State, &r.Attempts,
 		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
 		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy,
-		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt, &r.SuppressedRecipients}
+		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt, &r.SuppressedRecipients, &r.TraceParent, &r.TraceState}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/internal/sendjob"
@@ -34,14 +35,24 @@ func (bw *batchWorker) NextRetry(job *river.Job[sendjob.BatchArgs]) time.Time {
 	return bw.w.NextRetry(&river.Job[sendjob.Args]{JobRow: job.JobRow})
 }
 
-// Work sends the batch and records each member's outcome.
-func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArgs]) error {
+// Work sends the batch and records each member's outcome. It runs in a
+// span (a child of River's job span) linked to the spans that enqueued the
+// members, with the claim and the HTTP attempts as children.
+func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArgs]) (err error) {
 	w := bw.w
+	ctx, span := w.tracer.Start(ctx, spanSendBatch, trace.WithAttributes(attrBatchKey.String(job.Args.Key), attrJobID.Int64(job.ID)))
+	defer func() { endSend(span, err) }()
 	bulk := job.Args.RunKey != ""
 	if err := w.waitForBudget(ctx, bulk); err != nil {
 		return err
 	}
-	b, ok, err := sendstate.ClaimBatch(ctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, w.claimOptions())
+	cctx, cspan := w.startClaim(ctx)
+	b, ok, err := sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, w.claimOptions())
+	if ok {
+		endClaim(cspan, ok, b.Attempts, b.Uncertain, err)
+	} else {
+		endClaim(cspan, ok, 0, false, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -50,15 +61,20 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		if err != nil {
 			return river.JobCancel(err)
 		}
+		span.SetAttributes(attrOutcome.String("skipped"))
 		w.cfg.Logger.Debug("batch job skipped", "batch", job.Args.Key, "state", state, "job_id", job.ID)
 		return nil
 	}
+	span.SetAttributes(attrMembers.Int(len(b.Members)), attrAttempt.Int(b.Attempts))
 	first := b.FirstAttemptAt
 	rec := &outbox.Record{Key: b.Key, Kind: outbox.KindEmail, Attempts: b.Attempts, Snoozes: b.Snoozes,
 		FirstAttemptAt: &first, APIKeyFingerprint: b.APIKeyFingerprint, Uncertain: b.Uncertain}
 	log := w.cfg.Logger.With("batch", b.Key, "members", len(b.Members), "attempt", b.Attempts, "job_id", job.ID)
+	if err := bw.linkMembers(ctx, span, b); err != nil {
+		log.Warn("batch span not linked to its members' traces", "error", err)
+	}
 	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(),
-		windowLeft: b.WindowLeft, batch: true, bulk: bulk}
+		windowLeft: b.WindowLeft, batch: true, bulk: bulk, span: span}
 	if err := a.check(ctx); err != nil {
 		return err
 	}
@@ -118,6 +134,7 @@ func (bw *batchWorker) record(ctx context.Context, a *attempt, b *sendstate.Batc
 	if answer.Replayed {
 		result = ResultReplayed
 	}
+	a.note("sent", attrReplayed.Bool(answer.Replayed), attrSent.Int(len(sent)), attrFailed.Int(len(failed)))
 	// An outcome per member; the one API call's latency once.
 	obs, latency := a.w.cfg.Observer, elapsed
 	for range sent {
@@ -143,6 +160,7 @@ func (bw *batchWorker) split(ctx context.Context, a *attempt, parts []sendstate.
 	if !ok {
 		return nil // no longer this job's batch
 	}
+	a.note("split", attrReason.String(reason))
 	a.w.cfg.Observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultSplit})
 	sizes := make([]int, len(parts))
 	for i, p := range parts {

@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/internal/budget"
@@ -140,6 +143,10 @@ type sendWorker struct {
 	// email intents into batches.
 	coalesce *coalescer
 
+	// tracer makes the send's spans (see trace.go); the global provider's
+	// unless Config.TracerProvider names another.
+	tracer trace.Tracer
+
 	// afterSend, when set (by tests), runs after the API answered and
 	// before the outcome is recorded; an error from it stands for a crash
 	// in that window.
@@ -151,7 +158,7 @@ func newSendWorker(pool *pgxpool.Pool, c *client.Client, cfg *SendConfig) *sendW
 	if cfg == nil {
 		cfg = &SendConfig{}
 	}
-	return &sendWorker{pool: pool, client: c, cfg: cfg.withDefaults(), keyFingerprint: c.KeyFingerprint()}
+	return &sendWorker{pool: pool, client: c, cfg: cfg.withDefaults(), keyFingerprint: c.KeyFingerprint(), tracer: otel.Tracer(tracerName)}
 }
 
 // NextRetry spaces River's attempts: RetryBase·2^(attempt-1), at most
@@ -174,14 +181,22 @@ func (w *sendWorker) retryDelay(attempt int) time.Duration {
 // Work sends the intent named by the job and maps the outcome to a state.
 // With coalescing on, an email intent first offers itself to a batch; once
 // frozen into one, its job is done and the batch's job sends it.
-func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) error {
+//
+// It runs in a span (a child of River's job span) that links to the span
+// the intent was enqueued in, with the claim and the HTTP attempts as
+// children and the outcome as attributes.
+func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (err error) {
 	key := job.Args.Key
+	ctx, span := w.tracer.Start(ctx, spanSend, trace.WithAttributes(
+		attrKey.String(key), attrKind.String(job.Args.IntentKind), attrJobID.Int64(job.ID)))
+	defer func() { endSend(span, err) }()
 	if w.coalesce != nil && job.Args.IntentKind == string(outbox.KindEmail) {
 		batchKey, err := w.coalesce.join(ctx, job.Queue, job.Args.RunKey, sendstate.ClaimRequest{Key: key, JobID: job.ID})
 		if err != nil {
 			return err
 		}
 		if batchKey != "" {
+			span.SetAttributes(attrOutcome.String("coalesced"), attrBatchKey.String(batchKey))
 			w.cfg.Observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultCoalesced})
 			return nil
 		}
@@ -192,7 +207,13 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) err
 	if err := w.waitForBudget(ctx, bulk); err != nil {
 		return err
 	}
-	c, ok, err := w.claim(ctx, sendstate.ClaimRequest{Key: key, JobID: job.ID})
+	cctx, cspan := w.startClaim(ctx)
+	c, ok, err := w.claim(cctx, sendstate.ClaimRequest{Key: key, JobID: job.ID})
+	if ok {
+		endClaim(cspan, ok, c.Record.Attempts, c.Record.Uncertain, err)
+	} else {
+		endClaim(cspan, ok, 0, false, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -200,8 +221,12 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) err
 		return w.skip(ctx, job)
 	}
 	rec := c.Record
+	if l, ok := enqueuerLink(rec.TraceParent, rec.TraceState); ok {
+		span.AddLink(l)
+	}
+	span.SetAttributes(attrAttempt.Int(rec.Attempts))
 	log := w.cfg.Logger.With("key", key, "kind", string(rec.Kind), "attempt", rec.Attempts, "job_id", job.ID)
-	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft, bulk: bulk}
+	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft, bulk: bulk, span: span}
 	if err := a.check(ctx); err != nil {
 		return err
 	}
@@ -286,6 +311,7 @@ func (a *attempt) suppress(ctx context.Context) (parked bool, err error) {
 	if err := sendstate.MarkSuppressed(context.WithoutCancel(ctx), a.w.pool, a.outcome(reason, false, false)); err != nil {
 		return true, err
 	}
+	a.note("suppressed")
 	a.w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSuppressed})
 	a.log.Info("intent suppressed; no API call", "suppressed", len(rec.SuppressedRecipients))
 	return true, nil
@@ -337,6 +363,8 @@ type attempt struct {
 	batch bool
 	// bulk is set for a send of a run: it yields the budget to others.
 	bulk bool
+	// span is the send's span, which the outcome is noted on.
+	span trace.Span
 }
 
 // left is what remains of the replay window now.
@@ -359,6 +387,7 @@ func (a *attempt) sent(ctx context.Context, res sendResult, elapsed time.Duratio
 	if res.replayed {
 		result = ResultReplayed
 	}
+	a.note("sent", attrMessageID.String(res.messageID), attrReplayed.Bool(res.replayed))
 	a.w.cfg.Observer.Observe(Outcome{Kind: a.rec.Kind, Result: result, APILatency: elapsed})
 	a.log.Info("sent", "message_id", res.messageID, "replayed", res.replayed)
 	return nil
@@ -378,6 +407,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		if err := a.markPending(ctx, a.outcome(reason, true, false)); err != nil {
 			return err
 		}
+		a.note("pending", attrUncertain.Bool(true), attrReason.String(reason))
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
 		a.log.Info("send cut off by shutdown; it goes back to the queue", "reason", reason)
 		return fmt.Errorf("%s: %w", reason, ctx.Err())
@@ -417,6 +447,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		if err := a.markPending(ctx, a.outcome(reason, uncertain, !rateLimited)); err != nil {
 			return err
 		}
+		a.note("snoozed", attrUncertain.Bool(uncertain), attrReason.String(reason))
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSnoozed, APILatency: elapsed})
 		a.log.Info("snoozed", "wait", wait, "reason", reason)
 		return river.JobSnooze(wait)
@@ -435,6 +466,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		if err := a.markPending(ctx, a.outcome(reason, true, false)); err != nil {
 			return err
 		}
+		a.note("pending", attrUncertain.Bool(true), attrReason.String(reason))
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
 		a.log.Warn("send failed, will retry", "reason", reason)
 		return errors.New(reason)
@@ -459,6 +491,10 @@ func (a *attempt) park(ctx context.Context, result Result, uncertain bool, reaso
 	}
 	if err := mark(context.WithoutCancel(ctx), a.w.pool, o); err != nil {
 		return err
+	}
+	a.note("failed", attrUncertain.Bool(uncertain), attrReason.String(reason))
+	if a.span != nil {
+		a.span.SetStatus(codes.Error, reason)
 	}
 	if result != "" {
 		a.w.cfg.Observer.Observe(Outcome{Kind: a.rec.Kind, Result: result})
@@ -487,6 +523,7 @@ func (w *sendWorker) skip(ctx context.Context, job *river.Job[sendjob.Args]) err
 	} else {
 		log.Debug("intent already settled", "state", string(p.State))
 	}
+	trace.SpanFromContext(ctx).SetAttributes(attrOutcome.String("skipped"))
 	w.cfg.Observer.Observe(Outcome{Kind: p.Kind, Result: ResultSkipped})
 	return nil
 }

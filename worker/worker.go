@@ -12,6 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/internal/budget"
@@ -84,6 +88,11 @@ type Config struct {
 	Producers map[string]Producer
 	// Send tunes the outcome mapping.
 	Send SendConfig
+	// TracerProvider records the worker's spans: River's job span (from
+	// River's OpenTelemetry middleware), the send span in it, the claim and
+	// the client's HTTP attempts (see the README's Tracing). Nil: the global
+	// provider (otel.GetTracerProvider), a no-op unless the program set one.
+	TracerProvider trace.TracerProvider
 	// Logger receives the worker's and River's logs.
 	Logger *slog.Logger
 }
@@ -190,6 +199,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		coalesceWait = DefaultCoalesceWait
 	}
 	sendWorker := newSendWorker(pool, c, &sendCfg)
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	sendWorker.tracer = tp.Tracer(tracerName)
 	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budgetRate(cfg.RateLimits), logger)
 	batcher := &sendstate.Batcher{Pool: pool}
 	workers := river.NewWorkers()
@@ -209,6 +223,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		FetchCooldown:        cooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		Logger:               logger,
+		// The job's span; the send's span is its child.
+		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+			TracerProvider: tp, EnableWorkSpanJobKindSuffix: true,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: river client: %w", err)

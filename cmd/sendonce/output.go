@@ -66,6 +66,7 @@ func printRecord(w io.Writer, r *outbox.Record) {
 	if r.JobID != nil {
 		row("river job", fmt.Sprint(*r.JobID))
 	}
+	row("traceparent", r.TraceParent) // the enqueuer's span, which the send span links to
 	row("created", stamp(r.CreatedAt))
 	if r.FirstAttemptAt != nil {
 		row("first attempt", stamp(*r.FirstAttemptAt))

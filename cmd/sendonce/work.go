@@ -17,6 +17,7 @@ import (
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/internal/httpserver"
 	"github.com/sendonce/sendonce/internal/metrics"
+	"github.com/sendonce/sendonce/internal/tracing"
 	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/webhook"
@@ -83,6 +84,11 @@ gives its intent a delivery status (delivered, delivery_delayed, bounced,
 complained, failed, suppressed: see "sendonce show" and "list --delivery").
 A refused delivery (bad or stale signature 401, bad body 400, over 1 MiB 413)
 stores nothing. work refuses to start with --webhook-addr and no secret.
+
+Tracing (OpenTelemetry) is off unless the standard environment asks for it:
+OTEL_TRACES_EXPORTER=otlp|console (none: off), or an OTLP endpoint in
+OTEL_EXPORTER_OTLP_ENDPOINT. Each send is a span under River's job span,
+linked to the span that enqueued the intent; buffered spans are sent at exit.
 
 Every flag can also be set by its environment variable (shown with the flag);
 a flag given on the command line wins.`
@@ -312,6 +318,23 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	m.WatchOutbox(ob, 5*time.Second, log)
 	m.WatchBudget(pool, 5*time.Second, log)
 	m.WatchRuns(ob, 5*time.Second, log)
+
+	// Tracing, when the OTEL_* environment asks for it; flushed at exit,
+	// after the last send.
+	tr, err := tracing.Setup(ctx, "sendonce")
+	if err != nil {
+		return err
+	}
+	if tr != nil {
+		log.Info("tracing on", "exporter", tr.Exporter)
+		defer func() {
+			flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tr.Shutdown(flushCtx); err != nil {
+				log.Warn("spans not all sent at exit", "error", err)
+			}
+		}()
+	}
 
 	w, err := worker.New(pool, &worker.Config{
 		Client:            c,

@@ -33,14 +33,17 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// claimColumns is what a claim returns of an intent: what a send needs.
+// claimColumns is what a claim returns of an intent: what a send needs,
+// and the trace context its span links to.
 const claimColumns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), state, attempts,
-	uncertain, snoozes, coalesce(api_key_fingerprint, ''), job_id, first_attempt_at, suppressed_recipients`
+	uncertain, snoozes, coalesce(api_key_fingerprint, ''), job_id, first_attempt_at, suppressed_recipients,
+	coalesce(traceparent, ''), coalesce(tracestate, '')`
 
 func scanClaimed(row pgx.Row, extra ...any) (*outbox.Record, error) {
 	r := &outbox.Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.State, &r.Attempts,
-		&r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.JobID, &r.FirstAttemptAt, &r.SuppressedRecipients}
+		&r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.JobID, &r.FirstAttemptAt, &r.SuppressedRecipients,
+		&r.TraceParent, &r.TraceState}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

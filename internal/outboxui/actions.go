@@ -20,7 +20,9 @@ type confirmData struct {
 	CanGo    bool     // the form to go on is shown
 }
 
-func (h *Handler) confirmRetry(w http.ResponseWriter, r *http.Request) { h.confirm(w, r, "retry", http.StatusOK, nil) }
+func (h *Handler) confirmRetry(w http.ResponseWriter, r *http.Request) {
+	h.confirm(w, r, "retry", http.StatusOK, nil)
+}
 
 func (h *Handler) confirmCancel(w http.ResponseWriter, r *http.Request) {
 	h.confirm(w, r, "cancel", http.StatusOK, nil)

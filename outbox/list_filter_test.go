@@ -22,6 +22,12 @@ func TestListFilters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := pool.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('billing:2026-11')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET run_key = 'billing:2026-11' WHERE idempotency_key LIKE 'invoice:2026-11-%'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET created_at = '2026-11-15T00:00:00Z' WHERE idempotency_key = 'invoice:2026-11-02'`); err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +51,7 @@ func TestListFilters(t *testing.T) {
 		{"prefix", outbox.ListParams{KeyPrefix: "invoice:2026-11-"}, []string{"invoice:2026-11-01", "invoice:2026-11-02"}},
 		{"underscore is no wildcard", outbox.ListParams{KeyPrefix: "a_"}, []string{"a_b:1"}},
 		{"kind", outbox.ListParams{Kind: outbox.KindBatch}, nil},
+		{"run", outbox.ListParams{Run: "billing:2026-11"}, []string{"invoice:2026-11-01", "invoice:2026-11-02"}},
 		{"kind email", outbox.ListParams{Kind: outbox.KindEmail, KeyPrefix: "a"}, []string{"a_b:1", "axb:1"}},
 		{"created range", outbox.ListParams{CreatedFrom: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
 			CreatedBefore: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)}, []string{"invoice:2026-11-02"}},

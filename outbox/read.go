@@ -40,6 +40,8 @@ type ListParams struct {
 	// KeyPrefix keeps only intents whose key starts with it, such as
 	// "invoice:2026-11-"; empty keeps all.
 	KeyPrefix string
+	// Run keeps only the members of this run; empty keeps all.
+	Run string
 	// CreatedFrom and CreatedBefore, when not zero, keep only intents
 	// enqueued at or after CreatedFrom and before CreatedBefore.
 	CreatedFrom, CreatedBefore time.Time
@@ -76,8 +78,9 @@ func (o *Outbox) List(ctx context.Context, p ListParams) ([]*Record, error) {
 		WHERE ($1 = '' OR state = $1) AND ($4 = '' OR delivery_status = $4) AND id > $2
 			AND ($5 = '' OR kind = $5) AND ($6 = '' OR starts_with(idempotency_key, $6))
 			AND ($7::timestamptz IS NULL OR created_at >= $7) AND ($8::timestamptz IS NULL OR created_at < $8)
+			AND ($9 = '' OR run_key = $9)
 		ORDER BY id LIMIT $3`,
-		string(p.State), p.AfterID, p.Limit, string(p.Delivery), string(p.Kind), p.KeyPrefix, from, before)
+		string(p.State), p.AfterID, p.Limit, string(p.Delivery), string(p.Kind), p.KeyPrefix, from, before, p.Run)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
 	}

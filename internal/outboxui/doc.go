@@ -10,7 +10,7 @@
 //	                       hour, the fleet's send budget and runs, recent failures
 //	                       grouped by error
 //	GET  /outbox/intents   the intents, filtered by state, delivery status, kind,
-//	                       key prefix and enqueue time, paged by id
+//	                       key prefix, run and enqueue time, paged by id
 //	GET  /outbox/intent    one intent (?key=…): its fields, payload (addresses
 //	                       shown, bodies collapsed), River job and delivery events
 //	GET  /outbox/retry     confirm a retry (?key=…); POST does it

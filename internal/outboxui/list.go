@@ -19,8 +19,8 @@ const timeLayout = "2006-01-02T15:04"
 
 // filter is the list page's query, as the form shows it.
 type filter struct {
-	State, Delivery, Kind, Prefix, From, To string
-	After                                   int64
+	State, Delivery, Kind, Prefix, Run, From, To string
+	After                                        int64
 }
 
 // listData is the list page.
@@ -37,7 +37,7 @@ type listData struct {
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := filter{State: q.Get("state"), Delivery: q.Get("delivery"), Kind: q.Get("kind"),
-		Prefix: strings.TrimSpace(q.Get("prefix")), From: q.Get("from"), To: q.Get("to")}
+		Prefix: strings.TrimSpace(q.Get("prefix")), Run: strings.TrimSpace(q.Get("run")), From: q.Get("from"), To: q.Get("to")}
 	d := &listData{Filter: f, States: outbox.States, Deliveries: outbox.DeliveryStatuses,
 		Kinds: []outbox.Kind{outbox.KindEmail, outbox.KindBatch, outbox.KindTemplate, outbox.KindBroadcast}}
 	p, err := f.params(q.Get("after"))
@@ -52,7 +52,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(d.Intents) == pageSize {
-		d.Next = query("state", f.State, "delivery", f.Delivery, "kind", f.Kind, "prefix", f.Prefix,
+		d.Next = query("state", f.State, "delivery", f.Delivery, "kind", f.Kind, "prefix", f.Prefix, "run", f.Run,
 			"from", f.From, "to", f.To, "after", d.Intents[len(d.Intents)-1].ID)
 	}
 	h.render(w, r, http.StatusOK, "list", "Intents", d)
@@ -62,7 +62,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 // that names the field.
 func (f filter) params(after string) (outbox.ListParams, error) {
 	p := outbox.ListParams{State: outbox.State(f.State), Delivery: outbox.DeliveryStatus(f.Delivery),
-		Kind: outbox.Kind(f.Kind), KeyPrefix: f.Prefix, Limit: pageSize}
+		Kind: outbox.Kind(f.Kind), KeyPrefix: f.Prefix, Run: f.Run, Limit: pageSize}
 	if p.State != "" && !p.State.Valid() {
 		return p, fmt.Errorf("unknown state %q", f.State)
 	}

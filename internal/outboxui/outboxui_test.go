@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -195,6 +197,18 @@ func TestListAndOverview(t *testing.T) {
 		in = append(in, outbox.Intent{Key: k, Payload: email("ada@example.com", "Invoice "+k), SendAt: time.Now().Add(time.Hour)})
 	}
 	h.enqueue(in...)
+	err := pgx.BeginFunc(h.ctx, h.pool, func(tx pgx.Tx) error {
+		_, err := h.ob.EnqueueRun(h.ctx, tx, outbox.Run{Key: "billing:2026-10", SendAt: time.Now().Add(time.Hour), Intents: []outbox.Intent{
+			{Key: "invoice:2026-10-001", Payload: email("ada@example.com", "October")},
+			{Key: "invoice:2026-10-002", Payload: email("bob@example.com", "October")}}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ob.PauseRun(h.ctx, "billing:2026-10"); err != nil {
+		t.Fatal(err)
+	}
 	h.fail("invoice:2026-11-007", "422 invalid_request_error: to: not an address", false, time.Minute)
 	h.fail("invoice:2026-11-008", "422 invalid_request_error: to: not an address", false, time.Minute)
 	if _, err := h.pool.Exec(h.ctx, `UPDATE sendonce_outbox SET state = 'sent', sent_at = now() - interval '2 minutes', message_id = 'msg_' || id
@@ -217,6 +231,9 @@ func TestListAndOverview(t *testing.T) {
 	if _, body := h.do("GET", "/outbox/intents?state=failed&kind=email", nil); strings.Count(body, `class="key"`) != 2 {
 		t.Errorf("state=failed: %d rows, want 2", strings.Count(body, `class="key"`))
 	}
+	if _, body := h.do("GET", "/outbox/intents?run=billing:2026-10", nil); strings.Count(body, `class="key"`) != 2 {
+		t.Errorf("run=billing:2026-10: %d rows, want 2", strings.Count(body, `class="key"`))
+	}
 	if _, body := h.do("GET", "/outbox/intents?to=2000-01-01T00:00", nil); !strings.Contains(body, "No intents match") {
 		t.Error("a time range before every intent listed some")
 	}
@@ -232,7 +249,8 @@ func TestListAndOverview(t *testing.T) {
 		t.Fatalf("overview: %d", code)
 	}
 	for _, want := range []string{
-		`<span class="n">53</span><span class="l">pending</span>`,
+		`<span class="n">55</span><span class="l">pending</span>`,
+		`<code>billing:2026-10</code></a></td><td><span class="badge st-failed">paused</span></td><td class="num">0</td><td class="num">2</td>`,
 		`<span class="n">2</span><span class="l">failed</span>`,
 		`<span class="n">3</span><span class="l">sent</span>`,
 		"3 sent in the hour, at most 3 a minute",

@@ -19,7 +19,7 @@ type overviewData struct {
 	Oldest     time.Duration
 	Chart      chart
 	Budgets    []budgetRow
-	Runs       []*outbox.RunStatus
+	Runs       []runRow
 	Failures   []failureGroup
 }
 
@@ -27,6 +27,14 @@ type count struct {
 	Name  string
 	N     int64
 	Class string
+}
+
+// runRow is a run's progress.
+type runRow struct {
+	Key                                  string
+	State                                outbox.RunState
+	Sent, Pending, Failed, Total, Minute int64
+	Left                                 time.Duration
 }
 
 type budgetRow struct {
@@ -75,8 +83,14 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 	for _, b := range budgets {
 		d.Budgets = append(d.Budgets, budgetRow{Key: b.KeyFingerprint, Line: b.Describe(), Paused: b.PausedFor > 0})
 	}
-	if d.Runs, err = h.ob.Runs(ctx, &outbox.RunListParams{Limit: 10}); err != nil {
+	runs, err := h.ob.Runs(ctx, &outbox.RunListParams{Limit: 10})
+	if err != nil {
 		return nil, err
+	}
+	for _, r := range runs {
+		d.Runs = append(d.Runs, runRow{Key: r.Key, State: r.State, Sent: r.Counts[outbox.StateSent],
+			Pending: r.Counts[outbox.StatePending] + r.Counts[outbox.StateSending], Failed: r.Counts[outbox.StateFailed],
+			Total: r.Total, Minute: r.SentLastMinute, Left: r.Left()})
 	}
 	if d.Failures, err = h.recentFailures(ctx); err != nil {
 		return nil, err

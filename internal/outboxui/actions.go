@@ -52,8 +52,13 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, action string,
 		if !d.CanGo {
 			d.Refusal = "Only a failed intent can be retried; this one is " + string(rec.State) + "."
 		}
-		if d.CanGo && rec.Uncertain {
+		expired := rec.Uncertain && rec.FirstAttemptAt != nil && time.Since(*rec.FirstAttemptAt) >= h.opts.ReplayWindow
+		if d.CanGo && rec.Uncertain && !expired {
 			d.Notes = append(d.Notes, uncertainNote(rec.Key))
+		}
+		if d.CanGo && expired {
+			d.Notes = append(d.Notes, fmt.Sprintf("An attempt may have reached the API, and the %s replay window from its first attempt has passed: "+
+				"the retry will be refused unless you force it.", h.opts.ReplayWindow))
 		}
 		if d.CanGo && rec.Uncertain && rec.BatchKey != "" {
 			d.Notes = append(d.Notes, fmt.Sprintf("It went out in batch %s: while the replay window lasts, the batch is sent again whole, "+
@@ -71,6 +76,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, action string,
 	}
 	var se *outbox.StateError
 	if refused != nil {
+		d.Notes = nil
 		d.Refusal = refused.Error()
 		if errors.As(refused, &se) {
 			d.Refusal = se.Reason

@@ -42,6 +42,7 @@ type jobInfo struct {
 	Attempt     int
 	MaxAttempts int
 	Kind        string
+	AttemptedAt *time.Time // the job's last attempt
 }
 
 type event struct {
@@ -97,8 +98,8 @@ func (h *Handler) readIntent(ctx context.Context, key string) (*intentData, erro
 	}
 	if rec.JobID != nil {
 		j := &jobInfo{ID: *rec.JobID}
-		err := h.pool.QueryRow(ctx, `SELECT state::text, attempt, max_attempts, kind FROM river_job WHERE id = $1`, *rec.JobID).
-			Scan(&j.State, &j.Attempt, &j.MaxAttempts, &j.Kind)
+		err := h.pool.QueryRow(ctx, `SELECT state::text, attempt, max_attempts, kind, attempted_at FROM river_job WHERE id = $1`, *rec.JobID).
+			Scan(&j.State, &j.Attempt, &j.MaxAttempts, &j.Kind, &j.AttemptedAt)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			j.State = "gone (cleaned up by River)"

@@ -34,11 +34,17 @@ const (
 // sendsPerMinute counts the intents sent in each of the last 60 minutes of
 // the database's clock, from their sent_at.
 func (h *Handler) sendsPerMinute(ctx context.Context) (chart, error) {
-	rows, err := h.pool.Query(ctx, `WITH minutes AS (
-			SELECT generate_series(date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute') AS m)
-		SELECT m.m, count(o.id) FROM minutes m
-		LEFT JOIN sendonce_outbox o ON o.state = 'sent' AND o.sent_at >= m.m AND o.sent_at < m.m + interval '1 minute'
-		GROUP BY m.m ORDER BY m.m`)
+	// One pass over the sent rows, then the 60 minutes with or without
+	// sends. No index has sent_at, so this reads every sent row's entry in
+	// the (state, created_at) index: cheap for the outbox of a few million
+	// rows, a scan worth knowing about beyond that.
+	rows, err := h.pool.Query(ctx, `WITH s AS (
+			SELECT date_trunc('minute', sent_at) AS m, count(*) AS n FROM sendonce_outbox
+			WHERE state = 'sent' AND sent_at >= date_trunc('minute', now()) - interval '59 minutes'
+			GROUP BY 1)
+		SELECT g.m, coalesce(s.n, 0)
+		FROM generate_series(date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute') AS g(m)
+		LEFT JOIN s ON s.m = g.m ORDER BY g.m`)
 	if err != nil {
 		return chart{}, fmt.Errorf("outboxui: sends per minute: %w", err)
 	}

@@ -1,6 +1,7 @@
 package outboxui_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -275,6 +276,15 @@ func TestEscapesThePayload(t *testing.T) {
 	h := newHarness(t, setup{actions: true})
 	h.enqueue(outbox.Intent{Key: "xss:1", Payload: email("ada@example.com", xss)})
 	h.fail("xss:1", "422 invalid_request_error: "+xss, false, time.Minute)
+	// A delivery event whose raw JSON holds a script too.
+	if _, err := h.pool.Exec(h.ctx, `INSERT INTO sendonce_event (delivery_id, event_id, type, email_id, occurred_at, raw, intent_id)
+		SELECT 'dlv_1', 'evt_1', 'email.bounced', 'msg_1', now(), jsonb_build_object('type', 'email.bounced', 'reason', $1::text), id
+		FROM sendonce_outbox WHERE idempotency_key = 'xss:1'`, xss); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := h.do("GET", "/outbox/intent?key=xss:1", nil); !strings.Contains(body, "email.bounced") || !strings.Contains(body, "dlv_1") {
+		t.Errorf("the intent page does not show its event:\n%.3000s", body)
+	}
 	for _, path := range []string{"/outbox/intent?key=xss:1", "/outbox/intents", "/outbox/", "/outbox/retry?key=xss:1"} {
 		code, body := h.do("GET", path, nil)
 		if code != 200 || strings.Contains(body, "<script") || !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
@@ -284,3 +294,29 @@ func TestEscapesThePayload(t *testing.T) {
 }
 
 const xss = `<script>alert(1)</script>`
+
+// TestBatchIntent: a batch intent's page shows each email's addresses and
+// subject, with the bodies only in the collapsed payload.
+func TestBatchIntent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, setup{})
+	h.enqueue(outbox.Intent{Key: "batch:1", Kind: outbox.KindBatch, Payload: json.RawMessage(`{"emails":[
+		{"from":"a@example.com","to":["one@example.com"],"cc":["boss@example.com"],"subject":"First","text":"BODY ONE"},
+		{"from":"a@example.com","to":["two@example.com","three@example.com"],"subject":"Second","html":"<p>BODY TWO</p>"}]}`)})
+	code, body := h.do("GET", "/outbox/intent?key=batch:1", nil)
+	if code != 200 {
+		t.Fatalf("GET: %d", code)
+	}
+	main := body[:strings.Index(body, `<details id="payload">`)]
+	for _, want := range []string{"one@example.com", "boss@example.com", "First", "two@example.com, three@example.com", "Second"} {
+		if !strings.Contains(main, want) {
+			t.Errorf("the page lacks %q before the payload", want)
+		}
+	}
+	if strings.Contains(main, "BODY") {
+		t.Error("a body is shown outside the collapsed payload")
+	}
+	if !strings.Contains(body, "BODY ONE") || !strings.Contains(body, "&lt;p&gt;BODY TWO&lt;/p&gt;") {
+		t.Error("the collapsed payload lacks the bodies")
+	}
+}

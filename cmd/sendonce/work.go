@@ -162,7 +162,7 @@ func (a *app) workCommand() *cobra.Command {
 	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", time.Second, "how often to look for jobs when no notification arrives")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often to look for rows inserted by plain SQL")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGINT/SIGTERM, how long sends in flight may take to finish")
-	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics and /riverui; empty disables")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics, /riverui and /outbox; empty disables")
 	f.StringVar(&o.uiToken, "ui-token", "",
 		"token the River UI and the outbox page require (required when --http-addr is not loopback): SECRET or NAME:SECRET, several comma-separated; prefer the environment variable: flags show in ps")
 	f.BoolVar(&o.uiActions, "ui-actions", false, "let the outbox page (/outbox/) retry and cancel intents; without it the page only reads")

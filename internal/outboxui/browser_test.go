@@ -200,6 +200,9 @@ func TestBrowserRetry(t *testing.T) {
 	if id := text(t, ctx, "#message-id"); id != rec.MessageID || id == "" {
 		t.Errorf("the page shows message id %q, the row has %q", id, rec.MessageID)
 	}
+	if href := eval[string](t, ctx, `document.querySelector("#job").getAttribute("href")`); rec.JobID == nil || href != fmt.Sprintf("/riverui/jobs/%d", *rec.JobID) {
+		t.Errorf("the River job link is %q, the intent's job %v", href, rec.JobID)
+	}
 	if n := len(h.fake.DeliveriesTo("refused@example.com")); n != 1 {
 		t.Errorf("%d deliveries to the retried address, want 1", n)
 	}

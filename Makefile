@@ -3,12 +3,17 @@ GO ?= go
 
 .PHONY: demo test bench build
 
-## demo: the main job on its embedded default (throwaway PostgreSQL, fake API)
+## demo: the main job on its embedded default (throwaway PostgreSQL, fake API);
+## installs PostgreSQL's server package first when it is missing
 demo:
 	$(GO) run ./cmd/sendonce demo
 
-## test: every test, with the race detector, against a throwaway PostgreSQL
+## test: every test, with the race detector, against a throwaway PostgreSQL.
+## First installs what the tests take from the machine when it is missing
+## (PostgreSQL's server package, Chromium for the browser tests; see
+## internal/sysdeps), saying what it runs.
 test:
+	$(GO) run ./internal/cmd/sysdeps postgresql chromium
 	$(GO) vet ./...
 	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 20m ./...
 

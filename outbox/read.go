@@ -35,6 +35,16 @@ type ListParams struct {
 	// Delivery keeps only intents with this delivery status; empty keeps
 	// all.
 	Delivery DeliveryStatus
+	// Kind keeps only intents of this kind; empty keeps all.
+	Kind Kind
+	// KeyPrefix keeps only intents whose key starts with it, such as
+	// "invoice:2026-11-"; empty keeps all.
+	KeyPrefix string
+	// Run keeps only the members of this run; empty keeps all.
+	Run string
+	// CreatedFrom and CreatedBefore, when not zero, keep only intents
+	// enqueued at or after CreatedFrom and before CreatedBefore.
+	CreatedFrom, CreatedBefore time.Time
 	// AfterID pages: only intents with a larger id.
 	AfterID int64
 	// Limit caps the rows (default 100, at most 10,000).
@@ -49,13 +59,28 @@ func (o *Outbox) List(ctx context.Context, p ListParams) ([]*Record, error) {
 	if p.Delivery != "" && !p.Delivery.Valid() {
 		return nil, fmt.Errorf("outbox: list: unknown delivery status %q: want one of %v", p.Delivery, DeliveryStatuses)
 	}
+	if p.Kind != "" && !p.Kind.Valid() {
+		return nil, fmt.Errorf("outbox: list: unknown kind %q: want email, batch, template or broadcast", p.Kind)
+	}
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
 	p.Limit = min(p.Limit, 10_000)
+	var from, before *time.Time
+	if !p.CreatedFrom.IsZero() {
+		from = &p.CreatedFrom
+	}
+	if !p.CreatedBefore.IsZero() {
+		before = &p.CreatedBefore
+	}
+	// starts_with, not LIKE: "_" is a key character and a LIKE wildcard.
 	rows, err := o.pool.Query(ctx, `SELECT `+columns+` FROM sendonce_outbox
-		WHERE ($1 = '' OR state = $1) AND ($4 = '' OR delivery_status = $4) AND id > $2 ORDER BY id LIMIT $3`,
-		string(p.State), p.AfterID, p.Limit, string(p.Delivery))
+		WHERE ($1 = '' OR state = $1) AND ($4 = '' OR delivery_status = $4) AND id > $2
+			AND ($5 = '' OR kind = $5) AND ($6 = '' OR starts_with(idempotency_key, $6))
+			AND ($7::timestamptz IS NULL OR created_at >= $7) AND ($8::timestamptz IS NULL OR created_at < $8)
+			AND ($9 = '' OR run_key = $9)
+		ORDER BY id LIMIT $3`,
+		string(p.State), p.AfterID, p.Limit, string(p.Delivery), string(p.Kind), p.KeyPrefix, from, before, p.Run)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
 	}

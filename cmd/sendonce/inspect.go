@@ -23,26 +23,6 @@ type statusOutput struct {
 	Budgets              []budget.Status                 `json:"budgets"`
 }
 
-// budgetLine describes a send budget in a few words.
-func budgetLine(b budget.Status) string {
-	var s string
-	switch {
-	case b.Rate == 0:
-		s = "unlimited: no limit configured, no 429 met yet"
-	case b.Ceiling > 0:
-		s = fmt.Sprintf("%.4g/s of the configured %.4g/s", b.Rate, b.Ceiling)
-	default:
-		s = fmt.Sprintf("%.4g/s, found from 429s", b.Rate)
-	}
-	if b.Throttles > 0 {
-		s += fmt.Sprintf(", lowered %d times by 429s", b.Throttles)
-	}
-	if b.PausedFor > 0 {
-		s += fmt.Sprintf(", paused for %s more", b.PausedFor.Round(100*time.Millisecond))
-	}
-	return s
-}
-
 func (a *app) statusCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -91,7 +71,7 @@ whether a Retry-After has paused them.`,
 			}
 			fmt.Fprintf(tw, "oldest pending\t%s\n", oldest)
 			for _, b := range budgets {
-				fmt.Fprintf(tw, "send budget %s\t%s\n", b.KeyFingerprint, budgetLine(b))
+				fmt.Fprintf(tw, "send budget %s\t%s\n", b.KeyFingerprint, b.Describe())
 			}
 			return tw.Flush()
 		}),

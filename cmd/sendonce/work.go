@@ -17,6 +17,7 @@ import (
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/internal/httpserver"
 	"github.com/sendonce/sendonce/internal/metrics"
+	"github.com/sendonce/sendonce/internal/outboxui"
 	"github.com/sendonce/sendonce/internal/tracing"
 	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/outbox"
@@ -71,10 +72,20 @@ serves:
   /readyz    200 when the database answers, 503 and the reason otherwise
   /metrics   Prometheus metrics (sendonce_*, Go and process collectors)
   /riverui/  the River UI: jobs, queues, retries
-The River UI can cancel and retry jobs. When --ui-token is set, it needs the
-token, as "Authorization: Bearer TOKEN" or as the password of HTTP basic
-authentication (any user name; a browser prompts for it). On an address that
-is not loopback, work refuses to start without a token.
+  /outbox/   the outbox page: intents by state, sends per minute, the
+             budget, failures by error, a filtered list, each intent with
+             its payload, River job and delivery events
+The River UI can cancel and retry jobs. When --ui-token is set, it and the
+outbox page need a token, as "Authorization: Bearer TOKEN" or as the
+password of HTTP basic authentication (any user name; a browser prompts for
+it). A token may be named, NAME:SECRET, and several given comma-separated:
+the outbox page logs who acted by the name. On an address that is not
+loopback, work refuses to start without a token.
+
+The outbox page only reads unless --ui-actions is given; then it can retry
+a failed intent (with the rules of "sendonce retry": one that could be
+delivered twice only when forced) and cancel a pending one, each confirmed
+first, and logged with the token's name.
 
 --webhook-addr ADDR (off when empty) starts a listener of its own that takes
 the API's signed delivery webhooks on POST /webhooks/openemail: each event is
@@ -116,6 +127,7 @@ type workOptions struct {
 	shutdownGrace     time.Duration
 	httpAddr          string
 	uiToken           string
+	uiActions         bool
 	apiRate           string
 	rateLimits        []worker.RateLimit
 	coalesce          int
@@ -163,9 +175,10 @@ func (a *app) workCommand() *cobra.Command {
 	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", time.Second, "how often to look for jobs when no notification arrives")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often to look for rows inserted by plain SQL")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGINT/SIGTERM, how long sends in flight may take to finish")
-	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics and /riverui; empty disables")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics, /riverui and /outbox; empty disables")
 	f.StringVar(&o.uiToken, "ui-token", "",
-		"token the River UI requires (required when --http-addr is not loopback); prefer the environment variable: flags show in ps")
+		"token the River UI and the outbox page require (required when --http-addr is not loopback): SECRET or NAME:SECRET, several comma-separated; prefer the environment variable: flags show in ps")
+	f.BoolVar(&o.uiActions, "ui-actions", false, "let the outbox page (/outbox/) retry and cancel intents; without it the page only reads")
 	f.StringVar(&o.partlySuppressed, "partly-suppressed", string(worker.PartlySuppressedSend),
 		"an intent with some recipients on the suppression list: send (to the others) or park (as suppressed)")
 	f.StringVar(&o.webhookAddr, "webhook-addr", "",
@@ -191,6 +204,7 @@ func (a *app) workCommand() *cobra.Command {
 		"shutdown-grace":      "SENDONCE_SHUTDOWN_GRACE",
 		"http-addr":           "SENDONCE_HTTP_ADDR",
 		"ui-token":            "SENDONCE_UI_TOKEN",
+		"ui-actions":          "SENDONCE_UI_ACTIONS",
 		"webhook-addr":        "SENDONCE_WEBHOOK_ADDR",
 		"partly-suppressed":   "SENDONCE_PARTLY_SUPPRESSED",
 	} {
@@ -245,7 +259,7 @@ func (o *workOptions) check() error {
 	case o.shutdownGrace < 0:
 		return usagef("--shutdown-grace %s: want 0 or more", o.shutdownGrace)
 	case o.httpAddr != "" && !httpserver.IsLoopback(o.httpAddr) && o.uiToken == "":
-		return usagef("--http-addr %s is not loopback: set --ui-token (or SENDONCE_UI_TOKEN) so the River UI is not open to the network", o.httpAddr)
+		return usagef("--http-addr %s is not loopback: set --ui-token (or SENDONCE_UI_TOKEN) so the River UI and the outbox page are not open to the network", o.httpAddr)
 	}
 	return nil
 }
@@ -386,11 +400,21 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		if err := ui.Start(runCtx); err != nil {
 			return fmt.Errorf("river ui: %w", err)
 		}
+		page, err := outboxui.New(ob, outboxui.Options{
+			Actions:      o.uiActions,
+			ReplayWindow: o.replayWindow,
+			RiverUI:      httpserver.UIPrefix,
+			Logger:       log,
+		})
+		if err != nil {
+			return err
+		}
 		ops = httpserver.New(httpserver.Options{
-			Ready:   func(ctx context.Context) error { return ready(ctx, pool, a.databaseURL) },
-			Metrics: m.Handler(),
-			RiverUI: ui,
-			UIToken: o.uiToken,
+			Ready:    func(ctx context.Context) error { return ready(ctx, pool, a.databaseURL) },
+			Metrics:  m.Handler(),
+			RiverUI:  ui,
+			OutboxUI: page,
+			UIToken:  o.uiToken,
 		})
 		ln, err := net.Listen("tcp", o.httpAddr)
 		if err != nil {

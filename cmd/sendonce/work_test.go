@@ -105,6 +105,12 @@ func TestWorkSendsAndServesOperations(t *testing.T) {
 		}
 	}
 
+	// The outbox page, read-only without --ui-actions. No token on loopback.
+	if code, body, _ := w.get("/outbox/"); code != 200 || !strings.Contains(body, `<span class="n">3</span><span class="l">sent</span>`) ||
+		!strings.Contains(body, "read-only") {
+		t.Errorf("/outbox/: %d %.1000q", code, body)
+	}
+
 	// The River UI and its API. No token on loopback.
 	if code, body, _ := w.get("/riverui/", "Accept", "text/html"); code != 200 || !strings.Contains(strings.ToLower(body), "<html") {
 		t.Errorf("/riverui/: %d %.200q", code, body)
@@ -225,7 +231,8 @@ func TestWorkUITokenOffLoopback(t *testing.T) {
 	dbURL := pgtest.NewDBURL(t)
 	fake := fakeapi.NewTest(t, fakeapi.Config{})
 	env := workEnv(dbURL, fake)
-	env["SENDONCE_UI_TOKEN"] = "ui-S3CRET"
+	env["SENDONCE_UI_TOKEN"] = "ops:ui-S3CRET"
+	env["SENDONCE_UI_ACTIONS"] = "true"
 	w := startWork(t, env, append(fastArgs, "--http-addr", "0.0.0.0:0")...)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(w.base, "http://"))
 	base := "http://127.0.0.1:" + port
@@ -241,6 +248,15 @@ func TestWorkUITokenOffLoopback(t *testing.T) {
 	}
 	if code, _, _ := httpGet(t, base+"/riverui/api/jobs", "Authorization", "Bearer ui-S3CRET"); code != 200 {
 		t.Errorf("/riverui/api/jobs with the token: %d", code)
+	}
+	// The outbox page: the same rule, and the token's name for who acts.
+	for _, auth := range []string{"", "Bearer wrong", "Bearer ops:ui-S3CRET"} {
+		if code, body, h := httpGet(t, base+"/outbox/", "Authorization", auth); code != 401 || h.Get("WWW-Authenticate") == "" || strings.Contains(body, "Overview") {
+			t.Errorf("/outbox/ with %q: %d", auth, code)
+		}
+	}
+	if code, body, _ := httpGet(t, base+"/outbox/", "Authorization", "Bearer ui-S3CRET"); code != 200 || !strings.Contains(body, "actions on · ops") {
+		t.Errorf("/outbox/ with the token and SENDONCE_UI_ACTIONS: %d\n%.1000s", code, body)
 	}
 	if code, body, _ := httpGet(t, "http://x:ui-S3CRET@127.0.0.1:"+port+"/riverui/", "Accept", "text/html"); code != 200 || !strings.Contains(strings.ToLower(body), "<html") {
 		t.Errorf("/riverui/ with basic auth: %d", code)

@@ -88,6 +88,28 @@ type Status struct {
 	Throttles int64 `json:"throttles"`
 }
 
+// Describe says in a few words how the fleet sends: the rate, whether it
+// was configured or found from 429s, the cuts, a pause. `sendonce status`
+// and the outbox page show it.
+func (b Status) Describe() string {
+	var s string
+	switch {
+	case b.Rate == 0:
+		s = "unlimited: no limit configured, no 429 met yet"
+	case b.Ceiling > 0:
+		s = fmt.Sprintf("%.4g/s of the configured %.4g/s", b.Rate, b.Ceiling)
+	default:
+		s = fmt.Sprintf("%.4g/s, found from 429s", b.Rate)
+	}
+	if b.Throttles > 0 {
+		s += fmt.Sprintf(", lowered %d times by 429s", b.Throttles)
+	}
+	if b.PausedFor > 0 {
+		s += fmt.Sprintf(", paused for %s more", b.PausedFor.Round(100*time.Millisecond))
+	}
+	return s
+}
+
 // Read returns the budget of every API key that has one.
 func Read(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)

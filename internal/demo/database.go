@@ -19,7 +19,9 @@ func (d *demo) setupDatabase(ctx context.Context) error {
 	d.section(1, "A database")
 	url := d.opts.DatabaseURL
 	if url == "" {
-		bin, err := pgcluster.BinDir()
+		// Installs PostgreSQL's server package first when it is missing
+		// (saying what it runs), or says the one command to run.
+		bin, err := pgcluster.EnsureBinDir(ctx, d.out)
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}

@@ -7,9 +7,11 @@
 //	                timeout; 503 and the reason otherwise, or while draining
 //	GET /metrics    Prometheus exposition
 //	    /riverui/   the River UI and its API (/riverui/api/...)
+//	    /outbox/    the outbox page (package internal/outboxui)
 //
-// The River UI can cancel, retry and delete jobs, so it is guarded: when a
-// token is configured, every /riverui request must carry it, as a bearer
+// The River UI can cancel, retry and delete jobs, and the outbox page retry
+// and cancel intents, so both are guarded alike: when a token is
+// configured, every /riverui and /outbox request must carry one, as a bearer
 // token ("Authorization: Bearer TOKEN") or as the password of HTTP basic
 // authentication (any user name), which lets a browser prompt for it. The
 // probes and /metrics stay open, as scrapers and orchestrators expect. The

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,9 @@ const DefaultReadyTimeout = 2 * time.Second
 
 // UIPrefix is where the River UI is mounted.
 const UIPrefix = "/riverui"
+
+// OutboxPrefix is where the outbox page is mounted.
+const OutboxPrefix = "/outbox"
 
 // Options configure the handler. Every field is optional.
 type Options struct {
@@ -30,7 +34,12 @@ type Options struct {
 	// (as riverui.Handler expects with HandlerOpts.Prefix set to UIPrefix);
 	// nil leaves it out.
 	RiverUI http.Handler
-	// UIToken, when set, is required on every River UI request.
+	// OutboxUI serves OutboxPrefix and below (the outbox page), with the
+	// prefix still on the path; nil leaves it out.
+	OutboxUI http.Handler
+	// UIToken, when set, is required on every River UI and outbox page
+	// request: one or more tokens, comma-separated, each SECRET or
+	// NAME:SECRET (see ParseTokens).
 	UIToken string
 }
 
@@ -54,13 +63,22 @@ func New(opts Options) *Handler {
 	if opts.Metrics != nil {
 		h.mux.Handle("GET /metrics", opts.Metrics)
 	}
+	tokens := ParseTokens(opts.UIToken)
+	// The UIs change jobs and intents with POST, PUT and PATCH: refuse those
+	// from other origins, so a web page open in the operator's browser
+	// cannot drive a UI on localhost.
+	guard := func(next http.Handler) http.Handler {
+		return http.NewCrossOriginProtection().Handler(RequireTokens(tokens, next))
+	}
 	if opts.RiverUI != nil {
-		// The UI's API changes jobs with POST, PUT and PATCH: refuse those
-		// from other origins, so a web page open in the operator's browser
-		// cannot drive a UI on localhost.
-		ui := http.NewCrossOriginProtection().Handler(RequireToken(opts.UIToken, opts.RiverUI))
+		ui := guard(opts.RiverUI)
 		h.mux.Handle(UIPrefix, ui)
 		h.mux.Handle(UIPrefix+"/", ui)
+	}
+	if opts.OutboxUI != nil {
+		ui := guard(opts.OutboxUI)
+		h.mux.Handle(OutboxPrefix, http.RedirectHandler(OutboxPrefix+"/", http.StatusMovedPermanently))
+		h.mux.Handle(OutboxPrefix+"/", ui)
 	}
 	return h
 }
@@ -97,15 +115,67 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 	_, _ = w.Write([]byte(msg + "\n"))
 }
 
-// RequireToken guards next with token: a request passes with
-// "Authorization: Bearer TOKEN", or with TOKEN as the password of HTTP
-// basic authentication (any user name), and gets 401 otherwise. An empty
-// token lets every request through.
+// Token is one UI token: a secret and the name the logs give whoever
+// presents it.
+type Token struct {
+	Name   string
+	Secret string
+}
+
+// DefaultTokenName names a token given without a name.
+const DefaultTokenName = "token"
+
+var tokenName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
+
+// ParseTokens reads a --ui-token value: tokens separated by commas, each
+// either SECRET (named "token") or NAME:SECRET, where NAME is 1 to 64
+// letters, digits, "_", ".", "@" or "-". A value whose part before the first
+// colon is no such name (or whose secret would be empty) is a secret as a
+// whole. So each operator can have a token of their own, and the outbox
+// page logs who acted by the name, never the secret.
+func ParseTokens(v string) []Token {
+	var out []Token
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		t := Token{Name: DefaultTokenName, Secret: part}
+		if name, secret, ok := strings.Cut(part, ":"); ok && secret != "" && tokenName.MatchString(name) {
+			t = Token{Name: name, Secret: secret}
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 && strings.TrimSpace(v) != "" {
+		// Only commas: still a token, never an open UI.
+		out = []Token{{Name: DefaultTokenName, Secret: v}}
+	}
+	return out
+}
+
+type whoKey struct{}
+
+// Who returns the name of the token a request passed RequireTokens with,
+// or "" when no token is configured.
+func Who(ctx context.Context) string {
+	s, _ := ctx.Value(whoKey{}).(string)
+	return s
+}
+
+// RequireToken guards next with a single unnamed token (see RequireTokens).
 func RequireToken(token string, next http.Handler) http.Handler {
-	if token == "" {
+	return RequireTokens(ParseTokens(token), next)
+}
+
+// RequireTokens guards next with tokens: a request passes with
+// "Authorization: Bearer SECRET", or with SECRET as the password of HTTP
+// basic authentication (any user name), and gets 401 otherwise; the name of
+// the token it passed with is in its context (Who). No tokens let every
+// request through.
+func RequireTokens(tokens []Token, next http.Handler) http.Handler {
+	if len(tokens) == 0 {
 		return next
 	}
-	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var got string
 		if _, pw, ok := r.BasicAuth(); ok {
@@ -113,12 +183,19 @@ func RequireToken(token string, next http.Handler) http.Handler {
 		} else if auth := r.Header.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
 			got = strings.TrimSpace(auth[7:])
 		}
-		if got == "" || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+		who := ""
+		for _, t := range tokens {
+			// Compare with every token, so the time taken tells nothing.
+			if got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(t.Secret)) == 1 && who == "" {
+				who = t.Name
+			}
+		}
+		if who == "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="sendonce", charset="UTF-8"`)
-			writeText(w, http.StatusUnauthorized, "unauthorized: the River UI needs the token given by --ui-token (Authorization: Bearer, or as the basic-auth password)")
+			writeText(w, http.StatusUnauthorized, "unauthorized: the River UI and the outbox page need a token given by --ui-token (Authorization: Bearer, or as the basic-auth password)")
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), whoKey{}, who)))
 	})
 }
 

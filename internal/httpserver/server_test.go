@@ -136,3 +136,46 @@ func TestUIRefusesCrossOriginWrites(t *testing.T) {
 		t.Errorf("POST from a non-browser client: %d, want 200", code)
 	}
 }
+
+func TestParseTokens(t *testing.T) {
+	for in, want := range map[string][]httpserver.Token{
+		"":                      nil,
+		"s3cret":                {{Name: "token", Secret: "s3cret"}},
+		"alice:s3cret":          {{Name: "alice", Secret: "s3cret"}},
+		"alice:s3:cret, bob:b2": {{Name: "alice", Secret: "s3:cret"}, {Name: "bob", Secret: "b2"}},
+		"alice:":                {{Name: "token", Secret: "alice:"}},
+		"not a name:s3cret":     {{Name: "token", Secret: "not a name:s3cret"}},
+		",":                     {{Name: "token", Secret: ","}},
+	} {
+		got := httpserver.ParseTokens(in)
+		if len(got) != len(want) {
+			t.Errorf("ParseTokens(%q) = %v, want %v", in, got, want)
+			continue
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("ParseTokens(%q) = %v, want %v", in, got, want)
+			}
+		}
+	}
+}
+
+func TestOutboxPageSharesTheGuard(t *testing.T) {
+	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("page " + r.URL.Path + " who=" + httpserver.Who(r.Context())))
+	})
+	h := httpserver.New(httpserver.Options{OutboxUI: page, UIToken: "alice:a1,bob:b2"})
+	if r := get(t, h, "/outbox/"); r.Code != 401 {
+		t.Errorf("/outbox/ without a token: %d", r.Code)
+	}
+	if r := get(t, h, "/outbox/intents", "Authorization", "Bearer b2"); r.Code != 200 || r.Body.String() != "page /outbox/intents who=bob" {
+		t.Errorf("/outbox/intents with bob's token: %d %q", r.Code, r.Body)
+	}
+	if r := get(t, h, "/outbox"); r.Code != http.StatusMovedPermanently || r.Header().Get("Location") != "/outbox/" {
+		t.Errorf("/outbox: %d %q", r.Code, r.Header().Get("Location"))
+	}
+	open := httpserver.New(httpserver.Options{OutboxUI: page})
+	if r := get(t, open, "/outbox/"); r.Code != 200 || r.Body.String() != "page /outbox/ who=" {
+		t.Errorf("no token configured: %d %q", r.Code, r.Body)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sendonce/sendonce/internal/sysdeps"
 )
 
 // Options tune a cluster.
@@ -53,27 +56,63 @@ type Cluster struct {
 	opts Options
 }
 
-// BinDir finds the directory holding initdb and pg_ctl: $PATH first, then
-// /usr/lib/postgresql/*/bin (newest version first).
+// EnvBinDir names the directory holding initdb and pg_ctl, instead of
+// looking for them: only that directory is searched.
+const EnvBinDir = "SENDONCE_PG_BIN"
+
+// Binaries is PostgreSQL's server package, as sysdeps installs it when
+// initdb and pg_ctl are missing.
+var Binaries = sysdeps.Dep{
+	Name: "PostgreSQL's server binaries (initdb, pg_ctl)",
+	Find: BinDir,
+	Apt:  "postgresql",
+	Brew: "postgresql@16",
+}
+
+// BinDir finds the directory holding initdb and pg_ctl: $SENDONCE_PG_BIN
+// when set, else $PATH, /usr/lib/postgresql/*/bin (newest version first)
+// and Homebrew's kegs.
 func BinDir() (string, error) {
+	if d := os.Getenv(EnvBinDir); d != "" {
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "pg_ctl")) {
+			return d, nil
+		}
+		return "", fmt.Errorf("no initdb and pg_ctl in %s=%s", EnvBinDir, d)
+	}
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
 		if _, err := exec.LookPath("initdb"); err == nil {
 			return filepath.Dir(p), nil
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	var dirs []string
+	for _, pattern := range []string{"/usr/lib/postgresql/*/bin", "/opt/homebrew/opt/postgresql@*/bin", "/usr/local/opt/postgresql@*/bin"} {
+		m, _ := filepath.Glob(pattern)
+		dirs = append(dirs, m...)
+	}
+	sort.SliceStable(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
 	for _, d := range dirs {
 		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "pg_ctl")) {
 			return d, nil
 		}
 	}
-	return "", errors.New("no PostgreSQL server binaries found: initdb and pg_ctl are neither on PATH nor under /usr/lib/postgresql/*/bin " +
-		"(install the postgresql package, or set DATABASE_URL / TEST_DATABASE_URL to a server you run)")
+	return "", errors.New("initdb and pg_ctl are neither on PATH nor under /usr/lib/postgresql/*/bin")
+}
+
+// EnsureBinDir is BinDir, but installs the distribution's PostgreSQL server
+// package first when the binaries are missing (see package sysdeps), saying
+// so on out. Its error names the one command to run when it cannot, and
+// DATABASE_URL / TEST_DATABASE_URL as the way around it.
+func EnsureBinDir(ctx context.Context, out io.Writer) (string, error) {
+	dir, err := sysdeps.Ensure(ctx, Binaries, out)
+	if err != nil {
+		return "", fmt.Errorf("%w (or set DATABASE_URL / TEST_DATABASE_URL to a server you run)", err)
+	}
+	return dir, nil
 }
 
 func versionOf(dir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+	name := filepath.Base(filepath.Dir(dir)) // "15", or "postgresql@16"
+	v, _ := strconv.Atoi(name[strings.LastIndex(name, "@")+1:])
 	return v
 }
 
@@ -85,9 +124,13 @@ func isExec(p string) bool {
 // Start initialises a new cluster in a fresh temporary directory and starts
 // it on a free loopback port. Stop it with Stop, which also removes it.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	bin, err := BinDir()
+	out := io.Writer(os.Stderr)
+	if opts.Logf != nil {
+		out = logWriter(opts.Logf)
+	}
+	bin, err := EnsureBinDir(ctx, out)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	if opts.MaxConnections == 0 {
 		opts.MaxConnections = 200
@@ -212,6 +255,18 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) (string,
 		err = nil
 	}
 	return strings.TrimSpace(out.String()), err
+}
+
+// logWriter passes what is written to it, line by line, to a Logf.
+type logWriter func(format string, args ...any)
+
+func (w logWriter) Write(p []byte) (int, error) {
+	for line := range strings.Lines(string(p)) {
+		if line = strings.TrimRight(line, "\n"); line != "" {
+			w("%s", line)
+		}
+	}
+	return len(p), nil
 }
 
 func freePort() (int, error) {

@@ -1,0 +1,40 @@
+// Command sysdeps makes sure the programs that the tests take from the
+// machine are there, installing the distribution's packages for the ones
+// that are missing (see package internal/sysdeps). `make test` runs it
+// first:
+//
+//	go run ./internal/cmd/sysdeps postgresql chromium
+//
+// It exits 0 even when it cannot install one: the tests that need it then
+// fail (PostgreSQL) or skip (Chromium) with the same advice.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/sendonce/sendonce/internal/pgcluster"
+	"github.com/sendonce/sendonce/internal/sysdeps"
+)
+
+var deps = map[string]sysdeps.Dep{
+	"postgresql": pgcluster.Binaries,
+	"chromium":   sysdeps.Chromium,
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	for _, name := range os.Args[1:] {
+		d, ok := deps[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "sysdeps: unknown %q: want postgresql or chromium\n", name)
+			os.Exit(2)
+		}
+		if _, err := sysdeps.Ensure(ctx, d, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "sysdeps: %v\n", err)
+		}
+	}
+}

@@ -49,7 +49,9 @@ const insertSQL = `
 			AS i(key, kind, payload, template_id, send_at, args, ord)
 	), o AS (
 		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id, run_key)
-		SELECT key, kind, payload, template_id, send_at, job_id, nullif($11, '') FROM i ORDER BY ord
+		SELECT key, kind, payload, template_id, send_at, job_id, nullif($11, '') FROM i
+		WHERE NOT EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(i.key))
+		ORDER BY ord
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING *
 	), job AS (
@@ -59,6 +61,12 @@ const insertSQL = `
 		FROM o JOIN i ON i.job_id = o.job_id
 	)
 	SELECT ` + columns + ` FROM o`
+
+// prunedSQL finds which of the keys have a tombstone: run after insertSQL,
+// in the same round trip, it sees a prune that committed while the insert
+// waited for it on the key's unique index (see raced).
+const prunedSQL = `SELECT k FROM unnest($1::text[]) AS k
+	WHERE EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(k))`
 
 // notifySQL tells the workers of a queue, at commit, that jobs are
 // available, as River's PGNotifyMany does: topic "<schema>.river_insert",
@@ -98,16 +106,24 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	b := &pgx.Batch{}
 	b.Queue(insertSQL, keys, kinds, payloads, templates, sendAts, args,
 		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run)
+	b.Queue(prunedSQL, keys)
 	if available {
 		b.Queue(notifySQL, fmt.Sprintf(`{"queue": %q}`, opts.Queue))
 	}
 	br := tx.SendBatch(ctx, b)
 	inserted, err := scanInserted(br)
+	var pruned []string
+	if err == nil {
+		pruned, err = scanKeys(br)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("outbox: insert intents: %w", err)
+	}
+	if err := raced(ctx, tx, inserted, pruned); err != nil {
+		return err
 	}
 	if len(inserted) < len(batch) {
 		return o.settleExisting(ctx, tx, in, idx, inserted, results)
@@ -150,4 +166,39 @@ func (r rawJSON) Scan(dest ...any) error {
 		}
 	}
 	return r.Row.Scan(dest...)
+}
+
+func scanKeys(br pgx.BatchResults) ([]string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// raced takes back the rows (and jobs) just inserted under keys that have a
+// tombstone. insertSQL leaves tombstoned keys out, but its snapshot is taken
+// when it starts: a prune of the key that commits meanwhile deletes the old
+// row, and the insert, which waited for it on the unique index, goes in.
+// The tombstone is committed by then, and prunedSQL (a later statement, a
+// new snapshot under READ COMMITTED) sees it. The keys are then answered
+// from their tombstones like the ones left out.
+func raced(ctx context.Context, tx pgx.Tx, inserted map[string]*Record, pruned []string) error {
+	var ids, jobIDs []int64
+	for _, k := range pruned {
+		if rec, ok := inserted[k]; ok {
+			ids, jobIDs = append(ids, rec.ID), append(jobIDs, *rec.JobID)
+			delete(inserted, k)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM sendonce_outbox WHERE id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("outbox: take back an insert that raced a prune: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1)`, jobIDs); err != nil {
+		return fmt.Errorf("outbox: take back an insert that raced a prune: %w", err)
+	}
+	return nil
 }

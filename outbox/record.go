@@ -72,9 +72,14 @@ type Record struct {
 	DeliveryStatus DeliveryStatus `json:"deliveryStatus,omitempty"`
 	// DeliveryStatusAt is the time of the event that gave DeliveryStatus.
 	DeliveryStatusAt *time.Time `json:"deliveryStatusAt,omitempty"`
-	CreatedAt        time.Time  `json:"createdAt"`
-	UpdatedAt        time.Time  `json:"updatedAt"`
-	SentAt           *time.Time `json:"sentAt,omitempty"`
+	// PrunedAt is set only on the Record of an EnqueueResult whose key
+	// names an intent pruned by retention (sendonce prune): when it was
+	// pruned. Such a Record has no ID, job or times; its State is the
+	// pruned intent's final state.
+	PrunedAt  *time.Time `json:"prunedAt,omitempty"`
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+	SentAt    *time.Time `json:"sentAt,omitempty"`
 }
 
 // columns is the select list that scanRecord reads, in order.

@@ -120,6 +120,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.runsCommand(),
 		a.runCommand(),
 		a.scheduleCommand(),
+		a.pruneCommand(),
 		a.demoCommand(),
 	)
 	return root

@@ -109,6 +109,9 @@ type workOptions struct {
 	coalesce          int
 	coalesceWait      time.Duration
 	webhookAddr       string
+	retain            retention
+	retainKeys        retention
+	pollOnly          bool
 }
 
 // workCommand declares `sendonce work`. Its cobra.Command literal is alike
@@ -155,7 +158,15 @@ func (a *app) workCommand() *cobra.Command {
 		"token the River UI requires (required when --http-addr is not loopback); prefer the environment variable: flags show in ps")
 	f.StringVar(&o.webhookAddr, "webhook-addr", "",
 		"listen address for the API's delivery webhooks (POST "+webhookPath+"; secret from "+envWebhookSecret+"); empty disables")
+	o.retainKeys = retention(worker.DefaultRetainKeys)
+	f.Var(&o.retain, "retain", "delete settled intents settled longer ago than this, e.g. 30d (see sendonce prune); 0: keep for ever")
+	f.Var(&o.retainKeys, "retain-keys", "with --retain, keep pruned intents' key tombstones this long (0: for ever)")
+	f.BoolVar(&o.pollOnly, "poll-only", false,
+		"poll instead of LISTEN/NOTIFY, for a database behind a transaction-mode pooler (PgBouncer); sends start up to --fetch-poll-interval later")
 	for flag, env := range map[string]string{
+		"retain":              "SENDONCE_RETAIN",
+		"retain-keys":         "SENDONCE_RETAIN_KEYS",
+		"poll-only":           "SENDONCE_POLL_ONLY",
 		"concurrency":         "SENDONCE_CONCURRENCY",
 		"queue":               "SENDONCE_QUEUE",
 		"job-timeout":         "SENDONCE_JOB_TIMEOUT",
@@ -230,6 +241,14 @@ func (o *workOptions) check() error {
 		return usagef("--http-addr %s is not loopback: set --ui-token (or SENDONCE_UI_TOKEN) so the River UI is not open to the network", o.httpAddr)
 	}
 	return nil
+}
+
+// retainKeys is --retain-keys as worker.Config.RetainKeys: 0 is for ever.
+func retainKeys(r retention) time.Duration {
+	if r == 0 {
+		return worker.KeepKeysForever
+	}
+	return time.Duration(r)
 }
 
 // poolSize is the connections the worker needs for a concurrency: sends
@@ -313,6 +332,9 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		RateLimits:        o.rateLimits,
 		Coalesce:          o.coalesce,
 		CoalesceWait:      o.coalesceWait,
+		Retain:            time.Duration(o.retain),
+		RetainKeys:        retainKeys(o.retainKeys),
+		PollOnly:          o.pollOnly,
 		Send: worker.SendConfig{
 			ReplayWindow:  o.replayWindow,
 			MaxAttempts:   o.maxAttempts,
@@ -404,8 +426,15 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	if o.coalesce >= 2 {
 		coalesce = fmt.Sprintf("%d/%s", o.coalesce, o.coalesceWait)
 	}
-	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s\n",
-		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr)
+	retain := "off"
+	if o.retain > 0 {
+		retain = o.retain.String() + "/keys:" + o.retainKeys.String()
+		if o.retainKeys == 0 {
+			retain = o.retain.String() + "/keys:forever"
+		}
+	}
+	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s retain=%s poll-only=%t\n",
+		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr, retain, o.pollOnly)
 
 	var srvErr error
 	select {

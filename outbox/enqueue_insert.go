@@ -53,18 +53,16 @@ const insertSQL = `
 		WHERE NOT EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(i.key))
 		ORDER BY ord
 		ON CONFLICT (idempotency_key) DO NOTHING
-		RETURNING *
+		RETURNING *, EXISTS (SELECT 1 FROM sendonce_outbox x WHERE x.idempotency_key = sendonce_outbox.idempotency_key) AS seen
 	), job AS (
 		INSERT INTO river_job (id, args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
 		SELECT i.job_id, i.args, now(), $7, $8, '{}', $9, $10, coalesce(i.send_at, now()),
 			CASE WHEN i.send_at IS NULL THEN 'available' ELSE 'scheduled' END::river_job_state, '{}'
 		FROM o JOIN i ON i.job_id = o.job_id
 	)
-	SELECT ` + columns + ` FROM o`
+	SELECT ` + columns + `, seen FROM o`
 
-// prunedSQL finds which of the keys have a tombstone: run after insertSQL,
-// in the same round trip, it sees a prune that committed while the insert
-// waited for it on the key's unique index (see raced).
+// prunedSQL finds which of the keys have a tombstone (see raced).
 const prunedSQL = `SELECT k FROM unnest($1::text[]) AS k
 	WHERE EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(k))`
 
@@ -106,23 +104,18 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	b := &pgx.Batch{}
 	b.Queue(insertSQL, keys, kinds, payloads, templates, sendAts, args,
 		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run)
-	b.Queue(prunedSQL, keys)
 	if available {
 		b.Queue(notifySQL, fmt.Sprintf(`{"queue": %q}`, opts.Queue))
 	}
 	br := tx.SendBatch(ctx, b)
-	inserted, err := scanInserted(br)
-	var pruned []string
-	if err == nil {
-		pruned, err = scanKeys(br)
-	}
+	inserted, seen, err := scanInserted(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("outbox: insert intents: %w", err)
 	}
-	if err := raced(ctx, tx, inserted, pruned); err != nil {
+	if err := raced(ctx, tx, inserted, seen); err != nil {
 		return err
 	}
 	if len(inserted) < len(batch) {
@@ -134,22 +127,28 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	return nil
 }
 
-// scanInserted reads the rows insertSQL inserted, by key.
-func scanInserted(br pgx.BatchResults) (map[string]*Record, error) {
+// scanInserted reads the rows insertSQL inserted, by key, and the keys of
+// those whose statement saw a row under the key already (see raced).
+func scanInserted(br pgx.BatchResults) (map[string]*Record, []string, error) {
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
 	inserted := map[string]*Record{}
+	var seen []string
 	for rows.Next() {
-		rec, err := scanRecord(rawJSON{rows})
+		var s bool
+		rec, err := scanRecord(rawJSON{rows}, &s)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		inserted[rec.Key] = rec
+		if s {
+			seen = append(seen, rec.Key)
+		}
 	}
-	return inserted, rows.Err()
+	return inserted, seen, rows.Err()
 }
 
 // rawJSON scans jsonb columns into json.RawMessage destinations as the
@@ -168,22 +167,28 @@ func (r rawJSON) Scan(dest ...any) error {
 	return r.Row.Scan(dest...)
 }
 
-func scanKeys(br pgx.BatchResults) ([]string, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
+// raced takes back the rows (and jobs) just inserted under keys a prune
+// deleted meanwhile. insertSQL leaves tombstoned keys out, but its snapshot
+// is taken when it starts: a prune of the key that commits after that
+// deletes the old row, and the insert, which waited for the prune on the
+// key's unique index, goes in. Such an insert is told by the row its own
+// snapshot still saw under the key (seen); by the time it went in the
+// tombstone was committed, and prunedSQL (a later statement, a new snapshot
+// under READ COMMITTED) finds it. The keys are then answered from their
+// tombstones like the ones left out. Without seen keys (every insert but
+// one that raced a prune or a delete) this costs nothing.
+func raced(ctx context.Context, tx pgx.Tx, inserted map[string]*Record, seen []string) error {
+	if len(seen) == 0 {
+		return nil
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-// raced takes back the rows (and jobs) just inserted under keys that have a
-// tombstone. insertSQL leaves tombstoned keys out, but its snapshot is taken
-// when it starts: a prune of the key that commits meanwhile deletes the old
-// row, and the insert, which waited for it on the unique index, goes in.
-// The tombstone is committed by then, and prunedSQL (a later statement, a
-// new snapshot under READ COMMITTED) sees it. The keys are then answered
-// from their tombstones like the ones left out.
-func raced(ctx context.Context, tx pgx.Tx, inserted map[string]*Record, pruned []string) error {
+	rows, err := tx.Query(ctx, prunedSQL, seen)
+	if err != nil {
+		return fmt.Errorf("outbox: look up keys pruned during the insert: %w", err)
+	}
+	pruned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("outbox: look up keys pruned during the insert: %w", err)
+	}
 	var ids, jobIDs []int64
 	for _, k := range pruned {
 		if rec, ok := inserted[k]; ok {

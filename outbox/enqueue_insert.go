@@ -67,7 +67,7 @@ const insertSQL = `
 // LIMIT 1 on purpose: as EXISTS, a generic plan may hash the whole table
 // once per execution instead of probing the key's index (measured: the
 // rate of single Enqueue calls fell from 2,800/s to 400/s as the table
-// grew to 9,000 rows).
+// grew to 9,000 rows, in a variant of this statement).
 //
 // prunedSQL finds which of the keys have a tombstone (see raced).
 const prunedSQL = `SELECT k FROM unnest($1::text[]) AS k

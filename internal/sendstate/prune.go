@@ -24,7 +24,7 @@ type PruneOptions struct {
 
 // DefaultPruneBatch is how many rows one transaction of Prune deletes:
 // small enough that its locks and its WAL are short, large enough that a
-// backlog goes fast (about 50 ms per batch of intents).
+// backlog goes fast.
 const DefaultPruneBatch = 1000
 
 // PruneResult counts what Prune deleted.

@@ -39,6 +39,12 @@ func printRecord(w io.Writer, r *outbox.Record) {
 		}
 	}
 	row("key", r.Key)
+	if r.PrunedAt != nil {
+		row("state", string(r.State))
+		row("pruned", stamp(*r.PrunedAt)+" (retention: only the key's tombstone is kept)")
+		tw.Flush()
+		return
+	}
 	row("id", fmt.Sprint(r.ID))
 	row("kind", string(r.Kind))
 	row("template", r.TemplateID)

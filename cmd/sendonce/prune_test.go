@@ -51,6 +51,12 @@ func TestPrune(t *testing.T) {
 		t.Errorf("enqueue of a pruned key: stdout %q", r.stdout)
 	}
 	wantError(t, sendonce(t, env, emailBody("bob@example.com"), "enqueue", "--key", "invoice:p1"), 1, "invoice:p1", "idempotency_key_reuse")
+	r = sendonce(t, env, "", "show", "invoice:p1")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "state:   sent") || !strings.Contains(r.stdout, "only the key's tombstone is kept") {
+		t.Errorf("show of a pruned key: stdout %q", r.stdout)
+	}
+	wantError(t, sendonce(t, env, "", "show", "invoice:never"), 1, "invoice:never")
 
 	wantError(t, sendonce(t, env, "", "prune", "--retain", "a while"), 2, "--retain", "30d")
 	wantError(t, sendonce(t, env, "", "work", "--retain", "-1d"), 2, "--retain")

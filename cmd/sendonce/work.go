@@ -78,6 +78,15 @@ complained, failed, suppressed: see "sendonce show" and "list --delivery").
 A refused delivery (bad or stale signature 401, bad body 400, over 1 MiB 413)
 stores nothing. work refuses to start with --webhook-addr and no secret.
 
+--retain 30d deletes the settled intents (sent, failed, canceled) settled more
+than 30 days ago, every minute, one worker of the fleet at a time, keeping a
+tombstone of each key for --retain-keys (default 1y) so that enqueueing it
+again never sends twice (see "sendonce prune").
+
+--poll-only never LISTENs (River and the sweeper poll), for a database behind
+a transaction-mode pooler such as PgBouncer: a send starts up to
+--fetch-poll-interval after its commit instead of at once.
+
 Every flag can also be set by its environment variable (shown with the flag);
 a flag given on the command line wins.`
 

@@ -169,7 +169,7 @@ func findPruned(ctx context.Context, tx pgx.Tx, in []Intent, keys []string, foun
 	rows, err := tx.Query(ctx, `
 		SELECT i.key, t.state, t.pruned_at, t.intent_hash = sendonce_intent_hash(i.kind, i.template_id, i.payload)
 		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS i(key, kind, payload, template_id)
-		JOIN sendonce_tombstone t ON t.key_hash = sendonce_key_hash(i.key)`,
+		CROSS JOIN LATERAL (SELECT * FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(i.key) LIMIT 1) t`,
 		keys, kinds, payloads, templates)
 	if err != nil {
 		return fmt.Errorf("outbox: look up pruned keys: %w", err)

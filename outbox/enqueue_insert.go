@@ -50,7 +50,7 @@ const insertSQL = `
 	), o AS (
 		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id, run_key)
 		SELECT key, kind, payload, template_id, send_at, job_id, nullif($11, '') FROM i
-		WHERE NOT EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(i.key))
+		WHERE NOT sendonce_key_pruned(i.key)
 		ORDER BY ord
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING *, (SELECT 1 FROM sendonce_outbox x WHERE x.idempotency_key = sendonce_outbox.idempotency_key LIMIT 1) IS NOT NULL AS seen
@@ -70,8 +70,7 @@ const insertSQL = `
 // grew to 9,000 rows, in a variant of this statement).
 //
 // prunedSQL finds which of the keys have a tombstone (see raced).
-const prunedSQL = `SELECT k FROM unnest($1::text[]) AS k
-	WHERE EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(k))`
+const prunedSQL = `SELECT k FROM unnest($1::text[]) AS k WHERE sendonce_key_pruned(k)`
 
 // notifySQL tells the workers of a queue, at commit, that jobs are
 // available, as River's PGNotifyMany does: topic "<schema>.river_insert",

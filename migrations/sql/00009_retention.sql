@@ -32,22 +32,6 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 -- +goose StatementEnd
 
--- Whether a key was pruned (has a tombstone): what the Go API's insert asks
--- of each new key. A function rather than a subquery in the statement: its
--- one query is planned once per session as a probe of the primary key,
--- and the statement around it keeps its cached generic plan (as a
--- NOT EXISTS, a generic plan made while the table was small hashed all of
--- it; as a scalar subquery, the insert was planned again on every call:
--- half the rate of single Enqueue calls).
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION sendonce_key_pruned(k text) RETURNS boolean
-LANGUAGE plpgsql STABLE PARALLEL SAFE COST 1 AS $$
-BEGIN
-    RETURN EXISTS (SELECT 1 FROM sendonce_tombstone WHERE key_hash = sendonce_key_hash(k));
-END
-$$;
--- +goose StatementEnd
-
 -- One row per pruned intent, about 100 bytes with its index (README,
 -- "Retention"). state is the intent's final state. Tombstones are deleted
 -- by pruned_at, oldest first: rows go in in that order, so a BRIN index
@@ -138,7 +122,6 @@ ALTER TABLE sendonce_outbox RESET (
 DROP TRIGGER IF EXISTS sendonce_outbox_tombstone_after ON sendonce_outbox;
 DROP TRIGGER IF EXISTS sendonce_outbox_tombstone ON sendonce_outbox;
 DROP FUNCTION IF EXISTS sendonce_outbox_tombstone();
-DROP FUNCTION IF EXISTS sendonce_key_pruned(text);
 DROP INDEX CONCURRENTLY IF EXISTS sendonce_event_intent_id_idx;
 DROP TABLE IF EXISTS sendonce_tombstone;
 DROP FUNCTION IF EXISTS sendonce_intent_hash(text, text, jsonb);

@@ -18,19 +18,32 @@ import (
 // request may hold.
 const coalesceAll = 100
 
-// variants runs a scenario twice, as subtests: "single", every intent sent
-// alone (coalesce 0), and "coalesce", email intents coalesced into batch
-// requests (--coalesce 100).
-func variants(t *testing.T, scenario func(t *testing.T, coalesce int)) {
-	t.Run("single", func(t *testing.T) { scenario(t, 0) })
-	t.Run("coalesce", func(t *testing.T) { scenario(t, coalesceAll) })
+// variant is one way of running a scenario.
+type variant struct {
+	// Coalesce is --coalesce (0: every intent sent alone).
+	Coalesce int
+	// PollOnly runs the workers with --poll-only: no LISTEN/NOTIFY.
+	PollOnly bool
+}
+
+// variants runs a scenario three times, as subtests: "single", every
+// intent sent alone (coalesce 0); "coalesce", email intents coalesced into
+// batch requests (--coalesce 100); and "poll-only", sent alone by workers
+// that never LISTEN (--poll-only, as behind PgBouncer).
+func variants(t *testing.T, scenario func(t *testing.T, v variant)) {
+	t.Run("single", func(t *testing.T) { scenario(t, variant{}) })
+	t.Run("coalesce", func(t *testing.T) { scenario(t, variant{Coalesce: coalesceAll}) })
+	t.Run("poll-only", func(t *testing.T) { scenario(t, variant{PollOnly: true}) })
 }
 
 // variantName is the scenario's name in summaries and random streams: the
 // single variant keeps the scenario's own, so a seed repeats its draws.
-func variantName(scenario string, coalesce int) string {
-	if coalesce > 0 {
+func variantName(scenario string, v variant) string {
+	switch {
+	case v.Coalesce > 0:
 		return scenario + "/coalesce"
+	case v.PollOnly:
+		return scenario + "/poll-only"
 	}
 	return scenario
 }
@@ -38,10 +51,13 @@ func variantName(scenario string, coalesce int) string {
 // needCoalesce fails a coalescing variant at once when the command has no
 // --coalesce (workerArgs would leave the flag out and the run would prove
 // nothing about batches).
-func needCoalesce(t testing.TB, coalesce int) {
+func needCoalesce(t testing.TB, v variant) {
 	t.Helper()
-	if coalesce > 0 && !hasFlag(t, "work", "coalesce") {
+	if v.Coalesce > 0 && !hasFlag(t, "work", "coalesce") {
 		t.Fatalf("sendonce work has no --coalesce flag")
+	}
+	if v.PollOnly && !hasFlag(t, "work", "poll-only") {
+		t.Fatalf("sendonce work has no --poll-only flag")
 	}
 }
 
@@ -184,4 +200,22 @@ func (p *proc) clientID() string {
 		}
 	}
 	return ""
+}
+
+// checkListeners checks that the workers LISTEN unless they poll only: a
+// session waiting for notifications shows its LISTEN as its last query.
+func checkListeners(t testing.TB, pool *pgxpool.Pool, v variant) {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN %'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case v.PollOnly && n > 0:
+		t.Errorf("%d sessions of --poll-only workers LISTEN", n)
+	case !v.PollOnly && n == 0:
+		t.Errorf("no worker session LISTENs: the check cannot tell poll-only from the default")
+	}
 }

@@ -19,11 +19,12 @@ import (
 // batch requests and a batch must be replayed whole.
 func TestCrashReplay(t *testing.T) { variants(t, crashReplay) }
 
-func crashReplay(t *testing.T, coalesce int) {
+func crashReplay(t *testing.T, v variant) {
+	coalesce := v.Coalesce
 	setup(t)
-	needCoalesce(t, coalesce)
+	needCoalesce(t, v)
 	start := time.Now()
-	name := variantName("crash-replay", coalesce)
+	name := variantName("crash-replay", v)
 	rng := rngFor(name)
 	n := 200 * suite.scale
 	kills := 4 * suite.scale
@@ -33,6 +34,9 @@ func crashReplay(t *testing.T, coalesce int) {
 	label, prefix := "crash", fmt.Sprintf("crash-%d", suite.seed)
 	if coalesce > 0 {
 		label, prefix = "crash_co", fmt.Sprintf("crashco-%d", suite.seed)
+	}
+	if v.PollOnly {
+		label, prefix = label+"_poll", fmt.Sprintf("crashpoll-%d", suite.seed)
 	}
 	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), label)
 	e := processEnv(dbURL, srv)
@@ -55,6 +59,7 @@ func crashReplay(t *testing.T, coalesce int) {
 	if coalesce > 0 {
 		opts.Concurrency, opts.Coalesce = 50, coalesce
 	}
+	opts.PollOnly = v.PollOnly
 	workers := make([]*proc, 2)
 	generation := 0
 	for i := range workers {
@@ -115,6 +120,7 @@ func crashReplay(t *testing.T, coalesce int) {
 		return fmt.Sprintf("fake: %d delivered, %d unanswered", d, p)
 	})
 
+	checkListeners(t, pool, v)
 	for _, w := range workers {
 		w.stop(t)
 	}
@@ -140,8 +146,8 @@ func crashReplay(t *testing.T, coalesce int) {
 	}
 
 	if coalesce == 0 {
-		summary(t, "crash-replay: seed=%d intents=%d kills=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d elapsed=%s",
-			suite.seed, n, kills, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed, time.Since(start).Round(time.Second))
+		summary(t, "%s: seed=%d intents=%d kills=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d elapsed=%s",
+			name, suite.seed, n, kills, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed, time.Since(start).Round(time.Second))
 		return
 	}
 	cs := checkCoalesced(t, srv, rows, l.Batches)

@@ -21,11 +21,12 @@ import (
 // crash kept from being recorded is sent again whole and replayed.
 func TestDBRestart(t *testing.T) { variants(t, dbRestart) }
 
-func dbRestart(t *testing.T, coalesce int) {
+func dbRestart(t *testing.T, v variant) {
+	coalesce := v.Coalesce
 	setup(t)
-	needCoalesce(t, coalesce)
+	needCoalesce(t, v)
 	start := time.Now()
-	name := variantName("db-restart", coalesce)
+	name := variantName("db-restart", v)
 	rng := rngFor(name)
 	n := 200 * suite.scale
 	crashes := 2 * suite.scale
@@ -40,6 +41,9 @@ func dbRestart(t *testing.T, coalesce int) {
 	label, prefix := "dbrestart", fmt.Sprintf("dbr-%d", suite.seed)
 	if coalesce > 0 {
 		label, prefix = "dbrestart_co", fmt.Sprintf("dbrco-%d", suite.seed)
+	}
+	if v.PollOnly {
+		label, prefix = label+"_poll", fmt.Sprintf("dbrpoll-%d", suite.seed)
 	}
 	dbURL, pool := newDatabase(t, cluster.URL, label)
 	e := processEnv(dbURL, srv)
@@ -56,6 +60,7 @@ func dbRestart(t *testing.T, coalesce int) {
 	if coalesce > 0 {
 		opts.Concurrency, opts.Coalesce = 50, coalesce
 	}
+	opts.PollOnly = v.PollOnly
 	workers := []*proc{startWorker(t, "worker0", e, opts), startWorker(t, "worker1", e, opts)}
 	pids := []int{workers[0].pid(), workers[1].pid()}
 
@@ -110,8 +115,8 @@ func dbRestart(t *testing.T, coalesce int) {
 	rows := outboxRows(t, pool)
 
 	if coalesce == 0 {
-		summary(t, "db-restart: seed=%d intents=%d crashes=%d downtime=%s workers=%d worker_restarts=0 deliveries=%d duplicates=%d lost=%d replayed=%d elapsed=%s",
-			suite.seed, n+late, crashes, strings.Join(downs, "/"), len(workers), l.Deliveries, l.Duplicates, l.Lost,
+		summary(t, "%s: seed=%d intents=%d crashes=%d downtime=%s workers=%d worker_restarts=0 deliveries=%d duplicates=%d lost=%d replayed=%d elapsed=%s",
+			name, suite.seed, n+late, crashes, strings.Join(downs, "/"), len(workers), l.Deliveries, l.Duplicates, l.Lost,
 			countReplayed(rows), time.Since(start).Round(time.Second))
 		return
 	}

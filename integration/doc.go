@@ -8,7 +8,7 @@
 //
 // # Running it
 //
-//	go test -race -count=1 ./integration/            # about 2 minutes on 2 cores
+//	go test -race -count=1 ./integration/            # about 3 minutes on 2 cores
 //	go test -race -count=1 ./integration/ -v         # with every step logged
 //	go test ./integration/ -run TestFaults -seed 42  # one scenario, one seed
 //	SENDONCE_SOAK=1 go test -timeout 60m ./integration/   # a longer soak
@@ -44,8 +44,11 @@
 // # The scenarios
 //
 // One file each. Three of them (crash replay, database restart, many
-// workers) run twice, as subtests: "single", every intent sent alone, and
-// "coalesce", the workers run with --coalesce 100 (and a concurrency of 50,
+// workers) run three times, as subtests: "single", every intent sent alone;
+// "poll-only", sent alone by workers run with --poll-only (no LISTEN: River
+// and the sweeper poll, as behind PgBouncer; the crash replay checks that
+// no session LISTENs); and "coalesce", the workers run with --coalesce 100
+// (and a concurrency of 50,
 // since each member job holds a slot while its batch gathers), so email
 // intents go out in batch requests (POST /emails/batch) under batch keys
 // (sendonce-batch:…). Besides exactly-once delivery, a coalescing run must
@@ -83,6 +86,11 @@
 //     `pg_ctl stop -m immediate` twice while two workers drain, and started
 //     again on its port. The same processes must reconnect by themselves,
 //     finish, and send intents enqueued afterwards by SQL and by Go.
+//   - retention_test.go: 20,000 email intents sent, then `sendonce prune
+//     --retain 0` while producers enqueue half of the keys again with the
+//     same payload (Go API and plain SQL) and 100 with another: no new
+//     delivery, 100 key-reuse errors, no row left; the sizes after VACUUM
+//     (outbox and tombstones) are logged.
 //   - bad_input_test.go: 38 kinds of bad input through `sendonce enqueue`
 //     and 26 through plain SQL inserts, each refused with a message naming
 //     the problem (one line on stderr for the command), and the outbox,

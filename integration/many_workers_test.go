@@ -18,11 +18,12 @@ import (
 // intents whose jobs it runs.
 func TestManyWorkers(t *testing.T) { variants(t, manyWorkers) }
 
-func manyWorkers(t *testing.T, coalesce int) {
+func manyWorkers(t *testing.T, v variant) {
+	coalesce := v.Coalesce
 	setup(t)
-	needCoalesce(t, coalesce)
+	needCoalesce(t, v)
 	start := time.Now()
-	name := variantName("many-workers", coalesce)
+	name := variantName("many-workers", v)
 	rng := rngFor(name)
 	n := 150 * suite.scale
 	const nWorkers = 3
@@ -34,6 +35,9 @@ func manyWorkers(t *testing.T, coalesce int) {
 	if coalesce > 0 {
 		label, prefix = "many_co", fmt.Sprintf("manyco-%d", suite.seed)
 	}
+	if v.PollOnly {
+		label, prefix = label+"_poll", fmt.Sprintf("manypoll-%d", suite.seed)
+	}
 	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), label)
 	e := processEnv(dbURL, srv)
 
@@ -41,6 +45,7 @@ func manyWorkers(t *testing.T, coalesce int) {
 	if coalesce > 0 {
 		opts.Concurrency, opts.Coalesce = 50, coalesce
 	}
+	opts.PollOnly = v.PollOnly
 	workers := make([]*proc, nWorkers)
 	clientIDs := map[string]int{} // River client id → worker index
 	for i := range workers {
@@ -165,8 +170,8 @@ func manyWorkers(t *testing.T, coalesce int) {
 	l := checkExactlyOnce(t, srv, pool, intents)
 
 	if coalesce == 0 {
-		summary(t, "many-workers: seed=%d intents=%d workers=%d sent_by_river=%s sent_by_logs=%s jobs=%d deliveries=%d duplicates=%d lost=%d elapsed=%s",
-			suite.seed, n, nWorkers, ints(byRiver), ints(byLog), jobs, l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))
+		summary(t, "%s: seed=%d intents=%d workers=%d sent_by_river=%s sent_by_logs=%s jobs=%d deliveries=%d duplicates=%d lost=%d elapsed=%s",
+			name, suite.seed, n, nWorkers, ints(byRiver), ints(byLog), jobs, l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))
 		return
 	}
 	cs := checkCoalesced(t, srv, outbox, l.Batches)

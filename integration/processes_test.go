@@ -285,6 +285,8 @@ type workerOptions struct {
 	// Coalesce is --coalesce: up to that many email intents sent in one
 	// batch request (0: off, each intent alone).
 	Coalesce int
+	// PollOnly is --poll-only: no LISTEN/NOTIFY, River and the sweeper poll.
+	PollOnly bool
 }
 
 // workerArgs renders the options as flags. Timings the suite depends on
@@ -323,6 +325,7 @@ func workerArgs(t testing.TB, o workerOptions) []string {
 		{"rate-limit-wait", o.RateLimitWait.String(), o.RateLimitWait > 0},
 		{"api-rate", o.APIRate, o.APIRate != ""},
 		{"coalesce", fmt.Sprint(o.Coalesce), o.Coalesce > 0},
+		{"poll-only", "true", o.PollOnly},
 		{"fetch-poll-interval", "100ms", !o.Defaults},
 		{"sweep-interval", "250ms", !o.Defaults},
 		{"shutdown-grace", "10s", true},

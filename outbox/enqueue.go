@@ -18,7 +18,9 @@ type EnqueueResult struct {
 	Record *Record
 	// Existing is true when an intent with the same key and the same
 	// payload was already there: nothing was inserted, and Record is that
-	// intent in its current state.
+	// intent in its current state. For an intent pruned since (see
+	// Record.PrunedAt), Record holds the key, what was enqueued now (the
+	// same intent) and the final state the pruned one had.
 	Existing bool
 }
 
@@ -147,7 +149,62 @@ func (o *Outbox) findExisting(ctx context.Context, tx pgx.Tx, in []Intent, keys 
 			found[rec.Key] = e
 		}
 	}
-	return found, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: look up existing keys: %w", err)
+	}
+	var rest []Intent
+	var restKeys []string
+	for i, k := range keys {
+		if _, ok := found[k]; !ok {
+			rest, restKeys = append(rest, in[i]), append(restKeys, k)
+		}
+	}
+	if len(rest) == 0 {
+		return found, nil
+	}
+	return found, findPruned(ctx, tx, rest, restKeys, found)
+}
+
+// findPruned answers keys whose intent was pruned from their tombstones:
+// the same intent (kind, template and payload hash alike) is the pruned one,
+// in its final state; another is a key reuse.
+func findPruned(ctx context.Context, tx pgx.Tx, in []Intent, keys []string, found map[string]existingRecord) error {
+	kinds, payloads, templates, _ := columnsOf(in)
+	rows, err := tx.Query(ctx, `
+		SELECT i.key, t.state, t.pruned_at, t.intent_hash = sendonce_intent_hash(i.kind, i.template_id, i.payload)
+		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS i(key, kind, payload, template_id)
+		CROSS JOIN LATERAL (SELECT * FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(i.key) LIMIT 1) t`,
+		keys, kinds, payloads, templates)
+	if err != nil {
+		return fmt.Errorf("outbox: look up pruned keys: %w", err)
+	}
+	defer rows.Close()
+	byKey := make(map[string]int, len(keys))
+	for i, k := range keys {
+		byKey[k] = i
+	}
+	for rows.Next() {
+		var key string
+		var state State
+		var at time.Time
+		var same bool
+		if err := rows.Scan(&key, &state, &at, &same); err != nil {
+			return fmt.Errorf("outbox: look up pruned keys: %w", err)
+		}
+		i := byKey[key]
+		rec := &Record{Key: key, Kind: in[i].Kind, Payload: in[i].raw, TemplateID: in[i].TemplateID, State: state, PrunedAt: &at}
+		e := existingRecord{record: rec}
+		if !same {
+			e.err = ErrKeyReuse
+		}
+		if _, seen := found[key]; !seen {
+			found[key] = e
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("outbox: look up pruned keys: %w", err)
+	}
+	return nil
 }
 
 // settleExisting handles the keys that were already stored (or that a

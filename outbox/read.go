@@ -15,6 +15,24 @@ func (o *Outbox) Get(ctx context.Context, key string) (*Record, error) {
 	return get(ctx, o.pool, key)
 }
 
+// Pruned returns what retention kept of a pruned intent (see
+// Record.PrunedAt): a Record with its key, final state and PrunedAt only. It
+// returns ErrNotFound when the key has no tombstone.
+func (o *Outbox) Pruned(ctx context.Context, key string) (*Record, error) {
+	rec := &Record{Key: key}
+	var at time.Time
+	err := o.pool.QueryRow(ctx, `SELECT state, pruned_at FROM sendonce_tombstone WHERE key_hash = sendonce_key_hash($1)`, key).
+		Scan(&rec.State, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound(err, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("outbox: look up pruned %q: %w", key, err)
+	}
+	rec.PrunedAt = &at
+	return rec, nil
+}
+
 func get(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, key string) (*Record, error) {

@@ -83,11 +83,16 @@ type Record struct {
 	// TraceParent is the W3C traceparent of the span the intent was
 	// enqueued in, and TraceState its tracestate; empty when there was
 	// none. The worker's send span links to it (see the README's Tracing).
-	TraceParent string     `json:"traceparent,omitempty"`
-	TraceState  string     `json:"tracestate,omitempty"`
-	CreatedAt   time.Time  `json:"createdAt"`
-	UpdatedAt   time.Time  `json:"updatedAt"`
-	SentAt      *time.Time `json:"sentAt,omitempty"`
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+	// PrunedAt is set only on the Record of an EnqueueResult whose key
+	// names an intent pruned by retention (sendonce prune): when it was
+	// pruned. Such a Record has no ID, job or times; its State is the
+	// pruned intent's final state.
+	PrunedAt  *time.Time `json:"prunedAt,omitempty"`
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+	SentAt    *time.Time `json:"sentAt,omitempty"`
 }
 
 // columns is the select list that scanRecord reads, in order.

@@ -84,4 +84,10 @@
 //	if err != nil { ... }
 //	if err := w.Start(ctx); err != nil { ... }
 //	defer w.Stop(shutdownCtx) // in-flight sends finish, or are cancelled when shutdownCtx ends
+//
+// Config.Retain turns on retention: every minute one worker of the fleet
+// deletes the settled intents older than it, each leaving a tombstone of
+// its key that keeps enqueueing it again from sending twice (see
+// sendstate.Prune). Config.PollOnly makes the worker poll instead of
+// LISTENing, for a database behind a transaction-mode pooler.
 package worker

@@ -32,6 +32,7 @@ type sweeper struct {
 	sweeps    int
 
 	restartGrace time.Duration
+	pollOnly     bool
 }
 
 // reconcileEvery is how many sweeps pass between two reconciliations: a
@@ -40,6 +41,10 @@ type sweeper struct {
 const reconcileEvery = 30
 
 func (s *sweeper) run(ctx context.Context) {
+	if s.pollOnly {
+		s.poll(ctx)
+		return
+	}
 	for ctx.Err() == nil {
 		err := s.listen(ctx)
 		if ctx.Err() != nil {
@@ -81,6 +86,21 @@ func (s *sweeper) listen(ctx context.Context) error {
 	}
 }
 
+// poll sweeps every interval without LISTEN (Config.PollOnly): a row
+// inserted by SQL waits for the next sweep.
+func (s *sweeper) poll(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		s.sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
 	matchEvents := func(ctx context.Context) (int, error) { return webhook.MatchPending(ctx, s.pool) }
@@ -105,5 +125,35 @@ func (s *sweeper) do(ctx context.Context, fn func(context.Context) (int, error),
 	}
 	if n > 0 {
 		s.logger.Info("sweeper: "+done, "count", n)
+	}
+}
+
+// pruner runs retention (Config.Retain) every interval. Each of its
+// transactions takes sendstate.PruneLockKey, so one worker of the fleet
+// prunes at a time, and none holds its locks for long.
+type pruner struct {
+	pool     *pgxpool.Pool
+	opts     sendstate.PruneOptions
+	interval time.Duration
+	logger   *slog.Logger
+}
+
+func (p *pruner) run(ctx context.Context) {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		res, err := sendstate.Prune(ctx, p.pool, p.opts)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.logger.Warn("sweeper: prune failed", "error", err)
+		case res != (sendstate.PruneResult{}):
+			p.logger.Info("sweeper: pruned settled intents past retention, leaving their keys' tombstones",
+				"intents", res.Intents, "events", res.Events, "batches", res.Batches, "runs", res.Runs, "tombstones", res.Tombstones)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -30,7 +30,13 @@ const (
 	DefaultJobTimeout    = 5 * time.Minute
 	DefaultFetchCooldown = 20 * time.Millisecond
 	DefaultSweepInterval = time.Second
+	DefaultPruneInterval = time.Minute
+	DefaultRetainKeys    = 365 * 24 * time.Hour
 )
+
+// KeepKeysForever, as Config.RetainKeys, keeps the tombstones of pruned
+// intents for ever.
+const KeepKeysForever time.Duration = -1
 
 // Config configures a Worker.
 type Config struct {
@@ -86,6 +92,27 @@ type Config struct {
 	// schedule gives (outbox.Schedule.Producer). A schedule naming a
 	// producer this worker lacks is left to a worker that has it.
 	Producers map[string]Producer
+	// Retain, when positive, turns on retention: every PruneInterval, one
+	// worker of the fleet at a time deletes the settled intents (sent,
+	// failed, canceled) settled longer than Retain ago, their events, and
+	// the settled batches and done runs left without members, in small
+	// transactions (see sendstate.Prune). Each pruned intent leaves a
+	// tombstone of its key, so enqueueing the key again is still the
+	// existing intent or a key-reuse error, never a second send. Zero: off.
+	Retain time.Duration
+	// RetainKeys is how long the tombstones are kept (default
+	// DefaultRetainKeys, one year); KeepKeysForever keeps them for ever.
+	RetainKeys time.Duration
+	// PruneInterval is how often retention runs (default
+	// DefaultPruneInterval).
+	PruneInterval time.Duration
+	// PollOnly makes the worker poll instead of LISTENing for PostgreSQL
+	// notifications, for a database behind a transaction-mode pooler
+	// (PgBouncer), where LISTEN does not work: River fetches jobs every
+	// FetchPollInterval, and the sweeper looks for rows inserted by SQL
+	// every SweepInterval. A send then starts up to FetchPollInterval
+	// after its commit instead of at once.
+	PollOnly bool
 	// Send tunes the outcome mapping.
 	Send SendConfig
 	// TracerProvider records the worker's spans: River's job span (from
@@ -107,6 +134,7 @@ type Worker struct {
 	coalesceWait time.Duration
 	pool         *pgxpool.Pool
 	sweeper      *sweeper
+	pruner       *pruner
 	liveness     *liveness
 	cancel       context.CancelFunc
 	done         sync.WaitGroup
@@ -198,6 +226,23 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if coalesceWait == 0 {
 		coalesceWait = DefaultCoalesceWait
 	}
+	if cfg.Retain < 0 {
+		return nil, fmt.Errorf("worker: retain %s: want a positive duration, or 0 for off", cfg.Retain)
+	}
+	if cfg.RetainKeys < 0 && cfg.RetainKeys != KeepKeysForever {
+		return nil, fmt.Errorf("worker: retain keys %s: want a positive duration, 0 for the default or KeepKeysForever", cfg.RetainKeys)
+	}
+	retainKeys := cfg.RetainKeys
+	switch retainKeys {
+	case 0:
+		retainKeys = DefaultRetainKeys
+	case KeepKeysForever:
+		retainKeys = 0
+	}
+	pruneInterval := cfg.PruneInterval
+	if pruneInterval <= 0 {
+		pruneInterval = DefaultPruneInterval
+	}
 	sendWorker := newSendWorker(pool, c, &sendCfg)
 	tp := cfg.TracerProvider
 	if tp == nil {
@@ -222,6 +267,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		RescueStuckJobsAfter: rescueAfter,
 		FetchCooldown:        cooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
+		PollOnly:             cfg.PollOnly,
 		Logger:               logger,
 		// The job's span; the send's span is its child.
 		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
@@ -250,8 +296,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		coalesce:     cfg.Coalesce,
 		coalesceWait: coalesceWait,
 		pool:         pool,
-		sweeper:      &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: sweepInterval, logger: logger, restartGrace: restartGrace},
-		liveness:     &liveness{pool: pool, interval: sweepInterval, logger: logger},
+		sweeper: &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: sweepInterval, logger: logger,
+			restartGrace: restartGrace, pollOnly: cfg.PollOnly},
+		liveness: &liveness{pool: pool, interval: sweepInterval, logger: logger},
+		pruner: &pruner{pool: pool, interval: pruneInterval, logger: logger,
+			opts: sendstate.PruneOptions{Retain: cfg.Retain, RetainKeys: retainKeys}},
 	}, nil
 }
 
@@ -282,6 +331,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.cancel = cancel
 	w.done.Go(func() { w.liveness.run(bgCtx) })
 	w.done.Go(func() { w.sweeper.run(bgCtx) })
+	if w.pruner.opts.Retain > 0 {
+		w.done.Go(func() { w.pruner.run(bgCtx) })
+	}
 	return nil
 }
 

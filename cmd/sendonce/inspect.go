@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -91,7 +92,7 @@ the last error, and its times. The payload (the message) is printed with
 		Example: `  sendonce show invoice:inv_4192
   sendonce show invoice:inv_4192 --json`,
 		Args: keyArg,
-		RunE: a.intentRunE(&asJSON, (*outbox.Outbox).Get, printRecord),
+		RunE: a.intentRunE(&asJSON, getOrPruned, printRecord),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the intent as JSON, payload included")
 	return cmd
@@ -294,4 +295,15 @@ func fromOutbox[T any](ctx context.Context, a *app, queue string, call func(*out
 		return zero, err
 	}
 	return call(ob, ctx)
+}
+
+// getOrPruned is the intent with key, or what retention kept of it.
+func getOrPruned(ob *outbox.Outbox, ctx context.Context, key string) (*outbox.Record, error) {
+	rec, err := ob.Get(ctx, key)
+	if errors.Is(err, outbox.ErrNotFound) {
+		if pruned, perr := ob.Pruned(ctx, key); perr == nil {
+			return pruned, nil
+		}
+	}
+	return rec, err
 }

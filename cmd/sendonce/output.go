@@ -13,6 +13,9 @@ import (
 // summary is an intent on one line: key, id, kind and state, and what
 // happened to it.
 func summary(r *outbox.Record) string {
+	if r.PrunedAt != nil {
+		return fmt.Sprintf("%s (kind %s, state %s, pruned %s: only its key's tombstone is kept)", r.Key, r.Kind, r.State, stamp(*r.PrunedAt))
+	}
 	s := fmt.Sprintf("%s (id %d, kind %s, state %s", r.Key, r.ID, r.Kind, r.State)
 	if r.SendAt != nil && r.State == outbox.StatePending {
 		s += ", send at " + stamp(*r.SendAt)
@@ -36,6 +39,12 @@ func printRecord(w io.Writer, r *outbox.Record) {
 		}
 	}
 	row("key", r.Key)
+	if r.PrunedAt != nil {
+		row("state", string(r.State))
+		row("pruned", stamp(*r.PrunedAt)+" (retention: only the key's tombstone is kept)")
+		tw.Flush()
+		return
+	}
 	row("id", fmt.Sprint(r.ID))
 	row("kind", string(r.Kind))
 	row("template", r.TemplateID)

@@ -121,6 +121,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.runCommand(),
 		a.scheduleCommand(),
 		a.suppressionCommand(),
+		a.pruneCommand(),
 		a.demoCommand(),
 	)
 	return root

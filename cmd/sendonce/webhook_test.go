@@ -30,7 +30,7 @@ func TestWorkWebhooks(t *testing.T) {
 	}
 
 	w := startWork(t, env, append(fastArgs, "--webhook-addr", "127.0.0.1:0")...)
-	m := regexp.MustCompile(`webhooks=(http://127\.0\.0\.1:\d+)\n`).FindStringSubmatch(w.stdout.String())
+	m := regexp.MustCompile(`webhooks=(http://127\.0\.0\.1:\d+) `).FindStringSubmatch(w.stdout.String())
 	if m == nil {
 		t.Fatalf("no webhooks= in the startup line %q", w.stdout.String())
 	}

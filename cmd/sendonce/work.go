@@ -101,6 +101,15 @@ OTEL_TRACES_EXPORTER=otlp|console (none: off), or an OTLP endpoint in
 OTEL_EXPORTER_OTLP_ENDPOINT. Each send is a span under River's job span,
 linked to the span that enqueued the intent; buffered spans are sent at exit.
 
+--retain 30d deletes the settled intents (sent, failed, canceled, suppressed) settled more
+than 30 days ago, every minute, one worker of the fleet at a time, keeping a
+tombstone of each key for --retain-keys (default 1y) so that enqueueing it
+again never sends twice (see "sendonce prune").
+
+--poll-only never LISTENs (River and the sweeper poll), for a database behind
+a transaction-mode pooler such as PgBouncer: a send starts up to
+--fetch-poll-interval after its commit instead of at once.
+
 Every flag can also be set by its environment variable (shown with the flag);
 a flag given on the command line wins.`
 
@@ -134,6 +143,9 @@ type workOptions struct {
 	coalesceWait      time.Duration
 	webhookAddr       string
 	partlySuppressed  string
+	retain            retention
+	retainKeys        retention
+	pollOnly          bool
 }
 
 // workCommand declares `sendonce work`. Its cobra.Command literal is alike
@@ -183,7 +195,15 @@ func (a *app) workCommand() *cobra.Command {
 		"an intent with some recipients on the suppression list: send (to the others) or park (as suppressed)")
 	f.StringVar(&o.webhookAddr, "webhook-addr", "",
 		"listen address for the API's delivery webhooks (POST "+webhookPath+"; secret from "+envWebhookSecret+"); empty disables")
+	o.retainKeys = retention(worker.DefaultRetainKeys)
+	f.Var(&o.retain, "retain", "delete settled intents settled longer ago than this, e.g. 30d (see sendonce prune); 0: keep for ever")
+	f.Var(&o.retainKeys, "retain-keys", "with --retain, keep pruned intents' key tombstones this long (0: for ever)")
+	f.BoolVar(&o.pollOnly, "poll-only", false,
+		"poll instead of LISTEN/NOTIFY, for a database behind a transaction-mode pooler (PgBouncer); sends start up to --fetch-poll-interval later")
 	for flag, env := range map[string]string{
+		"retain":              "SENDONCE_RETAIN",
+		"retain-keys":         "SENDONCE_RETAIN_KEYS",
+		"poll-only":           "SENDONCE_POLL_ONLY",
 		"concurrency":         "SENDONCE_CONCURRENCY",
 		"queue":               "SENDONCE_QUEUE",
 		"job-timeout":         "SENDONCE_JOB_TIMEOUT",
@@ -262,6 +282,14 @@ func (o *workOptions) check() error {
 		return usagef("--http-addr %s is not loopback: set --ui-token (or SENDONCE_UI_TOKEN) so the River UI and the outbox page are not open to the network", o.httpAddr)
 	}
 	return nil
+}
+
+// retainKeys is --retain-keys as worker.Config.RetainKeys: 0 is for ever.
+func retainKeys(r retention) time.Duration {
+	if r == 0 {
+		return worker.KeepKeysForever
+	}
+	return time.Duration(r)
 }
 
 // poolSize is the connections the worker needs for a concurrency: sends
@@ -362,6 +390,9 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		RateLimits:        o.rateLimits,
 		Coalesce:          o.coalesce,
 		CoalesceWait:      o.coalesceWait,
+		Retain:            time.Duration(o.retain),
+		RetainKeys:        retainKeys(o.retainKeys),
+		PollOnly:          o.pollOnly,
 		Send: worker.SendConfig{
 			ReplayWindow:  o.replayWindow,
 			MaxAttempts:   o.maxAttempts,
@@ -465,8 +496,15 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	if o.coalesce >= 2 {
 		coalesce = fmt.Sprintf("%d/%s", o.coalesce, o.coalesceWait)
 	}
-	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s\n",
-		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr)
+	retain := "off"
+	if o.retain > 0 {
+		retain = o.retain.String() + "/keys:" + o.retainKeys.String()
+		if o.retainKeys == 0 {
+			retain = o.retain.String() + "/keys:forever"
+		}
+	}
+	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s retain=%s poll-only=%t\n",
+		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr, retain, o.pollOnly)
 
 	var srvErr error
 	select {

@@ -1,0 +1,221 @@
+package sendstate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PruneOptions say what Prune deletes.
+type PruneOptions struct {
+	// Retain is how long a settled intent is kept after it settled (its
+	// last update). Zero or more; zero prunes every settled intent that
+	// may go.
+	Retain time.Duration
+	// RetainKeys is how long a pruned intent's tombstone is kept; zero
+	// keeps tombstones for ever.
+	RetainKeys time.Duration
+	// BatchSize is how many rows one transaction deletes (default
+	// DefaultPruneBatch).
+	BatchSize int
+}
+
+// DefaultPruneBatch is how many rows one transaction of Prune deletes:
+// small enough that its locks and its WAL are short, large enough that a
+// backlog goes fast.
+const DefaultPruneBatch = 1000
+
+// PruneResult counts what Prune deleted.
+type PruneResult struct {
+	Intents    int // intents deleted, each leaving a tombstone
+	Events     int // their delivery events, and unmatched ones past retention
+	Batches    int // settled batches with no member left
+	Runs       int // done runs with no member left
+	Tombstones int // tombstones past RetainKeys
+}
+
+// PruneLockKey is the advisory lock each transaction of Prune takes with
+// pg_try_advisory_xact_lock: one pruner at a time across the fleet (a
+// second one finds it taken and leaves the round to the first).
+const PruneLockKey int64 = 0x73656e6470727565 // "sendprue"
+
+// pruneIntentsSQL deletes up to $2 settled intents last updated before $1,
+// their events, and leaves a tombstone for each, in one statement. An
+// intent stays while:
+//   - it is unsettled (pending, sending);
+//   - its batch is unsettled (its outcome is still to be written);
+//   - its run has an unsettled member (the run's counts are still read);
+//   - its River job still may run (available, running, retryable,
+//     scheduled, pending): a job runs against its intent's row, and a job
+//     whose row is gone cancels itself without sending, but a row whose
+//     job is still at work is left to it.
+//
+// Candidates are read in id order below $3, the first id created at or
+// after the cutoff, so a round never reads past the old end of the table.
+const pruneIntentsSQL = `
+	WITH doomed AS MATERIALIZED (
+		SELECT o.id, o.idempotency_key, o.kind, o.template_id, o.payload, o.state
+		FROM sendonce_outbox o
+		WHERE o.id < $3 AND o.state IN ('sent', 'failed', 'canceled', 'suppressed') AND o.updated_at < $1
+			AND (o.batch_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_batch b
+				WHERE b.idempotency_key = o.batch_key AND b.state IN ('pending', 'sending')))
+			AND (o.run_key IS NULL OR o.run_key NOT IN (SELECT m.run_key FROM sendonce_outbox m
+				WHERE m.state IN ('pending', 'sending') AND m.run_key IS NOT NULL))
+			AND (o.job_id IS NULL OR NOT EXISTS (SELECT 1 FROM river_job j
+				WHERE j.id = o.job_id AND j.state IN ('available', 'running', 'retryable', 'scheduled', 'pending')))
+		ORDER BY o.id LIMIT $2
+		FOR UPDATE OF o SKIP LOCKED
+	), tomb AS (
+		INSERT INTO sendonce_tombstone (key_hash, intent_hash, state)
+		SELECT sendonce_key_hash(idempotency_key), sendonce_intent_hash(kind, template_id, payload), state FROM doomed
+		ON CONFLICT (key_hash) DO UPDATE SET intent_hash = excluded.intent_hash, state = excluded.state, pruned_at = excluded.pruned_at
+	), ev AS (
+		DELETE FROM sendonce_event e WHERE e.intent_id IN (SELECT id FROM doomed) RETURNING 1
+	), gone AS (
+		DELETE FROM sendonce_outbox o USING doomed d WHERE o.id = d.id RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ev)`
+
+// pruneBoundSQL is the first id created at or after the cutoff: the end
+// of the ids pruneIntentsSQL reads (an id is drawn at insert, created_at
+// is the inserting transaction's start, so the two agree but for rows of
+// long transactions, which a later round takes).
+const pruneBoundSQL = `SELECT coalesce(
+	(SELECT id FROM sendonce_outbox WHERE created_at >= $1 ORDER BY id LIMIT 1),
+	(SELECT max(id) + 1 FROM sendonce_outbox), 0)`
+
+// pruneBatchesSQL deletes settled batches last updated before $1 whose
+// members are all gone.
+const pruneBatchesSQL = `
+	WITH doomed AS (
+		SELECT b.id FROM sendonce_batch b
+		WHERE b.state NOT IN ('pending', 'sending') AND b.updated_at < $1
+			AND NOT EXISTS (SELECT 1 FROM sendonce_outbox o
+				WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key)
+			AND (b.job_id IS NULL OR NOT EXISTS (SELECT 1 FROM river_job j
+				WHERE j.id = b.job_id AND j.state IN ('available', 'running', 'retryable', 'scheduled', 'pending')))
+		ORDER BY b.id LIMIT $2
+		FOR UPDATE OF b SKIP LOCKED
+	)
+	DELETE FROM sendonce_batch b USING doomed d WHERE b.id = d.id`
+
+// pruneRunsSQL deletes runs last updated before $1 that are not paused and
+// have no member left (so none unsettled: the run is done). A run a
+// schedule created is not created again: the schedule has moved past its
+// occurrence. Should a producer enqueue a pruned run's key again, its
+// members' keys answer from their tombstones.
+const pruneRunsSQL = `
+	WITH doomed AS (
+		SELECT r.key FROM sendonce_run r
+		WHERE r.state <> 'paused' AND r.updated_at < $1
+			AND NOT EXISTS (SELECT 1 FROM sendonce_outbox o WHERE o.run_key = r.key)
+		ORDER BY r.key LIMIT $2
+		FOR UPDATE OF r SKIP LOCKED
+	)
+	DELETE FROM sendonce_run r USING doomed d WHERE r.key = d.key`
+
+// pruneEventsSQL deletes unmatched delivery events received before $1 (and
+// over a day ago: the sweeper matches them for a day).
+const pruneEventsSQL = `
+	DELETE FROM sendonce_event WHERE delivery_id IN (
+		SELECT delivery_id FROM sendonce_event
+		WHERE intent_id IS NULL AND received_at < least($1, now() - interval '1 day')
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+// pruneTombstonesSQL deletes tombstones made before $1.
+const pruneTombstonesSQL = `
+	DELETE FROM sendonce_tombstone WHERE key_hash IN (
+		SELECT key_hash FROM sendonce_tombstone WHERE pruned_at < $1
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+// Prune deletes what retention lets go, in transactions of at most
+// BatchSize rows each, until nothing more is due: settled intents (with
+// their events) settled longer than Retain ago, leaving a tombstone each,
+// then settled batches and done runs left without members, unmatched
+// events, and tombstones older than RetainKeys. Cutoffs are measured on
+// the database's clock. It returns early, with what it did, when ctx ends
+// or another Prune holds PruneLockKey.
+func Prune(ctx context.Context, db Beginner, opts PruneOptions) (PruneResult, error) {
+	var res PruneResult
+	if opts.Retain < 0 || opts.RetainKeys < 0 {
+		return res, fmt.Errorf("sendstate: prune: retention must not be negative (retain %s, retain keys %s)", opts.Retain, opts.RetainKeys)
+	}
+	size := opts.BatchSize
+	if size <= 0 {
+		size = DefaultPruneBatch
+	}
+	var cutoff time.Time
+	if err := db.QueryRow(ctx, `SELECT now() - $1::float8 * interval '1 second'`, opts.Retain.Seconds()).Scan(&cutoff); err != nil {
+		return res, fmt.Errorf("sendstate: prune: read the clock: %w", err)
+	}
+	var bound int64
+	if err := db.QueryRow(ctx, pruneBoundSQL, cutoff).Scan(&bound); err != nil {
+		return res, fmt.Errorf("sendstate: prune: %w", err)
+	}
+	steps := []struct {
+		what  string
+		count *int
+		run   func(tx pgx.Tx) (int, error)
+	}{
+		{"intents", &res.Intents, func(tx pgx.Tx) (int, error) {
+			var n, ev int
+			err := tx.QueryRow(ctx, pruneIntentsSQL, cutoff, size, bound).Scan(&n, &ev)
+			res.Events += ev
+			return n, err
+		}},
+		{"batches", &res.Batches, execCount(ctx, pruneBatchesSQL, cutoff, size)},
+		{"runs", &res.Runs, execCount(ctx, pruneRunsSQL, cutoff, size)},
+		{"events", &res.Events, execCount(ctx, pruneEventsSQL, cutoff, size)},
+	}
+	if opts.RetainKeys > 0 {
+		var keysCutoff time.Time
+		if err := db.QueryRow(ctx, `SELECT now() - $1::float8 * interval '1 second'`, opts.RetainKeys.Seconds()).Scan(&keysCutoff); err != nil {
+			return res, fmt.Errorf("sendstate: prune: read the clock: %w", err)
+		}
+		steps = append(steps, struct {
+			what  string
+			count *int
+			run   func(tx pgx.Tx) (int, error)
+		}{"tombstones", &res.Tombstones, execCount(ctx, pruneTombstonesSQL, keysCutoff, size)})
+	}
+	for _, step := range steps {
+		for {
+			var n int
+			locked := true
+			err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, PruneLockKey).Scan(&locked); err != nil || !locked {
+					return err
+				}
+				var err error
+				n, err = step.run(tx)
+				return err
+			})
+			if err != nil {
+				return res, fmt.Errorf("sendstate: prune %s: %w", step.what, err)
+			}
+			if !locked {
+				return res, nil
+			}
+			*step.count += n
+			if n < size {
+				break
+			}
+		}
+	}
+	return res, nil
+}
+
+// Beginner is a *pgxpool.Pool or a *pgx.Conn.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func execCount(ctx context.Context, sql string, args ...any) func(tx pgx.Tx) (int, error) {
+	return func(tx pgx.Tx) (int, error) {
+		tag, err := tx.Exec(ctx, sql, args...)
+		return int(tag.RowsAffected()), err
+	}
+}

@@ -216,6 +216,14 @@ func TestLatencyAfterIsTheWindowToKillAWorker(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client error = %v", err)
 	}
+	// The replay goes once the killed request has ended, as a worker's
+	// replay comes after its crash. Sent at once, it could reach the fake
+	// between the first request's delivery and its after-phase, and take
+	// the times=1 latency for itself.
+	waitFor(t, "the killed request to end", func() bool {
+		reqs := srv.Requests()
+		return len(reqs) == 1 && !reqs[0].AnsweredAt.IsZero()
+	})
 	r := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), h)
 	if r.body["replayed"] != true || len(srv.Deliveries()) != 1 {
 		t.Fatalf("after the kill: %s, %d deliveries", r.raw, len(srv.Deliveries()))

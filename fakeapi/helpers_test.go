@@ -172,3 +172,15 @@ func startTest(t testing.TB, cfg fakeapi.Config) (*fakeapi.Server, string) {
 	srv := fakeapi.NewTest(t, cfg)
 	return srv, srv.URL()
 }
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

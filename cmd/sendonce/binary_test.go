@@ -74,24 +74,7 @@ func TestBinary(t *testing.T) {
 	if err := fake.WaitDeliveries(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() {
-		for lines.Scan() {
-		}
-		waited <- cmd.Wait()
-	}()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatalf("work after SIGTERM: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("work did not stop on SIGTERM\n%s", stderr.String())
-	}
+	stopWork(t, cmd, lines, &stderr)
 	logs := stderr.String()
 	if !strings.Contains(logs, `"msg":"stopped"`) {
 		t.Errorf("no JSON \"stopped\" log line:\n%s", logs)
@@ -119,4 +102,28 @@ func runBinary(t *testing.T, bin string, environ []string, stdin string, args ..
 	r := result{code, stdout.String(), stderr.String()}
 	wantNoLeak(t, "sendonce "+strings.Join(args, " "), r)
 	return r
+}
+
+// stopWork sends a running `sendonce work` SIGTERM, drains its stdout and
+// waits up to 30 s for it to exit 0.
+func stopWork(t *testing.T, cmd *exec.Cmd, stdout *bufio.Scanner, stderr *syncbuf.Buffer) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		for stdout.Scan() {
+		}
+		waited <- cmd.Wait()
+	}()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("work after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("work did not stop on SIGTERM\n%s", stderr.String())
+	}
 }

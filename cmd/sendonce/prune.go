@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sendonce/sendonce/internal/sendstate"
-	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/worker"
 )
 
@@ -87,18 +86,11 @@ func (a *app) pruneCommand() *cobra.Command {
 		Example: pruneExamples,
 		Args:    noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			pool, err := a.connect(cmd.Context(), 0)
+			pool, err := a.connectMigrated(cmd.Context(), 0)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			pending, err := migrations.Pending(cmd.Context(), pool)
-			if err != nil {
-				return fmt.Errorf("cannot check migrations: %w", err)
-			}
-			if pending {
-				return migrations.ErrPending
-			}
 			res, err := sendstate.Prune(cmd.Context(), pool, sendstate.PruneOptions{
 				Retain: time.Duration(retain), RetainKeys: time.Duration(retainKeys)})
 			if err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sendonce/sendonce/migrations"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -256,6 +258,25 @@ func (a *app) connect(ctx context.Context, minConns int) (*pgxpool.Pool, error) 
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("cannot connect to the database: %w", err)
+	}
+	return pool, nil
+}
+
+// connectMigrated is connect for the commands that need the schema of this
+// build: it refuses a database with migrations pending.
+func (a *app) connectMigrated(ctx context.Context, minConns int) (*pgxpool.Pool, error) {
+	pool, err := a.connect(ctx, minConns)
+	if err != nil {
+		return nil, err
+	}
+	pending, err := migrations.Pending(ctx, pool)
+	switch {
+	case err != nil:
+		pool.Close()
+		return nil, fmt.Errorf("cannot check migrations: %w", err)
+	case pending:
+		pool.Close()
+		return nil, migrations.ErrPending
 	}
 	return pool, nil
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -120,24 +119,7 @@ func TestBinaryTraces(t *testing.T) {
 	eventually(t, 30*time.Second, "the intent sent", func() bool {
 		return count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent'`) == 1
 	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() {
-		for lines.Scan() {
-		}
-		waited <- cmd.Wait()
-	}()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatalf("work after SIGTERM: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("work did not stop on SIGTERM\n%s", stderr.String())
-	}
+	stopWork(t, cmd, lines, &stderr)
 	if !strings.Contains(stderr.String(), `"msg":"tracing on","exporter":"otlp"`) {
 		t.Errorf("no \"tracing on\" log line:\n%s", stderr.String())
 	}

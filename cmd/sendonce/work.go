@@ -19,7 +19,6 @@ import (
 	"github.com/sendonce/sendonce/internal/metrics"
 	"github.com/sendonce/sendonce/internal/outboxui"
 	"github.com/sendonce/sendonce/internal/tracing"
-	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/webhook"
 	"github.com/sendonce/sendonce/worker"
@@ -341,18 +340,11 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		return fmt.Errorf("%w: use https, or a loopback address for a local fake API", err)
 	}
 
-	pool, err := a.connect(ctx, poolSize(o.concurrency))
+	pool, err := a.connectMigrated(ctx, poolSize(o.concurrency))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	pending, err := migrations.Pending(ctx, pool)
-	if err != nil {
-		return fmt.Errorf("cannot check migrations: %w", err)
-	}
-	if pending {
-		return migrations.ErrPending
-	}
 	ob, err := outbox.New(pool, &outbox.Config{Queue: o.queue})
 	if err != nil {
 		return err

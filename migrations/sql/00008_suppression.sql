@@ -106,19 +106,24 @@ DECLARE
     addrs  text[];
     n      integer := 0;
 BEGIN
+    -- Most events (delivered, opened, …) change nothing: they are not
+    -- locked, only those that may change the list.
+    reason := (SELECT CASE e.type
+            WHEN 'email.bounced' THEN 'bounced'
+            WHEN 'email.complained' THEN 'complained'
+            WHEN 'email.suppressed' THEN 'api'
+            WHEN 'suppression.added' THEN 'api'
+            WHEN 'suppression.removed' THEN 'removed'
+        END FROM sendonce_event e WHERE e.delivery_id = p_delivery_id);
+    IF reason IS NULL THEN
+        RETURN 0;
+    END IF;
     SELECT * INTO ev FROM sendonce_event WHERE delivery_id = p_delivery_id FOR UPDATE;
     IF NOT FOUND OR ev.suppression_applied THEN
         RETURN 0;
     END IF;
-    reason := CASE ev.type
-        WHEN 'email.bounced' THEN 'bounced'
-        WHEN 'email.complained' THEN 'complained'
-        WHEN 'email.suppressed' THEN 'api'
-        WHEN 'suppression.added' THEN 'api'
-        WHEN 'suppression.removed' THEN 'removed'
-    END;
-    IF reason IS NULL OR (ev.type = 'email.bounced' AND lower(coalesce(ev.raw #>> '{data,bounce,type}',
-            ev.raw #>> '{data,bounceType}', ev.raw #>> '{data,bounce_type}', '')) IN ('soft', 'transient', 'temporary')) THEN
+    IF ev.type = 'email.bounced' AND lower(coalesce(ev.raw #>> '{data,bounce,type}',
+            ev.raw #>> '{data,bounceType}', ev.raw #>> '{data,bounce_type}', '')) IN ('soft', 'transient', 'temporary') THEN
         RETURN 0;
     END IF;
     SELECT array_agg(DISTINCT a) INTO addrs FROM (

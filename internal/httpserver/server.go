@@ -64,11 +64,20 @@ func New(opts Options) *Handler {
 		h.mux.Handle("GET /metrics", opts.Metrics)
 	}
 	tokens := ParseTokens(opts.UIToken)
+	// Without a token, only loopback can reach the UIs (the command
+	// refuses to listen elsewhere), and only by a loopback name: a
+	// DNS-rebinding page would otherwise read and drive them from the
+	// operator's browser (see RequireLocalHost). With a token, the token
+	// decides and any Host (a proxy, a DNS name) is fine.
+	local := func(next http.Handler) http.Handler { return next }
+	if len(tokens) == 0 {
+		local = RequireLocalHost
+	}
 	// The UIs change jobs and intents with POST, PUT and PATCH: refuse those
 	// from other origins, so a web page open in the operator's browser
 	// cannot drive a UI on localhost.
 	guard := func(next http.Handler) http.Handler {
-		return http.NewCrossOriginProtection().Handler(RequireTokens(tokens, next))
+		return local(http.NewCrossOriginProtection().Handler(RequireTokens(tokens, next)))
 	}
 	if opts.RiverUI != nil {
 		ui := guard(opts.RiverUI)
@@ -77,7 +86,7 @@ func New(opts Options) *Handler {
 	}
 	if opts.OutboxUI != nil {
 		ui := guard(opts.OutboxUI)
-		h.mux.Handle(OutboxPrefix, http.RedirectHandler(OutboxPrefix+"/", http.StatusMovedPermanently))
+		h.mux.Handle(OutboxPrefix, local(http.RedirectHandler(OutboxPrefix+"/", http.StatusMovedPermanently)))
 		h.mux.Handle(OutboxPrefix+"/", ui)
 	}
 	return h

@@ -137,6 +137,10 @@ func (h *harness) do(method, path string, form url.Values, header ...string) (in
 		req.Header.Set("Authorization", h.auth)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1] // the Host header is the request's, not a header's
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

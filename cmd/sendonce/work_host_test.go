@@ -42,7 +42,7 @@ func httpDo(t *testing.T, method, u, host, body string, header ...string) (int, 
 }
 
 // TestWorkRefusesAForeignHostWithoutToken is issue 22's DNS rebinding
-// against the real `sendonce work`: no --ui-token, loopback listener, and
+// against the real `sendonce work`: no UI token, loopback listener, and
 // a page of attacker.example whose name now resolves to 127.0.0.1. Its
 // requests carry "Host: attacker.example:PORT" and a matching Origin, so
 // the cross-origin check takes them for the same origin. None may read the

@@ -136,7 +136,8 @@ const DefaultTokenName = "token"
 
 var tokenName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
 
-// ParseTokens reads a --ui-token value: tokens separated by commas, each
+// ParseTokens reads a UI token value (SENDONCE_UI_TOKEN, or the content of
+// the file --ui-token-file names): tokens separated by commas, each
 // either SECRET (named "token") or NAME:SECRET, where NAME is 1 to 64
 // letters, digits, "_", ".", "@" or "-". A value whose part before the first
 // colon is no such name (or whose secret would be empty) is a secret as a
@@ -201,7 +202,7 @@ func RequireTokens(tokens []Token, next http.Handler) http.Handler {
 		}
 		if who == "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="sendonce", charset="UTF-8"`)
-			writeText(w, http.StatusUnauthorized, "unauthorized: the River UI and the outbox page need a token given by --ui-token (Authorization: Bearer, or as the basic-auth password)")
+			writeText(w, http.StatusUnauthorized, "unauthorized: the River UI and the outbox page need the token sendonce work was given (SENDONCE_UI_TOKEN or --ui-token-file), as Authorization: Bearer TOKEN or as the basic-auth password")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), whoKey{}, who)))

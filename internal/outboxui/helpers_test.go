@@ -45,7 +45,7 @@ type harness struct {
 
 type setup struct {
 	actions bool
-	token   string          // --ui-token
+	token   string          // the UI token (SENDONCE_UI_TOKEN)
 	auth    string          // what requests carry as Authorization
 	worker  bool            // run a real worker against a fake API
 	faults  []fakeapi.Fault // the fake API's faults

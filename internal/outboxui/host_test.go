@@ -17,7 +17,7 @@ import (
 const resetLink = "https://app.example.com/reset?t=RESETLINK-4f9a2c"
 
 // TestForeignHostWithoutToken is the DNS-rebinding attack of issue 22:
-// with no --ui-token, on loopback, a page of attacker.example whose name
+// with no UI token, on loopback, a page of attacker.example whose name
 // now resolves to 127.0.0.1 sends requests with "Host: attacker.example"
 // and a matching Origin, which the cross-origin check takes for the same
 // origin. They must neither read an intent (the reset link in its body)

@@ -3,6 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +19,13 @@ import (
 // must not print it either.
 const malformedKey = "sk_live_SECRETmalformedK3y4c1d9e0b7a"
 
+// uiTokenSecret is a UI token's secret: refused on the command line, taken
+// from a file, presented right and wrong to the listener; never printed.
+const uiTokenSecret = "uiSECRETt0kenN0tForPrint1ng4c7e1a"
+
 // secretNeedles are the forms in which a key must never appear.
 func secretNeedles() []string {
-	return []string{apiKey, apiKeySecret, malformedKey, strings.TrimPrefix(malformedKey, "sk_live_")}
+	return []string{apiKey, apiKeySecret, malformedKey, strings.TrimPrefix(malformedKey, "sk_live_"), uiTokenSecret}
 }
 
 // TestSecrets runs sendonce where a careless program would print its API
@@ -26,7 +34,8 @@ func secretNeedles() []string {
 // failures stored in the outbox and River's job errors, every inspect
 // command with and without --json. Then it reads everything every process
 // of the whole run printed (stdout and stderr) and every row every scenario
-// left in its database, and requires that the key appears nowhere.
+// left in its database, and requires that the key appears nowhere. A UI
+// token gets the same treatment (uiTokenNeverShown).
 // TestMain scans once more at the very end, so scenarios that ran after
 // this one are covered too.
 func TestSecrets(t *testing.T) {
@@ -116,13 +125,14 @@ func TestSecrets(t *testing.T) {
 	inspect("sent")
 	l := checkLedger(friend, intents, loadBatches(t, pool))
 	l.report(t)
+	uiTokenNeverShown(t, e2)
 
 	// The scan: this scenario's rows now, every earlier scenario's rows
 	// (kept when their databases were dropped), and every process's output.
 	dumpDatabase(t, pool, "secrets")
 	if leaks := scanForSecrets(allCaptures()); len(leaks) > 0 {
 		for _, leak := range leaks {
-			t.Errorf("the API key leaked: %s", leak)
+			t.Errorf("a secret leaked: %s", leak)
 		}
 	}
 	// The scan must be able to find a key where there is one.
@@ -145,6 +155,64 @@ func TestSecrets(t *testing.T) {
 	}
 	summary(t, "secrets: seed=%d processes=%d streams=%d bytes=%d database_dumps=%d leaks=%d elapsed=%s",
 		suite.seed, processes, len(all)-dumps, bytes, dumps, len(scanForSecrets(all)), time.Since(start).Round(time.Second))
+}
+
+// uiTokenNeverShown runs work with a UI token where a careless program
+// would print it: on the command line (refused, without repeating it), and
+// from --ui-token-file with debug logs while the listener gets requests
+// with no token, a wrong one, the right one and a foreign Host. The
+// captures of both go to the scan.
+func uiTokenNeverShown(t *testing.T, e env) {
+	t.Helper()
+	if r := run(t, "work-ui-token-flag", e, nil, "work", "--ui-token", "ops:"+uiTokenSecret); r.code != 2 ||
+		!strings.Contains(r.stderr, "SENDONCE_UI_TOKEN") {
+		t.Errorf("work --ui-token: exit %d, want 2 naming SENDONCE_UI_TOKEN\n%s", r.code, r.stderr)
+	}
+	file := filepath.Join(t.TempDir(), "ui-token")
+	if err := os.WriteFile(file, []byte("ops:"+uiTokenSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append(workerArgs(t, workerOptions{Concurrency: 1, LogLevel: "debug"}), "--http-addr=127.0.0.1:0", "--ui-token-file", file)
+	p := startProc(t, "worker-ui-token-file", e, args...)
+	var base string
+	waitFor(t, 30*time.Second, "the worker's start line", func() (bool, string) {
+		if !p.running() {
+			t.Fatalf("work with --ui-token-file exited: %v\n%s", p.err, p.output())
+		}
+		m := regexp.MustCompile(` http=(\S+) `).FindStringSubmatch(p.stdout.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil, p.stdout.String()
+	})
+	for _, tc := range []struct {
+		path, auth, host string
+		want             int
+	}{
+		{"/outbox/", "", "", 401},
+		{"/outbox/", "Bearer wrong-" + uiTokenSecret[:8], "", 401},
+		{"/outbox/", "Bearer " + uiTokenSecret, "", 200},
+		{"/riverui/api/jobs", "Bearer " + uiTokenSecret, "", 200},
+		{"/riverui/api/jobs", "Bearer " + uiTokenSecret, "sendonce.ops.example", 200},
+		{"/outbox/intents", "Bearer " + uiTokenSecret + "x", "attacker.example", 401},
+	} {
+		req, _ := http.NewRequest("GET", base+tc.path, nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", tc.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s (Host %q, %d chars of Authorization): %d, want %d", tc.path, tc.host, len(tc.auth), resp.StatusCode, tc.want)
+		}
+	}
+	p.stop(t)
 }
 
 // scanAllForSecrets scans everything captured in the run.

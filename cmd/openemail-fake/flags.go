@@ -33,7 +33,16 @@ type options struct {
 	logLevel        string
 	schedulerTick   time.Duration
 	shutdownTimeout time.Duration
+
+	// secretsInArgs are the secret flags given on the command line, which
+	// run warns about (see secretFlags).
+	secretsInArgs []string
 }
+
+// secretFlags hold secrets. They stay flags, as the README and the tests
+// use them, but a command line is in every local user's ps for as long as
+// the fake runs, so giving one there is warned about at start.
+var secretFlags = []string{"webhook-secret", "api-key"}
 
 // envPrefix starts every environment variable the command reads.
 const envPrefix = "OPENEMAIL_FAKE_"

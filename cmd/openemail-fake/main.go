@@ -184,6 +184,11 @@ func newCommand(getenv func(string) string, stdout, stderr io.Writer) (*cobra.Co
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			for _, name := range secretFlags {
+				if cmd.Flags().Changed(name) {
+					o.secretsInArgs = append(o.secretsInArgs, name)
+				}
+			}
 			return applyEnv(cmd, getenv)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -201,6 +206,10 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer) error {
 	logger, err := o.newLogger(stderr)
 	if err != nil {
 		return err
+	}
+	for _, name := range o.secretsInArgs {
+		logger.Warn("a secret on the command line is shown to every user of this machine by ps: set its environment variable instead",
+			"flag", "--"+name, "env", envNames[name])
 	}
 	cfg, err := o.config(logger)
 	if err != nil {

@@ -90,6 +90,9 @@ func (a *app) rootCommand() *cobra.Command {
 			if err := applyEnv(cmd, a.getenv); err != nil {
 				return err
 			}
+			if err := refuseDSNPassword(cmd, a.databaseURL); err != nil {
+				return err
+			}
 			logger, err := newLogger(a.logFormat, a.logLevel, a.stderr)
 			if err != nil {
 				return err

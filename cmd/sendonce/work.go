@@ -74,12 +74,18 @@ serves:
   /outbox/   the outbox page: intents by state, sends per minute, the
              budget, failures by error, a filtered list, each intent with
              its payload, River job and delivery events
-The River UI can cancel and retry jobs. When --ui-token is set, it and the
-outbox page need a token, as "Authorization: Bearer TOKEN" or as the
+The River UI can cancel and retry jobs. When a UI token is given, it and
+the outbox page need it, as "Authorization: Bearer TOKEN" or as the
 password of HTTP basic authentication (any user name; a browser prompts for
-it). A token may be named, NAME:SECRET, and several given comma-separated:
-the outbox page logs who acted by the name. On an address that is not
-loopback, work refuses to start without a token.
+it). The token comes from SENDONCE_UI_TOKEN or from the file named by
+--ui-token-file (SENDONCE_UI_TOKEN_FILE), never from the command line:
+flags show in ps, and --ui-token is refused. A token may be named,
+NAME:SECRET, and several given comma-separated: the outbox page logs who
+acted by the name. On an address that is not loopback, work refuses to
+start without a token. Without one, on loopback, both answer only a request
+whose Host is localhost, 127.x.x.x or [::1] (a page whose name was
+re-pointed at 127.0.0.1, DNS rebinding, gets 403); the probes and /metrics
+answer any Host.
 
 The outbox page only reads unless --ui-actions is given; then it can retry
 a failed intent (with the rules of "sendonce retry": one that could be
@@ -114,7 +120,7 @@ a flag given on the command line wins.`
 
 const workExamples = `  OPENEMAIL_API_KEY=oe_live_… DATABASE_URL=postgres://app@db/app sendonce work
   sendonce work --concurrency 300 --fetch-cooldown 5ms --log-format json
-  SENDONCE_UI_TOKEN=$(cat /run/secrets/ui-token) sendonce work --http-addr 0.0.0.0:9464
+  sendonce work --http-addr 0.0.0.0:9464 --ui-token-file /run/secrets/ui-token
   OPENEMAIL_BASE_URL=http://127.0.0.1:8025 OPENEMAIL_API_KEY=oe_test_x sendonce work   # against openemail-fake`
 
 type workOptions struct {
@@ -134,7 +140,9 @@ type workOptions struct {
 	sweepInterval     time.Duration
 	shutdownGrace     time.Duration
 	httpAddr          string
-	uiToken           string
+	uiToken           string // from SENDONCE_UI_TOKEN or --ui-token-file (see resolveUIToken)
+	uiTokenFile       string
+	uiTokenInArgs     bool
 	uiActions         bool
 	apiRate           string
 	rateLimits        []worker.RateLimit
@@ -159,6 +167,7 @@ func (a *app) workCommand() *cobra.Command {
 		Example: workExamples,
 		Args:    noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			o.uiTokenInArgs = cmd.Flags().Changed("ui-token")
 			return a.work(cmd.Context(), o)
 		}),
 	}
@@ -187,8 +196,11 @@ func (a *app) workCommand() *cobra.Command {
 	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often to look for rows inserted by plain SQL")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGINT/SIGTERM, how long sends in flight may take to finish")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics, /riverui and /outbox; empty disables")
-	f.StringVar(&o.uiToken, "ui-token", "",
-		"token the River UI and the outbox page require (required when --http-addr is not loopback): SECRET or NAME:SECRET, several comma-separated; prefer the environment variable: flags show in ps")
+	f.StringVar(&o.uiToken, "ui-token", "", "refused: flags show in ps; use "+envUIToken+" or --ui-token-file")
+	_ = f.MarkHidden("ui-token")
+	f.StringVar(&o.uiTokenFile, "ui-token-file", "",
+		"file holding the token(s) the River UI and the outbox page require (required when --http-addr is not loopback): "+
+			"SECRET or NAME:SECRET, several comma-separated; or the token itself in "+envUIToken+", never on the command line")
 	f.BoolVar(&o.uiActions, "ui-actions", false, "let the outbox page (/outbox/) retry and cancel intents; without it the page only reads")
 	f.StringVar(&o.partlySuppressed, "partly-suppressed", string(worker.PartlySuppressedSend),
 		"an intent with some recipients on the suppression list: send (to the others) or park (as suppressed)")
@@ -222,7 +234,8 @@ func (a *app) workCommand() *cobra.Command {
 		"sweep-interval":      "SENDONCE_SWEEP_INTERVAL",
 		"shutdown-grace":      "SENDONCE_SHUTDOWN_GRACE",
 		"http-addr":           "SENDONCE_HTTP_ADDR",
-		"ui-token":            "SENDONCE_UI_TOKEN",
+		"ui-token":            envUIToken,
+		"ui-token-file":       envUITokenFile,
 		"ui-actions":          "SENDONCE_UI_ACTIONS",
 		"webhook-addr":        "SENDONCE_WEBHOOK_ADDR",
 		"partly-suppressed":   "SENDONCE_PARTLY_SUPPRESSED",
@@ -234,6 +247,9 @@ func (a *app) workCommand() *cobra.Command {
 
 // check refuses option values that cannot work, before anything starts.
 func (o *workOptions) check() error {
+	if err := o.resolveUIToken(); err != nil {
+		return err
+	}
 	if o.apiRate != "" {
 		limits, err := worker.ParseRateLimits(o.apiRate)
 		if err != nil {
@@ -278,7 +294,8 @@ func (o *workOptions) check() error {
 	case o.shutdownGrace < 0:
 		return usagef("--shutdown-grace %s: want 0 or more", o.shutdownGrace)
 	case o.httpAddr != "" && !httpserver.IsLoopback(o.httpAddr) && o.uiToken == "":
-		return usagef("--http-addr %s is not loopback: set --ui-token (or SENDONCE_UI_TOKEN) so the River UI and the outbox page are not open to the network", o.httpAddr)
+		return usagef("--http-addr %s is not loopback: give a UI token (%s, or --ui-token-file) so the River UI and the outbox page are not open to the network",
+			o.httpAddr, envUIToken)
 	}
 	return nil
 }

@@ -14,7 +14,13 @@
 // configured, every /riverui and /outbox request must carry one, as a bearer
 // token ("Authorization: Bearer TOKEN") or as the password of HTTP basic
 // authentication (any user name), which lets a browser prompt for it. The
-// probes and /metrics stay open, as scrapers and orchestrators expect. The
 // command refuses to listen beyond loopback without a token (see
-// IsLoopback).
+// IsLoopback), and without a token both answer only a request whose Host
+// is a loopback name or address (localhost, 127.x.x.x, [::1]), so that a
+// web page whose name was re-pointed at 127.0.0.1 (DNS rebinding) cannot
+// read or drive them from the operator's browser (see RequireLocalHost).
+//
+// The probes and /metrics stay open, to any Host, as scrapers and
+// orchestrators expect: they change nothing and show no intent, and a
+// scraper may name the machine as it likes.
 package httpserver

@@ -64,11 +64,20 @@ func New(opts Options) *Handler {
 		h.mux.Handle("GET /metrics", opts.Metrics)
 	}
 	tokens := ParseTokens(opts.UIToken)
+	// Without a token, only loopback can reach the UIs (the command
+	// refuses to listen elsewhere), and only by a loopback name: a
+	// DNS-rebinding page would otherwise read and drive them from the
+	// operator's browser (see RequireLocalHost). With a token, the token
+	// decides and any Host (a proxy, a DNS name) is fine.
+	local := func(next http.Handler) http.Handler { return next }
+	if len(tokens) == 0 {
+		local = RequireLocalHost
+	}
 	// The UIs change jobs and intents with POST, PUT and PATCH: refuse those
 	// from other origins, so a web page open in the operator's browser
 	// cannot drive a UI on localhost.
 	guard := func(next http.Handler) http.Handler {
-		return http.NewCrossOriginProtection().Handler(RequireTokens(tokens, next))
+		return local(http.NewCrossOriginProtection().Handler(RequireTokens(tokens, next)))
 	}
 	if opts.RiverUI != nil {
 		ui := guard(opts.RiverUI)
@@ -77,7 +86,7 @@ func New(opts Options) *Handler {
 	}
 	if opts.OutboxUI != nil {
 		ui := guard(opts.OutboxUI)
-		h.mux.Handle(OutboxPrefix, http.RedirectHandler(OutboxPrefix+"/", http.StatusMovedPermanently))
+		h.mux.Handle(OutboxPrefix, local(http.RedirectHandler(OutboxPrefix+"/", http.StatusMovedPermanently)))
 		h.mux.Handle(OutboxPrefix+"/", ui)
 	}
 	return h
@@ -127,7 +136,8 @@ const DefaultTokenName = "token"
 
 var tokenName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
 
-// ParseTokens reads a --ui-token value: tokens separated by commas, each
+// ParseTokens reads a UI token value (SENDONCE_UI_TOKEN, or the content of
+// the file --ui-token-file names): tokens separated by commas, each
 // either SECRET (named "token") or NAME:SECRET, where NAME is 1 to 64
 // letters, digits, "_", ".", "@" or "-". A value whose part before the first
 // colon is no such name (or whose secret would be empty) is a secret as a
@@ -192,7 +202,7 @@ func RequireTokens(tokens []Token, next http.Handler) http.Handler {
 		}
 		if who == "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="sendonce", charset="UTF-8"`)
-			writeText(w, http.StatusUnauthorized, "unauthorized: the River UI and the outbox page need a token given by --ui-token (Authorization: Bearer, or as the basic-auth password)")
+			writeText(w, http.StatusUnauthorized, "unauthorized: the River UI and the outbox page need the token sendonce work was given (SENDONCE_UI_TOKEN or --ui-token-file), as Authorization: Bearer TOKEN or as the basic-auth password")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), whoKey{}, who)))

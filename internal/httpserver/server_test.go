@@ -13,7 +13,9 @@ import (
 
 func get(t *testing.T, h http.Handler, path string, header ...string) *httptest.ResponseRecorder {
 	t.Helper()
-	req := httptest.NewRequest("GET", path, nil)
+	// On the loopback address, as a browser on the machine asks: without a
+	// token only a loopback Host gets in (see host_test.go).
+	req := httptest.NewRequest("GET", "http://127.0.0.1:9464"+path, nil)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -45,7 +45,7 @@ type harness struct {
 
 type setup struct {
 	actions bool
-	token   string          // --ui-token
+	token   string          // the UI token (SENDONCE_UI_TOKEN)
 	auth    string          // what requests carry as Authorization
 	worker  bool            // run a real worker against a fake API
 	faults  []fakeapi.Fault // the fake API's faults
@@ -137,6 +137,10 @@ func (h *harness) do(method, path string, form url.Values, header ...string) (in
 		req.Header.Set("Authorization", h.auth)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1] // the Host header is the request's, not a header's
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

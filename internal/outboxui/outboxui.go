@@ -162,7 +162,7 @@ func who(r *http.Request) string {
 	if w := httpserver.Who(r.Context()); w != "" {
 		return w
 	}
-	return "anyone on loopback (no --ui-token)"
+	return "anyone on loopback (no UI token)"
 }
 
 // intentURL is the intent page's address.

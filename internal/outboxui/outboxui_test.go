@@ -93,7 +93,7 @@ func TestReadOnly(t *testing.T) {
 	}
 }
 
-// TestTokenOffLoopback: with --ui-token (required off loopback) the page
+// TestTokenOffLoopback: with a UI token (required off loopback) the page
 // refuses a request without a valid token, as the River UI does, and logs
 // who acted by the token's name, never its secret.
 func TestTokenOffLoopback(t *testing.T) {

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgtest"
+)
+
+// uiSecret is a UI token's secret the leak check (wantNoLeak) looks for.
+const uiSecret = "ui-LEAKCHECK-5b0e"
+
+// TestWorkRefusesUITokenOnTheCommandLine: a token given as --ui-token is
+// in every user's `ps` (and /proc/PID/cmdline) for as long as the worker
+// runs, so work refuses it before anything starts, names the two places a
+// token can come from instead, and never repeats the token.
+func TestWorkRefusesUITokenOnTheCommandLine(t *testing.T) {
+	t.Parallel()
+	env := dbEnv("") // no database: the refusal comes before any connection
+	for _, args := range [][]string{
+		{"--ui-token", "ops:" + uiSecret},
+		{"--ui-token=" + uiSecret},
+		{"--http-addr", "0.0.0.0:0", "--ui-token", uiSecret},
+		{"--ui-token", ""},
+	} {
+		r := sendonce(t, env, "", append([]string{"work"}, args...)...)
+		wantError(t, r, 2, "--ui-token", "ps", "SENDONCE_UI_TOKEN", "--ui-token-file")
+	}
+	r := sendonce(t, env, "", "work", "--help")
+	wantOK(t, r)
+	for _, want := range []string{"--ui-token-file", "SENDONCE_UI_TOKEN", "SENDONCE_UI_TOKEN_FILE"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("work --help does not mention %s", want)
+		}
+	}
+}
+
+// TestWorkUITokenFromAFile: --ui-token-file (or SENDONCE_UI_TOKEN_FILE)
+// names a file holding the token(s), as a secrets mount provides them;
+// the trailing newline does not count. A missing or empty file, or a token
+// from both the file and SENDONCE_UI_TOKEN, is refused, naming the file
+// but never its content.
+func TestWorkUITokenFromAFile(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDBURL(t)
+	fake := fakeapi.NewTest(t, fakeapi.Config{})
+	env := workEnv(dbURL, fake)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ui-token")
+	if err := os.WriteFile(file, []byte("ops:"+uiSecret+",bob:"+uiSecret+"-b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, how := range []string{"flag", "env"} {
+		args := append(fastArgs, "--http-addr", "0.0.0.0:0", "--ui-actions")
+		wenv := maps.Clone(env)
+		if how == "flag" {
+			args = append(args, "--ui-token-file", file)
+		} else {
+			wenv["SENDONCE_UI_TOKEN_FILE"] = file
+		}
+		w := startWork(t, wenv, args...)
+		_, port, _ := net.SplitHostPort(strings.TrimPrefix(w.base, "http://"))
+		base := "http://127.0.0.1:" + port
+		if code, _, _ := httpGet(t, base+"/outbox/"); code != 401 {
+			t.Errorf("%s: /outbox/ without the token: %d, want 401", how, code)
+		}
+		if code, body, _ := httpGet(t, base+"/outbox/", "Authorization", "Bearer "+uiSecret+"-b"); code != 200 || !strings.Contains(body, "actions on · bob") {
+			t.Errorf("%s: /outbox/ with bob's token from the file: %d\n%.500s", how, code, body)
+		}
+		if code, _, _ := httpGet(t, base+"/riverui/api/jobs", "Authorization", "Bearer "+uiSecret); code != 200 {
+			t.Errorf("%s: /riverui/api/jobs with ops's token from the file: %d, want 200", how, code)
+		}
+		wantOK(t, w.stop()) // and wantNoLeak: the token is in no output
+	}
+
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	both := maps.Clone(env)
+	both["SENDONCE_UI_TOKEN"] = uiSecret
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		code     int
+		mentions []string
+	}{
+		{"missing file", env, []string{"--ui-token-file", filepath.Join(dir, "nope")}, 2, []string{"--ui-token-file", "nope"}},
+		{"empty file", env, []string{"--ui-token-file", empty}, 2, []string{"--ui-token-file", "empty"}},
+		{"file and variable", both, []string{"--ui-token-file", file}, 2, []string{"SENDONCE_UI_TOKEN", "--ui-token-file", "not both"}},
+		{"a directory", env, []string{"--ui-token-file", dir}, 2, []string{"--ui-token-file"}},
+	} {
+		r := sendonce(t, tc.env, "", append([]string{"work", "--http-addr", "0.0.0.0:0"}, tc.args...)...)
+		wantError(t, r, tc.code, tc.mentions...)
+	}
+}
+
+// TestDatabaseURLPasswordNotOnTheCommandLine: a --database-url that carries
+// a password shows it in ps, so every command refuses one, pointing at
+// DATABASE_URL, PGPASSWORD and the password file, and does not repeat it;
+// a --database-url without a password is taken as before.
+func TestDatabaseURLPasswordNotOnTheCommandLine(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{
+		"postgres://app:pw-LEAKCHECK@127.0.0.1:1/app",
+		"postgresql://app:pw-LEAKCHECK@127.0.0.1:1/app?sslmode=disable",
+		"postgres://app@127.0.0.1:1/app?password=pw-LEAKCHECK",
+		"host=127.0.0.1 port=1 user=app password=pw-LEAKCHECK dbname=app",
+	} {
+		for _, args := range [][]string{{"status", "--database-url", dsn}, {"migrate", "--database-url=" + dsn}, {"--database-url", dsn, "work"}} {
+			r := sendonce(t, nil, "", args...)
+			wantError(t, r, 2, "--database-url", "password", "ps", "DATABASE_URL", "PGPASSWORD")
+		}
+	}
+	// Without a password: tried, and the connection refused.
+	r := sendonce(t, nil, "", "status", "--database-url", "postgres://app@127.0.0.1:1/app?connect_timeout=5")
+	wantError(t, r, 1, "cannot connect")
+	// In the environment, a password is fine: only this user (and root) can
+	// read a process's environment.
+	r = sendonce(t, map[string]string{"DATABASE_URL": "postgres://app:pw-LEAKCHECK@127.0.0.1:1/app?connect_timeout=5"}, "", "status")
+	wantError(t, r, 1, "cannot connect")
+}

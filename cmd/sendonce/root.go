@@ -90,14 +90,12 @@ func (a *app) rootCommand() *cobra.Command {
 			if err := applyEnv(cmd, a.getenv); err != nil {
 				return err
 			}
-			if err := refuseDSNPassword(cmd, a.databaseURL); err != nil {
-				return err
-			}
 			logger, err := newLogger(a.logFormat, a.logLevel, a.stderr)
 			if err != nil {
 				return err
 			}
 			a.logger = logger
+			warnDSNPassword(cmd, a.databaseURL, logger)
 			return nil
 		},
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -71,15 +72,17 @@ func (o *workOptions) resolveUIToken() error {
 	return nil
 }
 
-// refuseDSNPassword refuses a --database-url given on the command line
-// with a password in it, for the reason --ui-token is refused: ps shows
-// it. The same URL in DATABASE_URL, or the password in PGPASSWORD or a
-// password file, is fine.
-func refuseDSNPassword(cmd *cobra.Command, dsn string) error {
+// warnDSNPassword warns, once at start, when --database-url is given on
+// the command line with a password in it: ps shows it to every user of the
+// machine, as it would --ui-token. It is a warning, not a refusal, because a
+// URL with a password on the command line is the convention of psql and
+// River's own CLI, and scripts rely on it; the warning names the safer
+// places and never the password.
+func warnDSNPassword(cmd *cobra.Command, dsn string, logger *slog.Logger) {
 	f := cmd.Flags().Lookup("database-url")
 	if f == nil || !f.Changed || len(dsnSecrets(dsn)) == 0 {
-		return nil
+		return
 	}
-	return usagef("--database-url holds a password, which every user of this machine sees in ps: " +
+	logger.Warn("--database-url holds a password, which every user of this machine sees in ps: " +
 		"give the URL in DATABASE_URL instead, or leave the password out of it and put it in PGPASSWORD or a password file (~/.pgpass, PGPASSFILE)")
 }

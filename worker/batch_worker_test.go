@@ -233,3 +233,86 @@ func TestSplitParts(t *testing.T) {
 		t.Errorf("one member: split %+v, want none", p)
 	}
 }
+
+// sendLeft works every job the members' rows name while any member is still
+// to send (a new batch after a split, or a member's job of its own after
+// one), at most rounds times: what a running worker would go on to send.
+func (h *harness) sendLeft(members []string, rounds int) {
+	h.t.Helper()
+	for range rounds {
+		worked := map[string]bool{}
+		for _, k := range members {
+			rec := h.get(k)
+			if rec.State != outbox.StatePending && rec.State != outbox.StateSending {
+				continue
+			}
+			switch {
+			case rec.BatchKey != "" && !worked[rec.BatchKey]:
+				worked[rec.BatchKey] = true
+				h.workBatch(rec.BatchKey, 1) //nolint:errcheck // the ledger and the rows tell the outcome
+			case rec.BatchKey == "" && rec.JobID != nil:
+				h.workJob(*rec.JobID, 1) //nolint:errcheck // as above
+			}
+		}
+		if len(worked) == 0 {
+			return
+		}
+	}
+}
+
+// TestUncertainBatchIsNeverSplit: attempt 1 of a batch is delivered and
+// its answer lost; attempt 2 is refused whole with 400 or 422 (a proxy in
+// between, a validation rule changed). The API may hold the first
+// delivery, so the batch is not split into new keys (each member would go
+// out a second time): it is parked failed and uncertain, as a single send
+// is, and each member was delivered exactly once.
+func TestUncertainBatchIsNeverSplit(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{400, 422} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, SendConfig{})
+			to := []string{"ada@example.com", "bo@example.com", "cy@example.com"}
+			batchKey, members := h.freeze("invoice", to...)
+
+			// Attempt 1: delivered, every answer lost (the client's own
+			// retries are replays, and lost too).
+			if err := h.fake.SetFaults(fakeapi.Fault{Kind: fakeapi.FaultErrorAfter, Status: 503}); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := h.workBatch(batchKey, 1); err == nil || !retried(res) {
+				t.Fatalf("attempt 1: %s, want retried", show(res, err))
+			}
+			if n := len(h.fake.Deliveries()); n != 3 {
+				t.Fatalf("after attempt 1: %d deliveries, want 3", n)
+			}
+			// Attempt 2: refused whole before the API looks at the key.
+			if err := h.fake.SetFaults(fakeapi.Fault{Kind: fakeapi.FaultErrorBefore, Status: status}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := h.workBatch(batchKey, 2)
+			h.fake.SetFaults() //nolint:errcheck // no rules: always accepted
+			h.sendLeft(members, 5)
+
+			for _, addr := range to {
+				if n := len(h.fake.DeliveriesTo(addr)); n != 1 {
+					t.Errorf("%s delivered %d times, want 1", addr, n)
+				}
+			}
+			if err != nil || !cancelled(res) {
+				t.Errorf("attempt 2: %s, want parked (cancelled)", show(res, err))
+			}
+			if st := h.batchState(batchKey); st != "failed" {
+				t.Errorf("batch %s, want failed", st)
+			}
+			for _, k := range members {
+				rec := h.get(k)
+				if rec.State != outbox.StateFailed || !rec.Uncertain || rec.BatchKey != batchKey ||
+					!strings.Contains(rec.LastError, fmt.Sprint(status)) {
+					t.Errorf("%s: state %s, uncertain %v, batch %q, last error %q; want failed, uncertain, in %s, naming %d",
+						k, rec.State, rec.Uncertain, rec.BatchKey, rec.LastError, batchKey, status)
+				}
+			}
+		})
+	}
+}

@@ -316,3 +316,31 @@ func TestUncertainBatchIsNeverSplit(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitRefusesUncertainBatch: Split itself never splits a batch an
+// earlier attempt of which may have reached the API, whoever calls it.
+func TestSplitRefusesUncertainBatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{})
+	batchKey, members := h.freeze("invoice", "ada@example.com", "bo@example.com")
+	ctx := context.Background()
+	var jobID int64
+	if err := h.pool.QueryRow(ctx, `UPDATE sendonce_batch SET uncertain = true, state = 'sending'
+		WHERE idempotency_key = $1 RETURNING job_id`, batchKey).Scan(&jobID); err != nil {
+		t.Fatal(err)
+	}
+	b := &sendstate.Batcher{Pool: h.pool, River: h.river}
+	_, _, err := b.Split(ctx, sendstate.Outcome{Key: batchKey, JobID: jobID, Reason: "422"},
+		[]sendstate.SplitPart{{Members: members[:1]}, {Members: members[1:]}})
+	if !errors.Is(err, sendstate.ErrSplitUncertain) {
+		t.Fatalf("Split = %v, want ErrSplitUncertain", err)
+	}
+	if st := h.batchState(batchKey); st != "sending" {
+		t.Fatalf("batch %s, want sending (unchanged)", st)
+	}
+	for _, k := range members {
+		if rec := h.get(k); rec.BatchKey != batchKey {
+			t.Fatalf("%s bound to %q, want %s", k, rec.BatchKey, batchKey)
+		}
+	}
+}

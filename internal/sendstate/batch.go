@@ -266,6 +266,10 @@ func markBatch(ctx context.Context, db DB, state string, o Outcome) error {
 	return nil
 }
 
+// ErrSplitUncertain is Split's refusal of a batch an earlier attempt of
+// which may have reached the API.
+var ErrSplitUncertain = errors.New("an earlier attempt of the batch may have been delivered: an uncertain batch is never split")
+
 // SplitPart is one part of a batch refused whole: its members, in order,
 // and, when the answer named one member as the cause, Failed holds that
 // member's reason (a part of one failed member).
@@ -281,16 +285,29 @@ type SplitPart struct {
 // to be sent alone; a part with Failed is that member parked as failed. The
 // batch becomes split with the reason. Only the batch's job may split it;
 // it returns the new batches' keys, or ok false when the job may not.
+//
+// An uncertain batch (an earlier attempt may have reached the API) is
+// never split: the API may hold its delivery under the batch's key, and
+// its members sent under new keys would be delivered twice. Split refuses
+// it with ErrSplitUncertain and changes nothing.
 func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys []string, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
 		var queue, run string
-		err := tx.QueryRow(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $3, updated_at = now()
-			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') RETURNING queue, coalesce(run_key, '')`,
-			o.Key, o.JobID, o.Reason).Scan(&queue, &run)
+		var uncertain bool
+		err := tx.QueryRow(ctx, `SELECT queue, coalesce(run_key, ''), uncertain FROM sendonce_batch
+			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') FOR UPDATE`,
+			o.Key, o.JobID).Scan(&queue, &run, &uncertain)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if uncertain {
+			return ErrSplitUncertain
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $2, updated_at = now()
+			WHERE idempotency_key = $1`, o.Key, o.Reason); err != nil {
 			return err
 		}
 		ok = true

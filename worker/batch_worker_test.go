@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -342,5 +343,168 @@ func TestSplitRefusesUncertainBatch(t *testing.T) {
 		if rec := h.get(k); rec.BatchKey != batchKey {
 			t.Fatalf("%s bound to %q, want %s", k, rec.BatchKey, batchKey)
 		}
+	}
+}
+
+// bounce puts addresses on the suppression list as a bounce webhook does.
+func (h *harness) bounce(addrs ...string) {
+	h.t.Helper()
+	if _, err := h.pool.Exec(context.Background(), `INSERT INTO sendonce_suppression (address, reason, source)
+		SELECT a, 'bounced', 'webhook test' FROM unnest($1::text[]) a`, addrs); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// TestFrozenBatchHonoursLaterSuppression: a bounce suppresses bo after
+// (ada, bo, cy) were frozen into a batch. The batch's first claim looks the
+// list up as a single send's first claim does: bo is parked suppressed,
+// with a single send's reason, and never mailed; the others go in the
+// batch. The lookup is made once and stored: a change to the list after
+// the first claim does not change the body, so a replay still works.
+func TestFrozenBatchHonoursLaterSuppression(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{})
+	batchKey, members := h.freeze("digest", "ada@example.com", "bo@example.com", "cy@example.com")
+	h.bounce("bo@example.com")
+
+	crash := errors.New("worker killed")
+	h.worker.afterSend = func(string) error { return crash }
+	if res, err := h.workBatch(batchKey, 1); !errors.Is(err, crash) || !retried(res) {
+		t.Fatalf("attempt 1: %s, want the crash, retried", show(res, err))
+	}
+	h.worker.afterSend = nil
+	// After the first claim: bo taken off the list, cy put on it. The
+	// batch's body under its key stays as the first claim made it.
+	if _, err := h.ob.Unsuppress(context.Background(), []string{"bo@example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	h.bounce("cy@example.com")
+	if res, err := h.workBatch(batchKey, 2); err != nil || !completed(res) {
+		t.Errorf("attempt 2: %s, want completed", show(res, err))
+	}
+
+	if d := h.fake.DeliveriesTo("bo@example.com"); len(d) != 0 {
+		t.Errorf("bo@example.com, suppressed before the batch's first claim, was mailed %d times", len(d))
+	}
+	for _, addr := range []string{"ada@example.com", "cy@example.com"} {
+		if n := len(h.fake.DeliveriesTo(addr)); n != 1 {
+			t.Errorf("%s delivered %d times, want 1", addr, n)
+		}
+	}
+	reqs := h.fake.Requests()
+	if len(reqs) != 2 || reqs[1].IdempotencyKey != batchKey || !reqs[1].Replayed {
+		t.Errorf("requests %+v, want the batch twice under %s, the second replayed", reqs, batchKey)
+	}
+	bo := h.get(members[1])
+	if want := "not sent: every recipient is on the suppression list: bo@example.com (bounced)"; bo.State != outbox.StateSuppressed ||
+		bo.LastError != want || bo.Attempts != 0 || bo.FirstAttemptAt != nil || bo.Uncertain || bo.BatchKey != "" {
+		t.Errorf("bo: state %s, last error %q, attempts %d, batch %q; want suppressed, %q, no attempt, in no batch",
+			bo.State, bo.LastError, bo.Attempts, bo.BatchKey, want)
+	}
+	for _, k := range []string{members[0], members[2]} {
+		if rec := h.get(k); rec.State != outbox.StateSent || rec.BatchKey != batchKey {
+			t.Errorf("%s: %s in %q, want sent in %s", k, rec.State, rec.BatchKey, batchKey)
+		}
+	}
+	if st := h.batchState(batchKey); st != "sent" {
+		t.Errorf("batch %s, want sent", st)
+	}
+	if got := fmt.Sprint(h.results()); !strings.Contains(got, "suppressed") {
+		t.Errorf("outcomes %s, want one suppressed", got)
+	}
+}
+
+// TestFrozenBatchPartlySuppressed: a member some of whose recipients were
+// suppressed after the freeze follows --partly-suppressed as a single send
+// does: sent to the others within the batch, or parked.
+func TestFrozenBatchPartlySuppressed(t *testing.T) {
+	t.Parallel()
+	body := json.RawMessage(`{"from":"billing@example.com","to":["ada@example.com","bo@example.com"],` +
+		`"cc":["dee@example.com"],"subject":"Invoice","text":"Attached."}`)
+	freeze := func(h *harness) (string, []string) {
+		var reqs []sendstate.ClaimRequest
+		keys := []string{"part:0", "part:1"}
+		for i, p := range []json.RawMessage{body, emailBody("cy@example.com")} {
+			rec := h.enqueue(outbox.Intent{Key: keys[i], Payload: p})
+			reqs = append(reqs, sendstate.ClaimRequest{Key: keys[i], JobID: *rec.JobID})
+		}
+		b := &sendstate.Batcher{Pool: h.pool, River: h.river}
+		batchKey, joined, err := b.Freeze(context.Background(), outbox.DefaultQueue, "", reqs)
+		if err != nil || len(joined) != 2 {
+			t.Fatalf("freeze: %d joined, %v", len(joined), err)
+		}
+		h.bounce("bo@example.com", "dee@example.com")
+		return batchKey, keys
+	}
+
+	t.Run("send to the rest", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, SendConfig{})
+		batchKey, keys := freeze(h)
+		if res, err := h.workBatch(batchKey, 1); err != nil || !completed(res) {
+			t.Fatalf("batch: %s, want completed", show(res, err))
+		}
+		rec := h.get(keys[0])
+		d := h.fake.DeliveriesTo("ada@example.com")
+		if rec.State != outbox.StateSent || len(d) != 1 || fmt.Sprint(d[0].To) != "[ada@example.com]" || len(d[0].Cc) != 0 {
+			var sent []string
+			for _, x := range d {
+				sent = append(sent, fmt.Sprintf("to %v cc %v", x.To, x.Cc))
+			}
+			t.Errorf("part:0 %s, deliveries to ada %v; want sent to ada alone", rec.State, sent)
+		}
+		if fmt.Sprint(rec.SuppressedRecipients) != "[bo@example.com dee@example.com]" {
+			t.Errorf("part:0 suppressed recipients %v", rec.SuppressedRecipients)
+		}
+		if n := len(h.fake.DeliveriesTo("bo@example.com")) + len(h.fake.DeliveriesTo("dee@example.com")); n != 0 {
+			t.Errorf("%d deliveries to suppressed addresses", n)
+		}
+		if rec := h.get(keys[1]); rec.State != outbox.StateSent || len(h.fake.DeliveriesTo("cy@example.com")) != 1 {
+			t.Errorf("part:1 %s, want sent once", rec.State)
+		}
+	})
+
+	t.Run("park", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, SendConfig{PartlySuppressed: PartlySuppressedPark})
+		batchKey, keys := freeze(h)
+		if res, err := h.workBatch(batchKey, 1); err != nil || !completed(res) {
+			t.Fatalf("batch: %s, want completed", show(res, err))
+		}
+		rec := h.get(keys[0])
+		want := "not sent: some recipients are on the suppression list, and partly suppressed intents are parked: " +
+			"bo@example.com (bounced), dee@example.com (bounced)"
+		if rec.State != outbox.StateSuppressed || rec.LastError != want {
+			t.Errorf("part:0 %s, %q; want suppressed, %q", rec.State, rec.LastError, want)
+		}
+		if n := len(h.fake.DeliveriesTo("ada@example.com")); n != 0 {
+			t.Errorf("%d deliveries of the parked member", n)
+		}
+		if rec := h.get(keys[1]); rec.State != outbox.StateSent || len(h.fake.DeliveriesTo("cy@example.com")) != 1 {
+			t.Errorf("part:1 %s, want sent once", rec.State)
+		}
+	})
+}
+
+// TestFrozenBatchAllSuppressed: when the first claim finds every member
+// suppressed, nothing is sent: no request at all.
+func TestFrozenBatchAllSuppressed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{})
+	batchKey, members := h.freeze("digest", "ada@example.com", "bo@example.com")
+	h.bounce("ada@example.com", "bo@example.com")
+	if res, err := h.workBatch(batchKey, 1); err != nil || !completed(res) {
+		t.Fatalf("batch: %s, want completed", show(res, err))
+	}
+	if n := len(h.fake.Requests()); n != 0 {
+		t.Errorf("%d API requests, want none", n)
+	}
+	for _, k := range members {
+		if rec := h.get(k); rec.State != outbox.StateSuppressed || rec.BatchKey != "" {
+			t.Errorf("%s: %s in %q, want suppressed in no batch", k, rec.State, rec.BatchKey)
+		}
+	}
+	if st := h.batchState(batchKey); st == "pending" || st == "sending" {
+		t.Errorf("batch %s, want settled", st)
 	}
 }

@@ -47,7 +47,9 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		return err
 	}
 	cctx, cspan := w.startClaim(ctx)
-	b, ok, err := sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, w.claimOptions())
+	opts := sendstate.BatchClaimOptions{ClaimOptions: w.claimOptions(),
+		ParkPartlySuppressed: w.cfg.PartlySuppressed == PartlySuppressedPark}
+	b, ok, err := sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, opts)
 	if ok {
 		endClaim(cspan, ok, b.Attempts, b.Uncertain, err)
 	} else {
@@ -64,6 +66,9 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		span.SetAttributes(attrOutcome.String("skipped"))
 		w.cfg.Logger.Debug("batch job skipped", "batch", job.Args.Key, "state", state, "job_id", job.ID)
 		return nil
+	}
+	if bw.reportParked(span, b) {
+		return nil // every member was parked: nothing to send
 	}
 	span.SetAttributes(attrMembers.Int(len(b.Members)), attrAttempt.Int(b.Attempts))
 	first := b.FirstAttemptAt
@@ -117,6 +122,32 @@ func (bw *batchWorker) parkUnsplit(ctx context.Context, a *attempt, sendErr erro
 	return a.park(ctx, ResultFailed, true, describe(sendErr)+"; not split: an earlier attempt of this batch may have "+
 		"been delivered, and its emails sent again under new keys could be delivered twice; check whether they were "+
 		"delivered, then retry (the same request under the same key)")
+}
+
+// reportParked tells of the members the batch's first claim took out for
+// the suppression list (and of those it sends without some recipients),
+// and reports whether none is left to send.
+func (bw *batchWorker) reportParked(span trace.Span, b *sendstate.Batch) (none bool) {
+	w := bw.w
+	log := w.cfg.Logger.With("batch", b.Key)
+	for _, p := range b.Parked {
+		if p.Failed {
+			w.cfg.Observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultFailed})
+			log.Warn("batch member failed at the batch's first claim; not sent", "key", p.Key, "reason", p.Reason)
+			continue
+		}
+		w.cfg.Observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultSuppressed})
+		log.Info("batch member suppressed; taken out of the batch before its first attempt", "key", p.Key)
+	}
+	if len(b.Stripped) > 0 {
+		log.Info("batch members sent without suppressed recipients", "keys", b.Stripped)
+	}
+	if len(b.Members) > 0 {
+		return false
+	}
+	span.SetAttributes(attrOutcome.String("suppressed"))
+	log.Info("batch not sent: every member was suppressed at its first claim", "parked", len(b.Parked))
+	return true
 }
 
 // record maps the API's answer to the members, in order: data[i] is the

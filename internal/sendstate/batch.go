@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/internal/sendjob"
+	"github.com/sendonce/sendonce/internal/suppress"
 )
 
 // BatchKeyPrefix starts the idempotency key of every coalesced batch.
@@ -33,9 +34,11 @@ type Batcher struct {
 // as in ClaimMany): only intents that are email, pending, never attempted
 // and bound to no batch join (and only while their job is the one named on
 // the row). An intent with a suppressed recipient does not join: its own
-// job sends it alone, without that recipient, or parks it. It returns the batch's key and the job ids that joined. When
-// fewer than two intents may join, nothing is written and joined is empty:
-// a lone intent is sent alone, under its own key.
+// job sends it alone, without that recipient, or parks it (an address
+// suppressed after the freeze is looked up by the batch's first claim, see
+// ClaimBatch). It returns the batch's key and the job ids that joined.
+// When fewer than two intents may join, nothing is written and joined is
+// empty: a lone intent is sent alone, under its own key.
 func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
 	keys := make([]string, len(reqs))
 	jobIDs := make([]int64, len(reqs))
@@ -130,7 +133,37 @@ type Batch struct {
 	// WindowLeft is what remains of the replay window at the claim, by the
 	// database's clock, measured from the batch's first attempt.
 	WindowLeft time.Duration
+	// Parked are the members this claim (the batch's first) took out of
+	// the batch for the suppression list, and Stripped the members it
+	// sends without some recipients (see ClaimBatch).
+	Parked   []ParkedMember
+	Stripped []string
 }
+
+// ParkedMember is a member a batch's first claim took out of the batch:
+// parked as suppressed, or, when its body could not be rewritten, failed.
+type ParkedMember struct {
+	Key    string
+	Failed bool
+	Reason string
+}
+
+// BatchClaimOptions are a batch claim's options: a claim's, and what to do
+// with a member some of whose recipients are suppressed.
+type BatchClaimOptions struct {
+	ClaimOptions
+	// ParkPartlySuppressed parks such a member as suppressed; otherwise
+	// it is sent without those recipients.
+	ParkPartlySuppressed bool
+}
+
+// The reasons of a member parked at its batch's first claim: a single
+// send's own (the worker's suppress), so an operator reads one rule.
+const (
+	reasonAllSuppressed    = "not sent: every recipient is on the suppression list"
+	reasonPartlySuppressed = "not sent: some recipients are on the suppression list, and partly suppressed intents are parked"
+	reasonBatchSuppressed  = "not sent: its first claim found every member's recipients on the suppression list; its members were parked as suppressed"
+)
 
 // ClaimBatch claims a frozen batch for one attempt of its job (its SET
 // list mirrors ClaimMany's on purpose: a batch's request is claimed as an
@@ -141,15 +174,70 @@ type Batch struct {
 // is claimed again and marked uncertain, members too. ok is false when the
 // job may not send the batch (settled, gone, another job's, or its run is
 // paused).
-func ClaimBatch(ctx context.Context, db DB, req ClaimRequest, opts ClaimOptions) (b *Batch, ok bool, err error) {
+//
+// The first claim of a batch (no first attempt yet: the API has never
+// seen its key) looks its members' recipients up on the suppression list,
+// as a single send's first claim does, in the claim's transaction. The
+// list may have changed since the batch was frozen (a bounce), and a
+// frozen body would otherwise mail an address suppressed meanwhile. A
+// member none of whose "to" recipients is left, or, with
+// ParkPartlySuppressed, any member with a suppressed recipient, is parked
+// as suppressed with a single send's reason and taken out of the batch
+// (unbound, no attempt); another one's email is sent without the
+// suppressed recipients, which are stored on its row. The batch's body and
+// members are rewritten once, then, and every later attempt sends that
+// body under the key, so a replay still works. When no member is left the
+// batch becomes split, nothing is claimed and b holds only Parked.
+func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts BatchClaimOptions) (b *Batch, ok bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var id int64
+		var lookup bool
+		// Lock the batch first, as the claim would (and CancelRun does).
+		err := tx.QueryRow(ctx, `SELECT b.id, b.first_attempt_at IS NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+			FROM sendonce_batch b
+			WHERE b.idempotency_key = $1 AND b.job_id = $2 AND (b.state IN ('pending', 'sending')) IS TRUE
+				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
+			FOR UPDATE OF b`, req.Key, req.JobID).Scan(&id, &lookup)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var parked []ParkedMember
+		var stripped []string
+		if lookup {
+			var left int
+			if parked, stripped, left, err = suppressMembers(ctx, tx, id, req, opts.ParkPartlySuppressed); err != nil {
+				return err
+			}
+			if left == 0 {
+				b, ok = &Batch{Key: req.Key, Parked: parked}, true
+				return nil
+			}
+		}
+		if b, ok, err = claimBatch(ctx, tx, req, opts.ClaimOptions); err != nil || !ok {
+			return err
+		}
+		b.Parked, b.Stripped = parked, stripped
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("sendstate: claim batch %q: %w", req.Key, err)
+	}
+	return b, ok, nil
+}
+
+// claimBatch is the claim itself, one statement, on the locked batch.
+func claimBatch(ctx context.Context, tx pgx.Tx, req ClaimRequest, opts ClaimOptions) (*Batch, bool, error) {
 	var owner *int32
 	if opts.Owner != 0 {
 		owner = &opts.Owner
 	}
-	b = &Batch{}
+	b := &Batch{}
 	var left float64
 	var body string
-	err = db.QueryRow(ctx, `WITH l AS (
+	err := tx.QueryRow(ctx, `WITH l AS (
 			SELECT b.id, b.state AS old_state FROM sendonce_batch b
 			WHERE b.idempotency_key = $1 AND b.job_id = $2
 				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
@@ -185,11 +273,128 @@ func ClaimBatch(ctx context.Context, db DB, req ClaimRequest, opts ClaimOptions)
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("sendstate: claim batch %q: %w", req.Key, err)
+		return nil, false, err
 	}
 	b.Body = json.RawMessage(body)
 	b.WindowLeft = time.Duration(left * float64(time.Second))
 	return b, true, nil
+}
+
+// suppressMembers applies the suppression list to the locked batch id
+// before its first attempt (see ClaimBatch), and rewrites its body and
+// members when it took any out. It returns the members parked, those
+// stripped of recipients, and how many members the batch keeps.
+func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest, parkPartly bool) (parked []ParkedMember, stripped []string, left int, err error) {
+	var body string
+	var keys []string
+	if err := tx.QueryRow(ctx, `SELECT body, member_keys FROM sendonce_batch WHERE id = $1`, id).Scan(&body, &keys); err != nil {
+		return nil, nil, 0, err
+	}
+	// The members are locked after their batch, in the order of ids.
+	rows, err := tx.Query(ctx, `SELECT o.idempotency_key, o.job_id, s.addrs
+		FROM sendonce_outbox o CROSS JOIN LATERAL sendonce_suppressed(o.kind, o.payload) AS s(addrs)
+		WHERE o.idempotency_key = ANY($1) AND o.batch_key = $2 AND (o.state IN ('pending', 'sending')) IS TRUE
+			AND s.addrs IS NOT NULL
+		ORDER BY o.id FOR UPDATE OF o`, keys, req.Key)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	type hit struct {
+		jobID int64
+		addrs []string
+	}
+	found := map[string]hit{}
+	for rows.Next() {
+		var key string
+		var h hit
+		if err := rows.Scan(&key, &h.jobID, &h.addrs); err != nil {
+			rows.Close()
+			return nil, nil, 0, err
+		}
+		found[key] = h
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, 0, err
+	}
+	if len(found) == 0 {
+		return nil, nil, len(keys), nil
+	}
+
+	var top struct {
+		Emails []json.RawMessage `json:"emails"`
+	}
+	if err := json.Unmarshal([]byte(body), &top); err != nil || len(top.Emails) != len(keys) {
+		return nil, nil, 0, fmt.Errorf("batch body holds %d emails for %d members (%v)", len(top.Emails), len(keys), err)
+	}
+	var keptKeys []string
+	var kept []json.RawMessage
+	for i, key := range keys {
+		h, ok := found[key]
+		if !ok {
+			keptKeys, kept = append(keptKeys, key), append(kept, top.Emails[i])
+			continue
+		}
+		out, none, serr := suppress.Strip("email", top.Emails[i], h.addrs)
+		p := ParkedMember{Key: key}
+		switch {
+		case serr != nil:
+			p.Failed, p.Reason = true, fmt.Sprintf("%v: cannot take the suppressed recipients out", serr)
+		case none:
+			p.Reason = reasonAllSuppressed
+		case parkPartly:
+			p.Reason = reasonPartlySuppressed
+		default:
+			// Sent within the batch without them; stored as a single
+			// send's first claim stores them.
+			if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET suppressed_recipients = $3, updated_at = now()
+				WHERE idempotency_key = $1 AND batch_key = $2`, key, req.Key, h.addrs); err != nil {
+				return nil, nil, 0, err
+			}
+			keptKeys, kept = append(keptKeys, key), append(kept, out)
+			stripped = append(stripped, key)
+			continue
+		}
+		if err := parkMember(ctx, tx, req.Key, h.jobID, p, h.addrs); err != nil {
+			return nil, nil, 0, err
+		}
+		parked = append(parked, p)
+	}
+	if len(kept) == 0 {
+		_, err := tx.Exec(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $2, updated_at = now() WHERE id = $1`,
+			id, reasonBatchSuppressed)
+		return parked, nil, 0, err
+	}
+	if len(parked) > 0 || len(stripped) > 0 {
+		nb := []byte(`{"emails":[`)
+		for i, e := range kept {
+			if i > 0 {
+				nb = append(nb, ',')
+			}
+			nb = append(nb, e...)
+		}
+		nb = append(nb, "]}"...)
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_batch SET body = $2, member_keys = $3, updated_at = now() WHERE id = $1`,
+			id, string(nb), keptKeys); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	return parked, stripped, len(kept), nil
+}
+
+// parkMember takes a member (whose job is jobID) out of batch before the
+// batch's first attempt and parks it: suppressed as a single send is
+// (MarkSuppressed, with the addresses found), or failed.
+func parkMember(ctx context.Context, tx pgx.Tx, batch string, jobID int64, p ParkedMember, addrs []string) error {
+	if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET batch_key = NULL, suppressed_recipients = $3, updated_at = now()
+		WHERE idempotency_key = $1 AND batch_key = $2`, p.Key, batch, addrs); err != nil {
+		return err
+	}
+	o := Outcome{Key: p.Key, JobID: jobID, Reason: p.Reason}
+	if p.Failed {
+		return MarkFailed(ctx, tx, o)
+	}
+	return MarkSuppressed(ctx, tx, o)
 }
 
 // ItemFailure is a member the API refused within an accepted batch.
@@ -312,8 +517,11 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 		}
 		ok = true
 		for _, p := range parts {
+			// What the batch's first claim found suppressed goes with its
+			// first attempt: the part's own first claim looks again.
 			rows, err := tx.Query(ctx, `UPDATE sendonce_outbox SET state = 'pending', batch_key = NULL,
-					first_attempt_at = CASE WHEN uncertain THEN first_attempt_at END, updated_at = now()
+					first_attempt_at = CASE WHEN uncertain THEN first_attempt_at END,
+					suppressed_recipients = CASE WHEN uncertain THEN suppressed_recipients END, updated_at = now()
 				WHERE idempotency_key = ANY($1) AND batch_key = $2 AND state IN ('pending', 'sending')
 				RETURNING id, idempotency_key, payload::text`, p.Members, o.Key)
 			if err != nil {

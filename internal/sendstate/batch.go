@@ -40,45 +40,63 @@ type Batcher struct {
 // When fewer than two intents may join, nothing is written and joined is
 // empty: a lone intent is sent alone, under its own key.
 func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
+	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		key, joined, err = b.freeze(ctx, tx, queue, run, reqs)
+		return err
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("sendstate: freeze batch: %w", err)
+	}
+	return key, joined, nil
+}
+
+// FreezeTx is Freeze in the caller's transaction: the batch is frozen
+// when it commits.
+func (b *Batcher) FreezeTx(ctx context.Context, tx pgx.Tx, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
+	key, joined, err = b.freeze(ctx, tx, queue, run, reqs)
+	if err != nil {
+		return "", nil, fmt.Errorf("sendstate: freeze batch: %w", err)
+	}
+	return key, joined, nil
+}
+
+func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs []ClaimRequest) (string, []int64, error) {
 	keys := make([]string, len(reqs))
 	jobIDs := make([]int64, len(reqs))
 	for i, r := range reqs {
 		keys[i], jobIDs[i] = r.Key, r.JobID
 	}
-	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.job_id, o.payload::text FROM sendonce_outbox o
-			WHERE o.idempotency_key = ANY($1)
-				AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
-				AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
-				AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
-				AND NOT ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) AND sendonce_suppressed(o.kind, o.payload) IS NOT NULL)
-			ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
-		if err != nil {
-			return err
-		}
-		var ms []member
-		for rows.Next() {
-			var m member
-			var jobID int64
-			if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload); err != nil {
-				rows.Close()
-				return err
-			}
-			ms, joined = append(ms, m), append(joined, jobID)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(ms) < 2 {
-			joined = nil
-			return nil
-		}
-		key, err = insertBatch(ctx, tx, b.River, queue, run, ms)
-		return err
-	})
+	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.job_id, o.payload::text FROM sendonce_outbox o
+		WHERE o.idempotency_key = ANY($1)
+			AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+			AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
+			AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
+			AND NOT ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) AND sendonce_suppressed(o.kind, o.payload) IS NOT NULL)
+		ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
 	if err != nil {
-		return "", nil, fmt.Errorf("sendstate: freeze batch: %w", err)
+		return "", nil, err
+	}
+	var ms []member
+	var joined []int64
+	for rows.Next() {
+		var m member
+		var jobID int64
+		if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload); err != nil {
+			rows.Close()
+			return "", nil, err
+		}
+		ms, joined = append(ms, m), append(joined, jobID)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", nil, err
+	}
+	if len(ms) < 2 {
+		return "", nil, nil
+	}
+	key, err := insertBatch(ctx, tx, b.River, queue, run, ms)
+	if err != nil {
+		return "", nil, err
 	}
 	return key, joined, nil
 }

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertest"
 
@@ -507,4 +509,201 @@ func TestFrozenBatchAllSuppressed(t *testing.T) {
 	if st := h.batchState(batchKey); st == "pending" || st == "sending" {
 		t.Errorf("batch %s, want settled", st)
 	}
+}
+
+// enqueueRun enqueues an email intent per address as members of run and
+// returns the claim requests of their jobs, in order.
+func (h *harness) enqueueRun(run, prefix string, to ...string) []sendstate.ClaimRequest {
+	h.t.Helper()
+	intents := make([]outbox.Intent, len(to))
+	for i, addr := range to {
+		intents[i] = outbox.Intent{Key: fmt.Sprintf("%s:%d", prefix, i), Payload: emailBody(addr)}
+	}
+	var reqs []sendstate.ClaimRequest
+	err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
+		res, err := h.ob.EnqueueRun(context.Background(), tx, outbox.Run{Key: run, Intents: intents})
+		if err != nil {
+			return err
+		}
+		for _, r := range res.Intents {
+			reqs = append(reqs, sendstate.ClaimRequest{Key: r.Record.Key, JobID: *r.Record.JobID})
+		}
+		return nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return reqs
+}
+
+// awaitLockWaits waits until n sessions of the test's database wait for a
+// lock (a row lock another transaction holds), or until done is closed (the
+// session ended without waiting). PostgreSQL tells of a lock wait only in
+// pg_stat_activity, so it is polled.
+func (h *harness) awaitLockWaits(n int, done <-chan struct{}) {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		if err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			h.t.Fatal(err)
+		}
+		if waiting >= n {
+			return
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%d sessions wait for a lock after 30 s, want %d", waiting, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkRunCanceled checks what the members and batches of a canceled run
+// became: every member canceled (res counts them), and no job sends one.
+func (h *harness) checkRunCanceled(run string, res *outbox.RunCancel, keys []string) {
+	h.t.Helper()
+	if res.Canceled != int64(len(keys)) || res.Left != 0 {
+		h.t.Errorf("CancelRun: canceled=%d left=%d, want canceled=%d left=0", res.Canceled, res.Left, len(keys))
+	}
+	for _, k := range keys {
+		if rec := h.get(k); rec.State != outbox.StateCanceled {
+			h.t.Errorf("%s: %s, want canceled", k, rec.State)
+		}
+	}
+	rows, err := h.pool.Query(context.Background(), `SELECT idempotency_key FROM sendonce_batch WHERE run_key = $1`, run)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	batches, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, bk := range batches {
+		if st := h.batchState(bk); st == "pending" || st == "sending" {
+			h.t.Errorf("batch %s of the canceled run is %s", bk, st)
+		}
+		h.workBatch(bk, 1) //nolint:errcheck // the ledger tells
+	}
+	for _, k := range keys {
+		if rec := h.get(k); rec.JobID != nil {
+			h.workJob(*rec.JobID, 1) //nolint:errcheck // as above
+		}
+	}
+	if n := len(h.fake.Deliveries()); n != 0 {
+		h.t.Errorf("%d deliveries of a canceled run's members, want none", n)
+	}
+	st, err := h.ob.RunStatus(context.Background(), run)
+	if err != nil || st.Counts[outbox.StateCanceled] != int64(len(keys)) || st.Total != int64(len(keys)) {
+		h.t.Errorf("RunStatus = %+v, %v; want all %d members canceled", st, err, len(keys))
+	}
+}
+
+// TestFreezeRacingCancelRun: a batch frozen while its run is canceled.
+// Freeze and CancelRun serialise on the run's row, so each sees the
+// other's outcome: a batch frozen first is canceled whole with its members,
+// and a cancel first leaves nothing to freeze. Each race is played with
+// one transaction held open while the other runs.
+func TestFreezeRacingCancelRun(t *testing.T) {
+	t.Parallel()
+	to := []string{"ada@example.com", "bo@example.com", "cy@example.com"}
+
+	t.Run("freeze first", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, SendConfig{})
+		ctx := context.Background()
+		reqs := h.enqueueRun("digest:1", "digest:1", to...)
+		tx, err := h.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+		b := &sendstate.Batcher{Pool: h.pool, River: h.river}
+		if _, joined, err := b.FreezeTx(ctx, tx, outbox.DefaultQueue, "digest:1", reqs); err != nil || len(joined) != 3 {
+			t.Fatalf("freeze: %d joined, %v", len(joined), err)
+		}
+		// CancelRun runs while the freeze is not yet committed.
+		done := make(chan struct{})
+		var res *outbox.RunCancel
+		var cancelErr error
+		go func() {
+			defer close(done)
+			res, cancelErr = h.ob.CancelRun(ctx, "digest:1")
+		}()
+		h.awaitLockWaits(1, done)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if cancelErr != nil {
+			t.Fatal(cancelErr)
+		}
+		h.checkRunCanceled("digest:1", res, keysOf(reqs))
+	})
+
+	t.Run("cancel first", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, SendConfig{})
+		ctx := context.Background()
+		b := &sendstate.Batcher{Pool: h.pool, River: h.river}
+		// An earlier batch of the run, locked by a claim in progress:
+		// CancelRun waits for it holding the run's lock, before it has
+		// touched a member.
+		early := h.enqueueRun("digest:2", "early", "dee@example.com", "eve@example.com")
+		earlyKey, joined, err := b.Freeze(ctx, outbox.DefaultQueue, "digest:2", early)
+		if err != nil || len(joined) != 2 {
+			t.Fatalf("freeze the earlier batch: %d joined, %v", len(joined), err)
+		}
+		reqs := h.enqueueRun("digest:2", "digest:2", to...)
+		claim, err := h.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer claim.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+		if _, err := claim.Exec(ctx, `SELECT 1 FROM sendonce_batch WHERE idempotency_key = $1 FOR UPDATE`, earlyKey); err != nil {
+			t.Fatal(err)
+		}
+		cancelDone := make(chan struct{})
+		var res *outbox.RunCancel
+		var cancelErr error
+		go func() {
+			defer close(cancelDone)
+			res, cancelErr = h.ob.CancelRun(ctx, "digest:2")
+		}()
+		h.awaitLockWaits(1, cancelDone)
+		// The freeze runs while the cancel is not yet committed.
+		freezeDone := make(chan struct{})
+		var frozen []int64
+		var freezeErr error
+		go func() {
+			defer close(freezeDone)
+			_, frozen, freezeErr = b.Freeze(ctx, outbox.DefaultQueue, "digest:2", reqs)
+		}()
+		h.awaitLockWaits(2, freezeDone)
+		if err := claim.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-cancelDone
+		<-freezeDone
+		if cancelErr != nil || freezeErr != nil {
+			t.Fatalf("CancelRun: %v; Freeze: %v", cancelErr, freezeErr)
+		}
+		if len(frozen) != 0 {
+			t.Errorf("Freeze after the run's cancel: %d joined, want none", len(frozen))
+		}
+		h.checkRunCanceled("digest:2", res, append(keysOf(early), keysOf(reqs)...))
+	})
+}
+
+func keysOf(reqs []sendstate.ClaimRequest) []string {
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	return keys
 }

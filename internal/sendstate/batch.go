@@ -33,7 +33,9 @@ type Batcher struct {
 // the state check is written so that no index on state can drive the scan,
 // as in ClaimMany): only intents that are email, pending, never attempted
 // and bound to no batch join (and only while their job is the one named on
-// the row). An intent with a suppressed recipient does not join: its own
+// the row), and none of a canceled run (the run's row is locked, so a
+// freeze and a CancelRun of its run never overlap). An intent with a
+// suppressed recipient does not join: its own
 // job sends it alone, without that recipient, or parks it (an address
 // suppressed after the freeze is looked up by the batch's first claim, see
 // ClaimBatch). It returns the batch's key and the job ids that joined.
@@ -61,6 +63,25 @@ func (b *Batcher) FreezeTx(ctx context.Context, tx pgx.Tx, queue, run string, re
 }
 
 func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs []ClaimRequest) (string, []int64, error) {
+	if run != "" {
+		// The run's row is the lock a freeze and the run's operations
+		// (CancelRun, RescheduleRun, which lock it FOR UPDATE) serialise
+		// on. Without it a batch frozen while the run was canceled
+		// escaped the cancel: the cancel's statements did not see the
+		// uncommitted batch, nor its members, which the freeze had bound
+		// to it, and the batch's job mailed a canceled run. With it,
+		// whichever comes second sees the other's outcome: a cancel, the
+		// batch (and cancels it); a freeze, the run canceled. FOR SHARE:
+		// freezes of one run do not wait for each other.
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE`, run).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && state == "canceled" {
+			return "", nil, nil
+		}
+		if err != nil {
+			return "", nil, err
+		}
+	}
 	keys := make([]string, len(reqs))
 	jobIDs := make([]int64, len(reqs))
 	for i, r := range reqs {

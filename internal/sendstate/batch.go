@@ -35,10 +35,10 @@ type Batcher struct {
 // and bound to no batch join (and only while their job is the one named on
 // the row), and none of a canceled run (the run's row is locked, so a
 // freeze and a CancelRun of its run never overlap). An intent with a
-// suppressed recipient does not join: its own
-// job sends it alone, without that recipient, or parks it (an address
-// suppressed after the freeze is looked up by the batch's first claim, see
-// ClaimBatch). It returns the batch's key and the job ids that joined.
+// suppressed recipient does not join: its own job sends it alone, without
+// that recipient, or parks it (an address suppressed after the freeze is
+// looked up by the batch's first claim, see ClaimBatch). It returns the
+// batch's key and the job ids that joined.
 // When fewer than two intents may join, nothing is written and joined is
 // empty: a lone intent is sent alone, under its own key.
 func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
@@ -201,7 +201,7 @@ type BatchClaimOptions struct {
 const (
 	reasonAllSuppressed    = "not sent: every recipient is on the suppression list"
 	reasonPartlySuppressed = "not sent: some recipients are on the suppression list, and partly suppressed intents are parked"
-	reasonBatchSuppressed  = "not sent: its first claim found every member's recipients on the suppression list; its members were parked as suppressed"
+	reasonBatchSuppressed  = "not sent: its first claim took every member out for the suppression list (each member's own state says why)"
 )
 
 // ClaimBatch claims a frozen batch for one attempt of its job (its SET
@@ -226,7 +226,8 @@ const (
 // suppressed recipients, which are stored on its row. The batch's body and
 // members are rewritten once, then, and every later attempt sends that
 // body under the key, so a replay still works. When no member is left the
-// batch becomes split, nothing is claimed and b holds only Parked.
+// batch becomes split and nothing is claimed: ok is true, and b holds no
+// member, only Parked.
 func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts BatchClaimOptions) (b *Batch, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var id int64
@@ -363,8 +364,11 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 	var top struct {
 		Emails []json.RawMessage `json:"emails"`
 	}
-	if err := json.Unmarshal([]byte(body), &top); err != nil || len(top.Emails) != len(keys) {
-		return nil, nil, 0, fmt.Errorf("batch body holds %d emails for %d members (%v)", len(top.Emails), len(keys), err)
+	if err := json.Unmarshal([]byte(body), &top); err != nil {
+		return nil, nil, 0, fmt.Errorf("read the batch's body: %w", err)
+	}
+	if len(top.Emails) != len(keys) {
+		return nil, nil, 0, fmt.Errorf("the batch's body holds %d emails for %d members", len(top.Emails), len(keys))
 	}
 	var keptKeys []string
 	var kept []json.RawMessage

@@ -368,9 +368,17 @@ type RunCancel struct {
 // started is canceled, with every frozen batch of the run not yet
 // attempted; members attempted already are left as they are (they may have
 // reached the API) and counted. New members cannot be enqueued into it.
+//
+// A worker freezing a batch of the run locks the run's row too (FOR
+// SHARE, before its members), so the two never overlap: a freeze in
+// progress is waited for, and its batch, never attempted, is canceled with
+// its members and counted; a freeze after the cancel finds the run
+// canceled and freezes nothing.
 func (o *Outbox) CancelRun(ctx context.Context, key string) (*RunCancel, error) {
 	res := &RunCancel{}
 	st, err := o.runOp(ctx, key, "cancel", func(tx pgx.Tx) error {
+		// The run's lock first: it waits for a freeze of the run in
+		// progress, whose batch the statements below then see.
 		if _, err := lockRun(ctx, tx, key, "cancel", RunActive, RunPaused); err != nil {
 			return err
 		}

@@ -47,7 +47,9 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		return err
 	}
 	cctx, cspan := w.startClaim(ctx)
-	b, ok, err := sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, w.claimOptions())
+	opts := sendstate.BatchClaimOptions{ClaimOptions: w.claimOptions(),
+		ParkPartlySuppressed: w.cfg.PartlySuppressed == PartlySuppressedPark}
+	b, ok, err := sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, opts)
 	if ok {
 		endClaim(cspan, ok, b.Attempts, b.Uncertain, err)
 	} else {
@@ -64,6 +66,9 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		span.SetAttributes(attrOutcome.String("skipped"))
 		w.cfg.Logger.Debug("batch job skipped", "batch", job.Args.Key, "state", state, "job_id", job.ID)
 		return nil
+	}
+	if bw.reportParked(span, b) {
+		return nil // every member was parked: nothing to send
 	}
 	span.SetAttributes(attrMembers.Int(len(b.Members)), attrAttempt.Int(b.Attempts))
 	first := b.FirstAttemptAt
@@ -98,9 +103,51 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		return bw.record(ctx, a, b, answer, elapsed)
 	}
 	if parts := splitParts(b.Members, sendErr); parts != nil {
+		if b.Uncertain {
+			return bw.parkUnsplit(ctx, a, sendErr)
+		}
 		return bw.split(ctx, a, parts, sendErr)
 	}
 	return a.failed(ctx, sendCtx, sendErr, elapsed)
+}
+
+// parkUnsplit parks a batch refused whole after an earlier attempt whose
+// outcome is unknown (an answer lost, a crash mid-request): that attempt may
+// have been delivered, and the API holds it under the batch's key, so a
+// split would send the members again under new keys and deliver each twice
+// (a refusal on a later attempt says nothing of an earlier one: a proxy in
+// between, a validation rule changed). It is parked failed and uncertain,
+// as a single send is; a retry sends the same body under the same key.
+func (bw *batchWorker) parkUnsplit(ctx context.Context, a *attempt, sendErr error) error {
+	return a.park(ctx, ResultFailed, true, describe(sendErr)+"; not split: an earlier attempt of this batch may have "+
+		"been delivered, and its emails sent again under new keys could be delivered twice; check whether they were "+
+		"delivered, then retry (the same request under the same key)")
+}
+
+// reportParked tells of the members the batch's first claim took out for
+// the suppression list (and of those it sends without some recipients),
+// and reports whether none is left to send.
+func (bw *batchWorker) reportParked(span trace.Span, b *sendstate.Batch) (none bool) {
+	w := bw.w
+	log := w.cfg.Logger.With("batch", b.Key)
+	for _, p := range b.Parked {
+		if p.Failed {
+			w.cfg.Observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultFailed})
+			log.Warn("batch member failed at the batch's first claim; not sent", "key", p.Key, "reason", p.Reason)
+			continue
+		}
+		w.cfg.Observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultSuppressed})
+		log.Info("batch member suppressed; taken out of the batch before its first attempt", "key", p.Key)
+	}
+	if len(b.Stripped) > 0 {
+		log.Info("batch members sent without suppressed recipients", "keys", b.Stripped)
+	}
+	if len(b.Members) > 0 {
+		return false
+	}
+	span.SetAttributes(attrOutcome.String("suppressed"))
+	log.Info("batch not sent: every member was suppressed at its first claim", "parked", len(b.Parked))
+	return true
 }
 
 // record maps the API's answer to the members, in order: data[i] is the
@@ -175,8 +222,9 @@ var itemParam = regexp.MustCompile(`^emails\[(\d+)\]`)
 
 // splitParts says how to split a batch the API refused whole, or nil when
 // it must not be split. Only a validation refusal (400 or 422, not a key
-// reuse) is split: it means nothing of the request was accepted, and one
-// email may be the cause. When the refusal names the email, that one is
+// reuse) is split: it means nothing of this request was accepted, and one
+// email may be the cause. (It says nothing of earlier attempts: Work never
+// splits a batch that is uncertain.) When the refusal names the email, that one is
 // failed with the reason and the rest go on together; otherwise the batch is
 // halved, and halved again, until the cause is alone.
 func splitParts(members []string, sendErr error) []sendstate.SplitPart {

@@ -62,8 +62,11 @@
 // attempt: a sendonce_batch row with a key of its own, the request body and
 // the members in order, and a batch job. The batch job sends that body
 // under that key on every attempt, so a crash replays the whole batch, and
-// maps the API's answer back to each member. A request refused whole with a
-// 400 or 422 is split to send the rest.
+// maps the API's answer back to each member. Its first claim, before any
+// attempt, takes out the members the suppression list now stops, as a
+// single send's first claim does. A request refused whole with a 400 or
+// 422 is split to send the rest, unless an earlier attempt may have been
+// delivered: an uncertain batch is parked, never split.
 //
 // # Runs and schedules
 //

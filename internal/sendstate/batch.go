@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/internal/sendjob"
+	"github.com/sendonce/sendonce/internal/suppress"
 )
 
 // BatchKeyPrefix starts the idempotency key of every coalesced batch.
@@ -32,50 +33,91 @@ type Batcher struct {
 // the state check is written so that no index on state can drive the scan,
 // as in ClaimMany): only intents that are email, pending, never attempted
 // and bound to no batch join (and only while their job is the one named on
-// the row). An intent with a suppressed recipient does not join: its own
-// job sends it alone, without that recipient, or parks it. It returns the batch's key and the job ids that joined. When
-// fewer than two intents may join, nothing is written and joined is empty:
-// a lone intent is sent alone, under its own key.
+// the row), and none of a canceled run (the run's row is locked, so a
+// freeze and a CancelRun of its run never overlap). An intent with a
+// suppressed recipient does not join: its own job sends it alone, without
+// that recipient, or parks it (an address suppressed after the freeze is
+// looked up by the batch's first claim, see ClaimBatch). It returns the
+// batch's key and the job ids that joined.
+// When fewer than two intents may join, nothing is written and joined is
+// empty: a lone intent is sent alone, under its own key.
 func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
+	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		key, joined, err = b.freeze(ctx, tx, queue, run, reqs)
+		return err
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("sendstate: freeze batch: %w", err)
+	}
+	return key, joined, nil
+}
+
+// FreezeTx is Freeze in the caller's transaction: the batch is frozen
+// when it commits.
+func (b *Batcher) FreezeTx(ctx context.Context, tx pgx.Tx, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
+	key, joined, err = b.freeze(ctx, tx, queue, run, reqs)
+	if err != nil {
+		return "", nil, fmt.Errorf("sendstate: freeze batch: %w", err)
+	}
+	return key, joined, nil
+}
+
+func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs []ClaimRequest) (string, []int64, error) {
+	if run != "" {
+		// The run's row is the lock a freeze and the run's operations
+		// (CancelRun, RescheduleRun, which lock it FOR UPDATE) serialise
+		// on. Without it a batch frozen while the run was canceled
+		// escaped the cancel: the cancel's statements did not see the
+		// uncommitted batch, nor its members, which the freeze had bound
+		// to it, and the batch's job mailed a canceled run. With it,
+		// whichever comes second sees the other's outcome: a cancel, the
+		// batch (and cancels it); a freeze, the run canceled. FOR SHARE:
+		// freezes of one run do not wait for each other.
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE`, run).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && state == "canceled" {
+			return "", nil, nil
+		}
+		if err != nil {
+			return "", nil, err
+		}
+	}
 	keys := make([]string, len(reqs))
 	jobIDs := make([]int64, len(reqs))
 	for i, r := range reqs {
 		keys[i], jobIDs[i] = r.Key, r.JobID
 	}
-	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.job_id, o.payload::text FROM sendonce_outbox o
-			WHERE o.idempotency_key = ANY($1)
-				AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
-				AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
-				AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
-				AND NOT ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) AND sendonce_suppressed(o.kind, o.payload) IS NOT NULL)
-			ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
-		if err != nil {
-			return err
-		}
-		var ms []member
-		for rows.Next() {
-			var m member
-			var jobID int64
-			if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload); err != nil {
-				rows.Close()
-				return err
-			}
-			ms, joined = append(ms, m), append(joined, jobID)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(ms) < 2 {
-			joined = nil
-			return nil
-		}
-		key, err = insertBatch(ctx, tx, b.River, queue, run, ms)
-		return err
-	})
+	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.job_id, o.payload::text FROM sendonce_outbox o
+		WHERE o.idempotency_key = ANY($1)
+			AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+			AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
+			AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
+			AND NOT ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) AND sendonce_suppressed(o.kind, o.payload) IS NOT NULL)
+		ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
 	if err != nil {
-		return "", nil, fmt.Errorf("sendstate: freeze batch: %w", err)
+		return "", nil, err
+	}
+	var ms []member
+	var joined []int64
+	for rows.Next() {
+		var m member
+		var jobID int64
+		if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload); err != nil {
+			rows.Close()
+			return "", nil, err
+		}
+		ms, joined = append(ms, m), append(joined, jobID)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", nil, err
+	}
+	if len(ms) < 2 {
+		return "", nil, nil
+	}
+	key, err := insertBatch(ctx, tx, b.River, queue, run, ms)
+	if err != nil {
+		return "", nil, err
 	}
 	return key, joined, nil
 }
@@ -130,7 +172,37 @@ type Batch struct {
 	// WindowLeft is what remains of the replay window at the claim, by the
 	// database's clock, measured from the batch's first attempt.
 	WindowLeft time.Duration
+	// Parked are the members this claim (the batch's first) took out of
+	// the batch for the suppression list, and Stripped the members it
+	// sends without some recipients (see ClaimBatch).
+	Parked   []ParkedMember
+	Stripped []string
 }
+
+// ParkedMember is a member a batch's first claim took out of the batch:
+// parked as suppressed, or, when its body could not be rewritten, failed.
+type ParkedMember struct {
+	Key    string
+	Failed bool
+	Reason string
+}
+
+// BatchClaimOptions are a batch claim's options: a claim's, and what to do
+// with a member some of whose recipients are suppressed.
+type BatchClaimOptions struct {
+	ClaimOptions
+	// ParkPartlySuppressed parks such a member as suppressed; otherwise
+	// it is sent without those recipients.
+	ParkPartlySuppressed bool
+}
+
+// The reasons of a member parked at its batch's first claim: a single
+// send's own (the worker's suppress), so an operator reads one rule.
+const (
+	reasonAllSuppressed    = "not sent: every recipient is on the suppression list"
+	reasonPartlySuppressed = "not sent: some recipients are on the suppression list, and partly suppressed intents are parked"
+	reasonBatchSuppressed  = "not sent: its first claim took every member out for the suppression list (each member's own state says why)"
+)
 
 // ClaimBatch claims a frozen batch for one attempt of its job (its SET
 // list mirrors ClaimMany's on purpose: a batch's request is claimed as an
@@ -141,15 +213,71 @@ type Batch struct {
 // is claimed again and marked uncertain, members too. ok is false when the
 // job may not send the batch (settled, gone, another job's, or its run is
 // paused).
-func ClaimBatch(ctx context.Context, db DB, req ClaimRequest, opts ClaimOptions) (b *Batch, ok bool, err error) {
+//
+// The first claim of a batch (no first attempt yet: the API has never
+// seen its key) looks its members' recipients up on the suppression list,
+// as a single send's first claim does, in the claim's transaction. The
+// list may have changed since the batch was frozen (a bounce), and a
+// frozen body would otherwise mail an address suppressed meanwhile. A
+// member none of whose "to" recipients is left, or, with
+// ParkPartlySuppressed, any member with a suppressed recipient, is parked
+// as suppressed with a single send's reason and taken out of the batch
+// (unbound, no attempt); another one's email is sent without the
+// suppressed recipients, which are stored on its row. The batch's body and
+// members are rewritten once, then, and every later attempt sends that
+// body under the key, so a replay still works. When no member is left the
+// batch becomes split and nothing is claimed: ok is true, and b holds no
+// member, only Parked.
+func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts BatchClaimOptions) (b *Batch, ok bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var id int64
+		var lookup bool
+		// Lock the batch first, as the claim would (and CancelRun does).
+		err := tx.QueryRow(ctx, `SELECT b.id, b.first_attempt_at IS NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+			FROM sendonce_batch b
+			WHERE b.idempotency_key = $1 AND b.job_id = $2 AND (b.state IN ('pending', 'sending')) IS TRUE
+				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
+			FOR UPDATE OF b`, req.Key, req.JobID).Scan(&id, &lookup)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var parked []ParkedMember
+		var stripped []string
+		if lookup {
+			var left int
+			if parked, stripped, left, err = suppressMembers(ctx, tx, id, req, opts.ParkPartlySuppressed); err != nil {
+				return err
+			}
+			if left == 0 {
+				b, ok = &Batch{Key: req.Key, Parked: parked}, true
+				return nil
+			}
+		}
+		if b, ok, err = claimBatch(ctx, tx, req, opts.ClaimOptions); err != nil || !ok {
+			return err
+		}
+		b.Parked, b.Stripped = parked, stripped
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("sendstate: claim batch %q: %w", req.Key, err)
+	}
+	return b, ok, nil
+}
+
+// claimBatch is the claim itself, one statement, on the locked batch.
+func claimBatch(ctx context.Context, tx pgx.Tx, req ClaimRequest, opts ClaimOptions) (*Batch, bool, error) {
 	var owner *int32
 	if opts.Owner != 0 {
 		owner = &opts.Owner
 	}
-	b = &Batch{}
+	b := &Batch{}
 	var left float64
 	var body string
-	err = db.QueryRow(ctx, `WITH l AS (
+	err := tx.QueryRow(ctx, `WITH l AS (
 			SELECT b.id, b.state AS old_state FROM sendonce_batch b
 			WHERE b.idempotency_key = $1 AND b.job_id = $2
 				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
@@ -185,11 +313,131 @@ func ClaimBatch(ctx context.Context, db DB, req ClaimRequest, opts ClaimOptions)
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("sendstate: claim batch %q: %w", req.Key, err)
+		return nil, false, err
 	}
 	b.Body = json.RawMessage(body)
 	b.WindowLeft = time.Duration(left * float64(time.Second))
 	return b, true, nil
+}
+
+// suppressMembers applies the suppression list to the locked batch id
+// before its first attempt (see ClaimBatch), and rewrites its body and
+// members when it took any out. It returns the members parked, those
+// stripped of recipients, and how many members the batch keeps.
+func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest, parkPartly bool) (parked []ParkedMember, stripped []string, left int, err error) {
+	var body string
+	var keys []string
+	if err := tx.QueryRow(ctx, `SELECT body, member_keys FROM sendonce_batch WHERE id = $1`, id).Scan(&body, &keys); err != nil {
+		return nil, nil, 0, err
+	}
+	// The members are locked after their batch, in the order of ids.
+	rows, err := tx.Query(ctx, `SELECT o.idempotency_key, o.job_id, s.addrs
+		FROM sendonce_outbox o CROSS JOIN LATERAL sendonce_suppressed(o.kind, o.payload) AS s(addrs)
+		WHERE o.idempotency_key = ANY($1) AND o.batch_key = $2 AND (o.state IN ('pending', 'sending')) IS TRUE
+			AND s.addrs IS NOT NULL
+		ORDER BY o.id FOR UPDATE OF o`, keys, req.Key)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	type hit struct {
+		jobID int64
+		addrs []string
+	}
+	found := map[string]hit{}
+	for rows.Next() {
+		var key string
+		var h hit
+		if err := rows.Scan(&key, &h.jobID, &h.addrs); err != nil {
+			rows.Close()
+			return nil, nil, 0, err
+		}
+		found[key] = h
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, 0, err
+	}
+	if len(found) == 0 {
+		return nil, nil, len(keys), nil
+	}
+
+	var top struct {
+		Emails []json.RawMessage `json:"emails"`
+	}
+	if err := json.Unmarshal([]byte(body), &top); err != nil {
+		return nil, nil, 0, fmt.Errorf("read the batch's body: %w", err)
+	}
+	if len(top.Emails) != len(keys) {
+		return nil, nil, 0, fmt.Errorf("the batch's body holds %d emails for %d members", len(top.Emails), len(keys))
+	}
+	var keptKeys []string
+	var kept []json.RawMessage
+	for i, key := range keys {
+		h, ok := found[key]
+		if !ok {
+			keptKeys, kept = append(keptKeys, key), append(kept, top.Emails[i])
+			continue
+		}
+		out, none, serr := suppress.Strip("email", top.Emails[i], h.addrs)
+		p := ParkedMember{Key: key}
+		switch {
+		case serr != nil:
+			p.Failed, p.Reason = true, fmt.Sprintf("%v: cannot take the suppressed recipients out", serr)
+		case none:
+			p.Reason = reasonAllSuppressed
+		case parkPartly:
+			p.Reason = reasonPartlySuppressed
+		default:
+			// Sent within the batch without them; stored as a single
+			// send's first claim stores them.
+			if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET suppressed_recipients = $3, updated_at = now()
+				WHERE idempotency_key = $1 AND batch_key = $2`, key, req.Key, h.addrs); err != nil {
+				return nil, nil, 0, err
+			}
+			keptKeys, kept = append(keptKeys, key), append(kept, out)
+			stripped = append(stripped, key)
+			continue
+		}
+		if err := parkMember(ctx, tx, req.Key, h.jobID, p, h.addrs); err != nil {
+			return nil, nil, 0, err
+		}
+		parked = append(parked, p)
+	}
+	if len(kept) == 0 {
+		_, err := tx.Exec(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $2, updated_at = now() WHERE id = $1`,
+			id, reasonBatchSuppressed)
+		return parked, nil, 0, err
+	}
+	if len(parked) > 0 || len(stripped) > 0 {
+		nb := []byte(`{"emails":[`)
+		for i, e := range kept {
+			if i > 0 {
+				nb = append(nb, ',')
+			}
+			nb = append(nb, e...)
+		}
+		nb = append(nb, "]}"...)
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_batch SET body = $2, member_keys = $3, updated_at = now() WHERE id = $1`,
+			id, string(nb), keptKeys); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	return parked, stripped, len(kept), nil
+}
+
+// parkMember takes a member (whose job is jobID) out of batch before the
+// batch's first attempt and parks it: suppressed as a single send is
+// (MarkSuppressed, with the addresses found), or failed.
+func parkMember(ctx context.Context, tx pgx.Tx, batch string, jobID int64, p ParkedMember, addrs []string) error {
+	if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET batch_key = NULL, suppressed_recipients = $3, updated_at = now()
+		WHERE idempotency_key = $1 AND batch_key = $2`, p.Key, batch, addrs); err != nil {
+		return err
+	}
+	o := Outcome{Key: p.Key, JobID: jobID, Reason: p.Reason}
+	if p.Failed {
+		return MarkFailed(ctx, tx, o)
+	}
+	return MarkSuppressed(ctx, tx, o)
 }
 
 // ItemFailure is a member the API refused within an accepted batch.
@@ -266,6 +514,10 @@ func markBatch(ctx context.Context, db DB, state string, o Outcome) error {
 	return nil
 }
 
+// ErrSplitUncertain is Split's refusal of a batch an earlier attempt of
+// which may have reached the API.
+var ErrSplitUncertain = errors.New("an earlier attempt of the batch may have been delivered: an uncertain batch is never split")
+
 // SplitPart is one part of a batch refused whole: its members, in order,
 // and, when the answer named one member as the cause, Failed holds that
 // member's reason (a part of one failed member).
@@ -281,22 +533,38 @@ type SplitPart struct {
 // to be sent alone; a part with Failed is that member parked as failed. The
 // batch becomes split with the reason. Only the batch's job may split it;
 // it returns the new batches' keys, or ok false when the job may not.
+//
+// An uncertain batch (an earlier attempt may have reached the API) is
+// never split: the API may hold its delivery under the batch's key, and
+// its members sent under new keys would be delivered twice. Split refuses
+// it with ErrSplitUncertain and changes nothing.
 func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys []string, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
 		var queue, run string
-		err := tx.QueryRow(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $3, updated_at = now()
-			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') RETURNING queue, coalesce(run_key, '')`,
-			o.Key, o.JobID, o.Reason).Scan(&queue, &run)
+		var uncertain bool
+		err := tx.QueryRow(ctx, `SELECT queue, coalesce(run_key, ''), uncertain FROM sendonce_batch
+			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') FOR UPDATE`,
+			o.Key, o.JobID).Scan(&queue, &run, &uncertain)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		if uncertain {
+			return ErrSplitUncertain
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $2, updated_at = now()
+			WHERE idempotency_key = $1`, o.Key, o.Reason); err != nil {
+			return err
+		}
 		ok = true
 		for _, p := range parts {
+			// What the batch's first claim found suppressed goes with its
+			// first attempt: the part's own first claim looks again.
 			rows, err := tx.Query(ctx, `UPDATE sendonce_outbox SET state = 'pending', batch_key = NULL,
-					first_attempt_at = CASE WHEN uncertain THEN first_attempt_at END, updated_at = now()
+					first_attempt_at = CASE WHEN uncertain THEN first_attempt_at END,
+					suppressed_recipients = CASE WHEN uncertain THEN suppressed_recipients END, updated_at = now()
 				WHERE idempotency_key = ANY($1) AND batch_key = $2 AND state IN ('pending', 'sending')
 				RETURNING id, idempotency_key, payload::text`, p.Members, o.Key)
 			if err != nil {

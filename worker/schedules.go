@@ -35,6 +35,9 @@ type ticker struct {
 	pool      *pgxpool.Pool
 	outbox    *outbox.Outbox
 	producers map[string]Producer
+	// now, when set, is the clock the tick reads instead of the database's
+	// (tests walk a schedule through a night of clock changes with it).
+	now func() time.Time
 }
 
 // maxCatchUp bounds the occurrences walked to find the latest one missed.
@@ -66,13 +69,18 @@ func (t *ticker) tick(ctx context.Context) (int, error) {
 // its next occurrence after now, all in one transaction. done is true when
 // no schedule was due.
 func (t *ticker) tickOne(ctx context.Context, producers []string) (done, made bool, err error) {
+	var clock *time.Time
+	if t.now != nil {
+		c := t.now()
+		clock = &c
+	}
 	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
 		var name, spec, producer, statement string
 		var missed outbox.Missed
 		var nextAt, now time.Time
-		err := tx.QueryRow(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at, now()
-			FROM sendonce_schedule WHERE next_at <= now() AND (producer IS NULL OR producer = ANY($1))
-			ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED`, producers).
+		err := tx.QueryRow(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at, coalesce($2, now())
+			FROM sendonce_schedule WHERE next_at <= coalesce($2, now()) AND (producer IS NULL OR producer = ANY($1))
+			ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED`, producers, clock).
 			Scan(&name, &spec, &producer, &statement, &missed, &nextAt, &now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			done = true

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,64 @@ func TestTickTwiceCreatesOnce(t *testing.T) {
 	}
 	if n, err := tk.tick(ctx); err != nil || n != 0 {
 		t.Fatalf("tick with an unknown producer = %d, %v; want 0, nil", n, err)
+	}
+}
+
+// TestTickAcrossDST: hole 11 (issue 22) through the tick. Workers ticking
+// through the nights of the clock changes with `30 2 * * * Europe/Berlin`
+// made two runs on 2026-10-25 (02:30 CEST and 02:30 CET) and none on
+// 2026-03-29 (no 02:30). Each night makes one run now: at 02:30 CEST in
+// autumn, at 03:00 CEST (the first instant after the jump) in spring.
+func TestTickAcrossDST(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk, ob := newTicker(t, nil)
+	var clock time.Time
+	tk.now = func() time.Time { return clock }
+	const spec = "30 2 * * * Europe/Berlin"
+	if _, err := ob.SaveSchedule(ctx, outbox.Schedule{Name: "nightly", Spec: spec, Statement: digestSQL}); err != nil {
+		t.Fatal(err)
+	}
+	sched, err := outbox.ParseSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, night := range []struct{ from, next string }{
+		{"2026-03-28T23:00:00Z", "2026-03-30T00:30:00Z"}, // 00:00 CET, to 05:00 CEST
+		{"2026-10-24T22:00:00Z", "2026-10-26T01:30:00Z"}, // 00:00 CEST, to 04:00 CET
+	} {
+		from, err := time.Parse(time.RFC3339, night.from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The schedule as it stands at midnight.
+		pgtest.Exec(t, tk.pool, `UPDATE sendonce_schedule SET next_at = $1`, sched.Next(from))
+		// A tick every 5 minutes through the night (the workers tick every
+		// second; a finer step only repeats the ticks that find nothing).
+		for clock = from; clock.Before(from.Add(5 * time.Hour)); clock = clock.Add(5 * time.Minute) {
+			if _, err := tk.tick(ctx); err != nil {
+				t.Fatalf("tick at %s: %v", clock.Format(time.RFC3339), err)
+			}
+		}
+		var next time.Time
+		if err := tk.pool.QueryRow(ctx, `SELECT next_at FROM sendonce_schedule`).Scan(&next); err != nil {
+			t.Fatal(err)
+		}
+		if got := next.UTC().Format(time.RFC3339); got != night.next {
+			t.Errorf("after the night of %s: next occurrence %s, want %s", night.from, got, night.next)
+		}
+	}
+	runs, err := ob.Runs(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range runs {
+		got = append(got, fmt.Sprintf("%s (%d members)", r.Key, r.Total))
+	}
+	slices.Sort(got)
+	want := []string{"nightly:2026-03-29T01:00:00Z (3 members)", "nightly:2026-10-25T00:30:00Z (3 members)"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("runs of the two nights:\n got  %v\n want %v", got, want)
 	}
 }

@@ -45,6 +45,17 @@ type Schedule struct {
 	NextAt time.Time `json:"nextAt"`
 	// LastRun is the key of the last run created (read only).
 	LastRun string `json:"lastRun,omitempty"`
+	// Failures counts the failed attempts at the due occurrence in a row
+	// (read only): its statement or producer failed, or its run could not
+	// be written. 0 once one succeeds.
+	Failures int `json:"failures,omitempty"`
+	// LastError is the last failed attempt's error, until one succeeds
+	// (read only).
+	LastError string `json:"lastError,omitempty"`
+	// FailedAt is when it failed, and RetryAt when the workers try the
+	// occurrence again (read only; nil when healthy).
+	FailedAt *time.Time `json:"failedAt,omitempty"`
+	RetryAt  *time.Time `json:"retryAt,omitempty"`
 }
 
 // Missed is a Schedule's policy for occurrences missed while no worker ran.
@@ -206,7 +217,8 @@ func OccurrenceRunKey(schedule string, at time.Time) string {
 }
 
 // SaveSchedule creates or replaces a schedule. Its next occurrence is the
-// first after now; runs already created are left as they are.
+// first after now; runs already created are left as they are. Replacing a
+// failing schedule clears its failures.
 func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error) {
 	if !scheduleNamePattern.MatchString(s.Name) {
 		return nil, invalid("name", fmt.Sprintf(
@@ -237,7 +249,8 @@ func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error
 	}
 	_, err = o.pool.Exec(ctx, `INSERT INTO sendonce_schedule (name, spec, producer, statement, missed, next_at)
 		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (name) DO UPDATE SET spec = $2, producer = $3, statement = $4, missed = $5, next_at = $6, updated_at = now()`,
+		ON CONFLICT (name) DO UPDATE SET spec = $2, producer = $3, statement = $4, missed = $5, next_at = $6,
+			failures = 0, last_error = NULL, failed_at = NULL, retry_at = NULL, updated_at = now()`,
 		s.Name, s.Spec, producer, statement, string(s.Missed), s.NextAt)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: save schedule %q: %w", s.Name, err)
@@ -247,14 +260,16 @@ func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error
 
 // Schedules lists the schedules by name.
 func (o *Outbox) Schedules(ctx context.Context) ([]*Schedule, error) {
-	rows, err := o.pool.Query(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at, coalesce(last_run, '')
+	rows, err := o.pool.Query(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at, coalesce(last_run, ''),
+			failures, coalesce(last_error, ''), failed_at, retry_at
 		FROM sendonce_schedule ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: schedules: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Schedule, error) {
 		s := &Schedule{}
-		return s, r.Scan(&s.Name, &s.Spec, &s.Producer, &s.Statement, &s.Missed, &s.NextAt, &s.LastRun)
+		return s, r.Scan(&s.Name, &s.Spec, &s.Producer, &s.Statement, &s.Missed, &s.NextAt, &s.LastRun,
+			&s.Failures, &s.LastError, &s.FailedAt, &s.RetryAt)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: schedules: %w", err)

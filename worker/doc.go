@@ -73,7 +73,10 @@
 // A run's members are not claimed while it is paused; their jobs go at a
 // lower priority than lone intents and wait for the send budget behind them
 // (budget WaitBulk). Every sweep also creates the runs of due schedules,
-// one occurrence per transaction (Config.Producers for Go producers).
+// one occurrence per transaction (Config.Producers for Go producers). A
+// schedule whose occurrence fails keeps it due, gets the error recorded
+// (outbox.Schedule.LastError) and is tried again after a backoff, while the
+// other schedules go on.
 //
 // # Running it
 //

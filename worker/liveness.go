@@ -17,7 +17,11 @@ import (
 // process lives. Every claim records the id; when the process dies, even by
 // SIGKILL, its session ends, the lock goes with it, and any worker's
 // reconciler hands the intents it left sending to new jobs within a second
-// or two, instead of after River's rescuer (minutes).
+// or two, instead of after River's rescuer (minutes). Advisory locks, like
+// the ids of sendonce_worker_id_seq, are the database's own: the rescue
+// reads only this database's locks (sendstate's ownerAlive), so another
+// database on the server with its own worker of the same id proves nothing
+// about this one.
 type liveness struct {
 	pool     *pgxpool.Pool
 	id       int32

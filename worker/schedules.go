@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -35,6 +36,11 @@ type ticker struct {
 	pool      *pgxpool.Pool
 	outbox    *outbox.Outbox
 	producers map[string]Producer
+	// now, when set, is the clock the tick reads instead of the database's
+	// (tests walk a schedule through a night of clock changes with it).
+	now func() time.Time
+	// logger reports a schedule's failures (once each) and recoveries.
+	logger *slog.Logger
 }
 
 // maxCatchUp bounds the occurrences walked to find the latest one missed.
@@ -60,20 +66,43 @@ func (t *ticker) tick(ctx context.Context) (int, error) {
 	}
 }
 
+// due is a due schedule, as tickOne reads it.
+type due struct {
+	name, spec, producer, statement string
+	missed                          outbox.Missed
+	nextAt                          time.Time
+	failures                        int
+	lastError                       string
+}
+
 // tickOne handles one due schedule: it locks it (SKIP LOCKED, so workers
 // ticking at once take different ones), creates the run of its latest due
 // occurrence unless that run exists or the policy skips it, and moves it to
 // its next occurrence after now, all in one transaction. done is true when
 // no schedule was due.
+//
+// A schedule whose occurrence cannot be created (its statement errors, its
+// producer fails, its spec no longer parses) keeps its occurrence due, gets
+// the failure recorded on it and is passed over until a backoff has passed
+// (retry_at). Before issue 22 the tick stopped at the error, so the earliest
+// due schedule, failing, starved every healthy one after it, on every tick.
 func (t *ticker) tickOne(ctx context.Context, producers []string) (done, made bool, err error) {
+	var clock *time.Time
+	if t.now != nil {
+		c := t.now()
+		clock = &c
+	}
+	var s due
+	var now time.Time
+	var taken bool // s was read and locked
+	var failed *scheduleFailure
 	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		var name, spec, producer, statement string
-		var missed outbox.Missed
-		var nextAt, now time.Time
-		err := tx.QueryRow(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at, now()
-			FROM sendonce_schedule WHERE next_at <= now() AND (producer IS NULL OR producer = ANY($1))
-			ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED`, producers).
-			Scan(&name, &spec, &producer, &statement, &missed, &nextAt, &now)
+		err := tx.QueryRow(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at,
+				failures, coalesce(last_error, ''), coalesce($2, now())
+			FROM sendonce_schedule WHERE next_at <= coalesce($2, now()) AND (retry_at IS NULL OR retry_at <= coalesce($2, now()))
+				AND (producer IS NULL OR producer = ANY($1))
+			ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED`, producers, clock).
+			Scan(&s.name, &s.spec, &s.producer, &s.statement, &s.missed, &s.nextAt, &s.failures, &s.lastError, &now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			done = true
 			return nil
@@ -81,32 +110,165 @@ func (t *ticker) tickOne(ctx context.Context, producers []string) (done, made bo
 		if err != nil {
 			return err
 		}
-		sched, err := outbox.ParseSpec(spec)
+		taken = true
+		var runKey string
+		var next time.Time
+		// A savepoint: a failing statement or producer leaves the
+		// transaction usable, to record the failure under the row's lock.
+		err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			runKey, next, made, err = t.occur(ctx, sp, s, now)
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("schedule %q: %w", name, err)
-		}
-		// The latest occurrence due: one run for a spell without workers.
-		at := nextAt
-		for i := 0; i < maxCatchUp; i++ {
-			n := sched.Next(at)
-			if n.IsZero() || n.After(now) {
-				break
+			made = false
+			if ctx.Err() != nil {
+				return err
 			}
-			at = n
-		}
-		next := sched.Next(now)
-		runKey := outbox.OccurrenceRunKey(name, at)
-		if missed == outbox.MissedLate || now.Sub(at) < outbox.MissedGrace {
-			if made, err = t.create(ctx, tx, name, producer, statement, Occurrence{Schedule: name, RunKey: runKey, At: at}); err != nil {
-				return fmt.Errorf("schedule %q, occurrence %s: %w", name, at.UTC().Format(time.RFC3339), err)
-			}
+			failed, err = recordFailure(ctx, tx, s, now, err)
+			return err
 		}
 		_, err = tx.Exec(ctx, `UPDATE sendonce_schedule SET next_at = $2,
-			last_run = CASE WHEN $3 THEN $4 ELSE last_run END, updated_at = now() WHERE name = $1`,
-			name, next, made, runKey)
+			last_run = CASE WHEN $3 THEN $4 ELSE last_run END,
+			failures = 0, last_error = NULL, failed_at = NULL, retry_at = NULL, updated_at = now() WHERE name = $1`,
+			s.name, next, made, runKey)
 		return err
 	})
-	return done, made, err
+	if err != nil {
+		failed, made = nil, false // nothing of the transaction was committed
+		if !taken || ctx.Err() != nil {
+			return done, false, err
+		}
+		// The transaction itself failed once the schedule was taken (its
+		// commit, say): record that in one of its own, or the schedule
+		// would be taken again at once, and fail again, on every tick.
+		if failed, err = t.recordApart(ctx, s, now, err); err != nil {
+			return done, false, err
+		}
+	}
+	t.report(s, failed, made)
+	return done, made, nil
+}
+
+// recordApart is recordFailure in a transaction of its own, unless another
+// worker took the schedule meanwhile (then it returns cause, unrecorded).
+func (t *ticker) recordApart(ctx context.Context, s due, now time.Time, cause error) (*scheduleFailure, error) {
+	var failed *scheduleFailure
+	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT failures, coalesce(last_error, '') FROM sendonce_schedule
+			WHERE name = $1 AND next_at = $2 AND (retry_at IS NULL OR retry_at <= $3) FOR UPDATE SKIP LOCKED`,
+			s.name, s.nextAt, now).Scan(&s.failures, &s.lastError)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		failed, err = recordFailure(ctx, tx, s, now, cause)
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, errors.Join(cause, err)
+	case failed == nil:
+		return nil, fmt.Errorf("schedule %q: %w", s.name, cause)
+	}
+	return failed, nil
+}
+
+// occur creates the run of s's latest due occurrence unless that run exists
+// or the policy skips it, and returns the run's key, the next occurrence
+// after now and whether the run was created.
+func (t *ticker) occur(ctx context.Context, tx pgx.Tx, s due, now time.Time) (runKey string, next time.Time, made bool, err error) {
+	sched, err := outbox.ParseSpec(s.spec)
+	if err != nil {
+		return "", time.Time{}, false, err
+	}
+	// The latest occurrence due: one run for a spell without workers.
+	at := s.nextAt
+	for i := 0; i < maxCatchUp; i++ {
+		n := sched.Next(at)
+		if n.IsZero() || n.After(now) {
+			break
+		}
+		at = n
+	}
+	next = sched.Next(now)
+	if next.IsZero() {
+		// Stored next_at would be the zero time, due for ever: a hot loop.
+		return "", time.Time{}, false, fmt.Errorf("spec %q has no occurrence after %s", s.spec, now.UTC().Format(time.RFC3339))
+	}
+	runKey = outbox.OccurrenceRunKey(s.name, at)
+	if s.missed == outbox.MissedLate || now.Sub(at) < outbox.MissedGrace {
+		if made, err = t.create(ctx, tx, s.name, s.producer, s.statement, Occurrence{Schedule: s.name, RunKey: runKey, At: at}); err != nil {
+			return "", time.Time{}, false, fmt.Errorf("occurrence %s: %w", at.UTC().Format(time.RFC3339), err)
+		}
+	}
+	return runKey, next, made, nil
+}
+
+// scheduleFailure is a failure recordFailure wrote, for report.
+type scheduleFailure struct {
+	err      string
+	failures int
+	retryAt  time.Time
+	new      bool // the first in a row, or another error than the last
+}
+
+// The backoff of a failing schedule: 10 s after its first failure in a row,
+// doubling, at most 10 minutes, so a broken statement costs a try now and
+// then, not one every tick, and a fixed one resumes within minutes.
+const (
+	scheduleBackoffMin = 10 * time.Second
+	scheduleBackoffMax = 10 * time.Minute
+)
+
+// scheduleBackoff is the wait after the nth failure in a row.
+func scheduleBackoff(n int) time.Duration {
+	d := scheduleBackoffMin
+	for i := 1; i < n && d < scheduleBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, scheduleBackoffMax)
+}
+
+// maxScheduleError bounds the error text stored on a schedule.
+const maxScheduleError = 2000
+
+// recordFailure records on the schedule, locked in tx, that its occurrence
+// failed with cause: its due occurrence stays as it is, to be tried again
+// at retry_at.
+func recordFailure(ctx context.Context, tx pgx.Tx, s due, now time.Time, cause error) (*scheduleFailure, error) {
+	msg := strings.ToValidUTF8(cause.Error(), "?")
+	if len(msg) > maxScheduleError {
+		msg = strings.ToValidUTF8(msg[:maxScheduleError], "") + "…"
+	}
+	f := &scheduleFailure{err: msg, failures: s.failures + 1, new: s.failures == 0 || s.lastError != msg}
+	f.retryAt = now.Add(scheduleBackoff(f.failures))
+	if _, err := tx.Exec(ctx, `UPDATE sendonce_schedule SET failures = $2, last_error = $3, failed_at = $4, retry_at = $5,
+		updated_at = now() WHERE name = $1`, s.name, f.failures, f.err, now, f.retryAt); err != nil {
+		return nil, fmt.Errorf("schedule %q: record its failure (%v): %w", s.name, cause, err)
+	}
+	return f, nil
+}
+
+// report logs what tickOne committed for s: a failure once (the first in a
+// row, or when the error changes; the schedule's row keeps the count and
+// the last error), and the success that ends a spell of them.
+func (t *ticker) report(s due, failed *scheduleFailure, made bool) {
+	logger := t.logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case failed != nil && failed.new:
+		logger.Warn("schedules: cannot create a schedule's occurrence; it is tried again after a backoff, the other schedules go on",
+			"schedule", s.name, "error", failed.err, "failures", failed.failures, "retry_at", failed.retryAt.UTC().Format(time.RFC3339))
+	case failed != nil:
+		logger.Debug("schedules: a schedule's occurrence failed again",
+			"schedule", s.name, "failures", failed.failures, "retry_at", failed.retryAt.UTC().Format(time.RFC3339))
+	case s.failures > 0:
+		logger.Info("schedules: a failing schedule works again", "schedule", s.name, "failures", s.failures, "created", made)
+	}
 }
 
 // create makes the occurrence's run and its members, unless the run is

@@ -288,7 +288,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: producer %q is nil", name)
 		}
 	}
-	schedules := &ticker{pool: pool, outbox: ob, producers: cfg.Producers}
+	schedules := &ticker{pool: pool, outbox: ob, producers: cfg.Producers, logger: logger}
 	return &Worker{
 		river:        rc,
 		sendWorker:   sendWorker,

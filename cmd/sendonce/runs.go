@@ -319,13 +319,17 @@ func (a *app) scheduleCommand() *cobra.Command {
 				return printJSON(a.stdout, all)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSPEC\tSOURCE\tMISSED\tNEXT\tLAST RUN")
+			fmt.Fprintln(tw, "NAME\tSPEC\tSOURCE\tMISSED\tNEXT\tLAST RUN\tFAILING")
 			for _, s := range all {
 				source := "sql"
 				if s.Producer != "" {
 					source = "producer " + s.Producer
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Spec, source, s.Missed, stamp(s.NextAt), s.LastRun)
+				failing := ""
+				if s.Failures > 0 && s.RetryAt != nil {
+					failing = fmt.Sprintf("%d× (next try %s): %s", s.Failures, stamp(*s.RetryAt), clip(s.LastError, 100))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Spec, source, s.Missed, stamp(s.NextAt), s.LastRun, failing)
 			}
 			return tw.Flush()
 		}),

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // TestRunCommands enqueues a run from NDJSON (twice: idempotent as a
@@ -72,7 +74,7 @@ func TestRunCommands(t *testing.T) {
 
 func TestScheduleCommands(t *testing.T) {
 	t.Parallel()
-	_, env := newDBEnv(t)
+	dbURL, env := newDBEnv(t)
 	sql := filepath.Join(t.TempDir(), "digest.sql")
 	if err := os.WriteFile(sql, []byte(`INSERT INTO sendonce_outbox (idempotency_key, kind, payload, run_key) SELECT $1 || ':1', 'email', '{}', $1`), 0o600); err != nil {
 		t.Fatal(err)
@@ -86,6 +88,18 @@ func TestScheduleCommands(t *testing.T) {
 	wantOK(t, r)
 	if !strings.Contains(r.stdout, "0 8 * * MON Europe/Berlin") || !strings.Contains(r.stdout, "late") {
 		t.Errorf("schedule list:\n%s", r.stdout)
+	}
+	// A failing schedule says so (issue 22), as the workers record it.
+	pool := poolFor(t, dbURL)
+	pgtest.Exec(t, pool, `UPDATE sendonce_schedule SET failures = 2, last_error = 'occurrence 2030-01-07T07:00:00Z: ERROR: relation "users" does not exist',
+		failed_at = '2030-01-07T07:00:10Z', retry_at = '2030-01-07T07:00:30Z'`)
+	r = sendonce(t, env, "", "schedule", "list")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, `2× (next try 2030-01-07T07:00:30Z): occurrence 2030-01-07T07:00:00Z: ERROR: relation "users" does not exist`) {
+		t.Errorf("schedule list of a failing schedule:\n%s", r.stdout)
+	}
+	if r = sendonce(t, env, "", "schedule", "list", "--json"); !strings.Contains(r.stdout, `"failures": 2`) || !strings.Contains(r.stdout, `"lastError"`) {
+		t.Errorf("schedule list --json of a failing schedule:\n%s", r.stdout)
 	}
 	wantError(t, sendonce(t, env, "", "schedule", "add", "x", "--spec", "0 8 * * MON Mars/Olympus", "--sql-file", sql), 2, "Mars/Olympus")
 	wantError(t, sendonce(t, env, "", "schedule", "add", "x", "--spec", "@hourly"), 2, "--sql-file")

@@ -51,6 +51,22 @@ func (o *Scheduler) sweepOnce(ctx context.Context) (int, error) {
 // a claim records in claimed_by.
 const OwnerLockClass int32 = 0x53454E44 // "SEND"
 
+// ownerAlive is the SQL condition that the owner recorded in claimed_by of
+// the row aliased alias is alive: a session holds its advisory lock
+// (OwnerLockClass as $3, id), granted, in this database. pg_locks lists the
+// whole server's locks, and advisory locks are per database, while worker
+// ids come from each database's own sequence: without the database, a live
+// worker 7 of another database on the server made a dead worker 7 here look
+// alive, and its intents waited minutes for River's rescuer instead of a
+// second (issue 22). The key space is sendonce's own: two int4 keys
+// (objsubid 2) with OwnerLockClass first, which no single-bigint lock
+// (objsubid 1) of the application can match.
+func ownerAlive(alias string) string {
+	return `EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+				AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+				AND l.classid = $3::int4::oid AND l.objid = ` + alias + `.claimed_by::oid AND l.objsubid = 2)`
+}
+
 // DefaultRestartGrace is how long after the database server started the
 // owners' locks are not trusted to be there: a restart drops every
 // session's locks, and live workers take theirs again as they reconnect.
@@ -69,8 +85,7 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
 		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
-			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
-				AND l.classid = $3::int4::oid AND l.objid = o.claimed_by::oid AND l.objsubid = 2)
+			AND NOT `+ownerAlive("o")+`
 		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds(), OwnerLockClass)
 }
 
@@ -95,8 +110,7 @@ func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace tim
 	return o.rescheduleBatches(ctx, "rescue batches", sendjob.PriorityUrgent, `SELECT b.id, b.idempotency_key, b.queue, coalesce(b.run_key, '') FROM sendonce_batch b
 		WHERE b.state = 'sending' AND b.claimed_by IS NOT NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
-			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
-				AND l.classid = $3::int4::oid AND l.objid = b.claimed_by::oid AND l.objsubid = 2)
+			AND NOT `+ownerAlive("b")+`
 		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds(), OwnerLockClass)
 }
 

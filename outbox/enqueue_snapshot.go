@@ -94,10 +94,14 @@ func isSerializationFailure(err error) bool {
 }
 
 // snapshotError says what a serialization failure of an enqueue means and
-// what to do; it wraps the database's error, so that errors.As finds the
-// *pgconn.PgError with its SQLSTATE 40001, which retry loops look for.
+// what to do. insertSQL fails so by itself when a key's row is there but
+// not in the snapshot (enqueued, or rewritten by a worker's claim or mark,
+// after it was taken): PostgreSQL refuses ON CONFLICT DO NOTHING against a
+// row the snapshot cannot see. The error wraps the database's, so that
+// errors.As finds the *pgconn.PgError with its SQLSTATE 40001, which retry
+// loops look for.
 func snapshotError(keys []string, err error) error {
-	return fmt.Errorf("outbox: %s was enqueued or pruned by a transaction that committed after this transaction's snapshot was taken (REPEATABLE READ or SERIALIZABLE): roll back and retry the transaction; the retry answers the key from what that transaction left: %w",
+	return fmt.Errorf("outbox: %s was enqueued, sent or pruned by a transaction that committed after this transaction's snapshot was taken (REPEATABLE READ or SERIALIZABLE): roll back and retry the transaction; the retry answers the key from what that transaction left: %w",
 		describeKeys(keys), err)
 }
 

@@ -120,7 +120,10 @@ var snapshotPaths = []snapshotPath{
 // serialization failure (SQLSTATE 40001) and leaves nothing written; the
 // retry answers from the tombstone, as under READ COMMITTED. The snapshot
 // may be older than the prune, older than the intent itself, or the prune
-// may commit while the enqueue waits for it on the key.
+// may commit while the enqueue waits for it on the key. An intent that is
+// still there but enqueued or sent after the snapshot was taken fails the
+// same way (PostgreSQL's own refusal of ON CONFLICT against a row the
+// snapshot cannot see), with the same error.
 func TestEnqueueInSnapshotOlderThanAPrune(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -139,6 +142,7 @@ func TestEnqueueInSnapshotOlderThanAPrune(t *testing.T) {
 		before, after func(key string)
 		during        func(key string) pgx.Tx
 		pruned        bool // the key is pruned by the end (else it is live)
+		settled       bool // its job is completed by the end
 	}
 	scenarios := []scenario{
 		{name: "prune-after-snapshot", pruned: true,
@@ -157,6 +161,11 @@ func TestEnqueueInSnapshotOlderThanAPrune(t *testing.T) {
 		{name: "live-after-snapshot",
 			before: func(string) {},
 			after:  func(key string) { original(key) }},
+		// Nor pruned: the intent was there, and was sent after the
+		// snapshot was taken.
+		{name: "sent-after-snapshot", settled: true,
+			before: func(key string) { original(key) },
+			after:  func(key string) { settleSent(t, pool, key) }},
 	}
 	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		for _, sc := range scenarios {
@@ -217,6 +226,9 @@ func TestEnqueueInSnapshotOlderThanAPrune(t *testing.T) {
 					rows, jobs := 0, 0
 					if !sc.pruned {
 						rows, jobs = 1, 1
+					}
+					if sc.settled {
+						jobs = 0
 					}
 					if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE idempotency_key IN ($1, $1 || '.new')`, key); n != rows {
 						t.Errorf("%s: %d rows under the key, want %d", name, n, rows)

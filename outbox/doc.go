@@ -32,6 +32,17 @@
 // an *InvalidError naming the field, and nothing is written: the caller's
 // transaction stays usable.
 //
+// # Isolation levels
+//
+// Enqueue in a READ COMMITTED transaction (PostgreSQL's default) as you
+// please. A REPEATABLE READ or SERIALIZABLE transaction reads one snapshot
+// throughout, and cannot see an intent enqueued, or a key pruned (see
+// Record.PrunedAt), by a transaction that committed after it began: an
+// enqueue of such a key fails with a serialization failure (SQLSTATE
+// 40001) that aborts the transaction, and the transaction is retried, as
+// such transactions are for PostgreSQL's own conflicts. The retry's
+// snapshot sees the key, and the enqueue answers as ever.
+//
 // # Producers in other languages
 //
 // A plain INSERT INTO sendonce_outbox (idempotency_key, kind, payload, ...)

@@ -33,6 +33,14 @@ type EnqueueResult struct {
 // invalid intent returns an *InvalidError. In both cases nothing is written
 // and the caller's transaction is left usable.
 //
+// In a REPEATABLE READ or SERIALIZABLE transaction, a key enqueued or
+// pruned by a transaction that committed after tx's snapshot was taken
+// fails with a serialization failure: the error wraps the database's
+// *pgconn.PgError with SQLSTATE 40001, the transaction is aborted, and
+// nothing of it is written. Retry the transaction: its new snapshot sees
+// the key, and Enqueue answers as ever. (Read from the old snapshot, a
+// pruned key would look new, and its intent would be sent again.)
+//
 // When ctx carries an OpenTelemetry span, its W3C trace context is stored
 // with the intent (Record.TraceParent), and the worker's send span links
 // to it.

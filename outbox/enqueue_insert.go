@@ -61,7 +61,7 @@ const insertSQL = `
 			CASE WHEN i.send_at IS NULL THEN 'available' ELSE 'scheduled' END::river_job_state, '{}'
 		FROM o JOIN i ON i.job_id = o.job_id
 	)
-	SELECT ` + columns + `, seen FROM o`
+	SELECT ` + columns + `, seen, current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') FROM o`
 
 // The check of the tombstones in insertSQL is a NOT EXISTS on purpose,
 // measured against the alternatives (Enqueue ×100 per transaction,
@@ -126,14 +126,23 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 		b.Queue(notifySQL, fmt.Sprintf(`{"queue": %q}`, opts.Queue))
 	}
 	br := tx.SendBatch(ctx, b)
-	inserted, seen, err := scanInserted(br)
+	inserted, seen, snapshot, err := scanInserted(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
+		if isSerializationFailure(err) {
+			// A row under one of the keys committed after the snapshot
+			// (see snapshotError).
+			return snapshotError(keys, err)
+		}
 		return fmt.Errorf("outbox: insert intents: %w", err)
 	}
-	if err := raced(ctx, tx, inserted, seen); err != nil {
+	if snapshot {
+		if err := snapshotCheck(ctx, tx, inserted, seen); err != nil {
+			return err
+		}
+	} else if err := raced(ctx, tx, inserted, seen); err != nil {
 		return err
 	}
 	if len(inserted) < len(batch) {
@@ -145,28 +154,29 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	return nil
 }
 
-// scanInserted reads the rows insertSQL inserted, by key, and the keys of
-// those whose statement saw a row under the key already (see raced).
-func scanInserted(br pgx.BatchResults) (map[string]*Record, []string, error) {
+// scanInserted reads the rows insertSQL inserted, by key, the keys of
+// those whose statement saw a row under the key already (see raced), and
+// whether the transaction reads one snapshot throughout (REPEATABLE READ
+// or SERIALIZABLE; see snapshotCheck).
+func scanInserted(br pgx.BatchResults) (inserted map[string]*Record, seen []string, snapshot bool, err error) {
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	defer rows.Close()
-	inserted := map[string]*Record{}
-	var seen []string
+	inserted = map[string]*Record{}
 	for rows.Next() {
 		var s bool
-		rec, err := scanRecord(rawJSON{rows}, &s)
+		rec, err := scanRecord(rawJSON{rows}, &s, &snapshot)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		inserted[rec.Key] = rec
 		if s {
 			seen = append(seen, rec.Key)
 		}
 	}
-	return inserted, seen, rows.Err()
+	return inserted, seen, snapshot, rows.Err()
 }
 
 // rawJSON scans jsonb columns into json.RawMessage destinations as the
@@ -194,7 +204,9 @@ func (r rawJSON) Scan(dest ...any) error {
 // tombstone was committed, and prunedSQL (a later statement, a new snapshot
 // under READ COMMITTED) finds it. The keys are then answered from their
 // tombstones like the ones left out. Without seen keys (every insert but
-// one that raced a prune or a delete) this costs nothing.
+// one that raced a prune or a delete) this costs nothing. A REPEATABLE READ
+// or SERIALIZABLE transaction has no new snapshot to look in: snapshotCheck
+// runs instead.
 func raced(ctx context.Context, tx pgx.Tx, inserted map[string]*Record, seen []string) error {
 	if len(seen) == 0 {
 		return nil

@@ -107,9 +107,16 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	}
 	res := &RunResult{}
 	var state RunState
+	// The run's row is read FOR SHARE, which conflicts with CancelRun's
+	// lock and update of it (issue 22): read plainly, a run canceled while
+	// this statement waited for it was read active, and the new members
+	// went in pending after the cancel. Now a cancel under way is waited
+	// for and its state read; a cancel that comes later waits for this
+	// transaction and cancels its members with the others.
 	err := tx.QueryRow(ctx, `WITH i AS (
 			INSERT INTO sendonce_run (key, send_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING state)
-		SELECT true, state FROM i UNION ALL SELECT false, state FROM sendonce_run WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM i)`,
+		SELECT true, state FROM i UNION ALL
+		SELECT false, state FROM (SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE) r WHERE NOT EXISTS (SELECT 1 FROM i)`,
 		run.Key, sendAt).Scan(&res.Created, &state)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: enqueue run %q: %w", run.Key, err)

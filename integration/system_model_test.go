@@ -105,12 +105,13 @@ type model struct {
 	// snapshots of sendonce_outbox taken before each prune: a pruned row's
 	// last known state.
 	snap       map[string]sysRow
+	batchSnap  map[string]sysBatch
 	violations []sysViolation
 }
 
 func newModel(seed uint64) *model {
 	return &model{seed: seed, intents: map[string]*sysIntent{}, addrOps: map[string][]sysAddrOp{},
-		runOps: map[string][]sysRunOp{}, snap: map[string]sysRow{}}
+		runOps: map[string][]sysRunOp{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{}}
 }
 
 // sysViolation is a broken rule and what it involves.

@@ -520,6 +520,13 @@ func (r *sysRunner) opPrune() {
 	for k, row := range rows {
 		r.m.snap[k] = row
 	}
+	bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if b, err := readBatches(bctx, r.pool); err == nil {
+		for k, v := range b {
+			r.m.batchSnap[k] = v
+		}
+	}
+	bcancel()
 	res := run(r.t, "prune", r.e, nil, "prune", "--retain", sysRetain.String())
 	o := outYes
 	if res.code != 0 {

@@ -623,3 +623,43 @@ func (r *sysRunner) opRunOp(kind string) {
 	}
 	r.m.runOps[key] = append(r.m.runOps[key], sysRunOp{Kind: kind, Start: op.Start, End: op.End, Result: o, Canceled: canceled, Seq: op.Seq})
 }
+
+// opPruneRace enqueues an old key again in a REPEATABLE READ or
+// SERIALIZABLE transaction whose snapshot was taken before a prune that
+// removes it (hole 1's shape): the enqueue must find the key's tombstone
+// (Existing) or fail, never insert a new row the API would send again.
+func (r *sysRunner) opPruneRace() {
+	// A key the prune will take: settled, past retention, in no run.
+	qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	keys, err := queryStrings(qctx, r.pool, `SELECT idempotency_key FROM sendonce_outbox
+		WHERE state IN ('sent', 'failed', 'canceled', 'suppressed') AND run_key IS NULL AND batch_key IS NULL
+			AND updated_at < now() - $1::float8 * interval '1 second' ORDER BY id LIMIT 20`, sysRetain.Seconds()+0.5)
+	cancel()
+	if err != nil || len(keys) == 0 {
+		return
+	}
+	s := r.specs[keys[r.rng.IntN(len(keys))]]
+	in := r.m.intents[s.Key]
+	if s == nil || in.Variant == 0 {
+		return
+	}
+	iso := isolations[1+r.rng.IntN(2)]
+	op := r.begin("reenqueue-across-prune", fmt.Sprintf("go %s %s/v%d, snapshot before prune --retain %s", iso, s.Key, in.Variant, sysRetain))
+	op.Keys, op.Addrs = []string{s.Key}, s.addrs()
+	var res *outbox.EnqueueResult
+	o, err := r.inTx(iso, false, func(ctx context.Context, tx pgx.Tx) error {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox`).Scan(&n); err != nil {
+			return err
+		}
+		prune := run(r.t, "prune", r.e, nil, "prune", "--retain", sysRetain.String())
+		op.Detail += " [prune: " + strings.Join(strings.Fields(prune.stdout+prune.stderr), " ") + "]"
+		var err error
+		res, err = r.ob.Enqueue(ctx, tx, s.intent(in.Variant))
+		return err
+	})
+	r.end(op, o, err)
+	existing := o == outYes && res != nil && res.Existing
+	op.Result += fmt.Sprintf(" existing=%v", existing)
+	r.committed(op, s.Key, in.Variant, o, existing, err)
+}

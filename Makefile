@@ -1,7 +1,7 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test bench build
+.PHONY: demo test soak bench build
 
 ## demo: the main job on its embedded default (throwaway PostgreSQL, fake API);
 ## installs PostgreSQL's server package first when it is missing
@@ -16,6 +16,16 @@ test:
 	$(GO) run ./internal/cmd/sysdeps postgresql chromium
 	$(GO) vet ./...
 	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 20m ./...
+
+## soak: the randomized whole-system test (integration.TestSystem) for 20
+## minutes: seeds one after another from SOAK_SEED (default 1); a failing seed
+## prints the command that replays it.
+SOAK_BUDGET ?= 20m
+SOAK_SEED ?= 1
+soak:
+	$(GO) run ./internal/cmd/sysdeps postgresql
+	$(GO) test -race -count=1 -timeout 60m ./integration/ -run 'TestSystem' -v \
+		-system.seeds $(SOAK_SEED) -system.budget $(SOAK_BUDGET)
 
 ## bench: throughput, latency and memory against a throwaway durable PostgreSQL
 ## (or BENCH_DATABASE_URL / DATABASE_URL); prints the table and writes BENCHMARKS.md.

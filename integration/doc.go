@@ -95,6 +95,50 @@
 //     and 26 through plain SQL inserts, each refused with a message naming
 //     the problem (one line on stderr for the command), and the outbox,
 //     River's jobs, the fake's ledger and its request log unchanged.
+//   - system_test.go (with system_ops_test.go, system_faults_test.go and
+//     system_model_test.go): the seeded, randomized whole-system test. Per
+//     seed (math/rand/v2; every choice from it): a PostgreSQL cluster of its
+//     own, the fake API with a 6 s key memory (shorter than the 8 s
+//     retention its prunes use, as the API's 24 h against 30 days; the
+//     workers' --replay-window is 5 s) and 2–3 workers of mixed flags
+//     (--coalesce 20 or off, --poll-only, --retain, --partly-suppressed
+//     park, each with --webhook-addr behind a proxy that skips dead ones).
+//     A schedule of operations, each logged with a sequence number and its
+//     times: enqueues by Go (Enqueue, EnqueueMany; READ COMMITTED,
+//     REPEATABLE READ, SERIALIZABLE; some rolled back), plain SQL and
+//     `sendonce enqueue`, of all four kinds, to a pool of six addresses in
+//     several forms ("Ada <ada@x>", upper case, "ada@x (Ada)", "\"ada\"@x",
+//     a leading tab); re-enqueues with the same body and with another, one
+//     in an RR/SERIALIZABLE transaction whose snapshot predates the prune
+//     that removes its key; runs (create, add members by Go or plain SQL,
+//     pause, resume, cancel, reschedule); cancels and retries (Go and CLI);
+//     suppression adds and removes (Go and CLI); prunes. Faults among them:
+//     SIGKILL (and restart) of a worker, `pg_ctl stop -m immediate` and
+//     start, and episodes of the fake's rules: lost answers, slow answers,
+//     5xx, 429 with and without Retry-After, and a 400/422 on the retry of
+//     an attempt whose answer was lost (single sends and batches). Then it
+//     quiesces (faults lifted, workers up, paused runs resumed, polling the
+//     outbox with a deadline) and checks the fake's ledger against a model
+//     of what each operation's answer proved: no (recipient, cause)
+//     delivered twice (a delivery's cause is the key its subject names, so
+//     a batch split into new keys still counts), every committed intent
+//     delivered once unless canceled, suppressed or failed for a fault,
+//     nothing rolled back or refused delivered, nothing delivered to an
+//     address whose suppression was answered before the intent's first
+//     claim (first_attempt_at), nothing of a run canceled before its first
+//     attempt, run counts equal to the members' rows, nothing stranded, and
+//     each row's state agreeing with the ledger. An operation whose answer
+//     was lost (a commit cut by a restart) is uncertain, and only then is
+//     the database's final state taken as its result. A violation prints
+//     the seed, the rule, the operations on its keys and addresses with
+//     their times, and the command that replays the seed; the schedule and
+//     every worker's log are kept under $TMPDIR/sendonce-system-SEED.
+//     Flags (env twins): -system.seeds 1,2 or 5x (SENDONCE_SYSTEM_SEEDS;
+//     default 1,2, about a minute), -system.ops 15s per seed
+//     (SENDONCE_SYSTEM_OPS), -system.budget 20m to run seeds one after
+//     another until spent (SENDONCE_SYSTEM_BUDGET; `make soak`). One line
+//     per seed (operations and faults by kind, deliveries, violations) and
+//     a total line.
 //   - secrets_test.go: runs the command where a key could leak (401s,
 //     malformed and missing keys, plain http off the machine, debug logs,
 //     stored errors, every inspect command) and then scans everything every

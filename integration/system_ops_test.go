@@ -1,0 +1,665 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// The system test's operations. Each draws its choices from the seed's
+// generator, runs, and logs itself with what its answer proved.
+
+// sysNames is the small pool of recipients: suppressions and duplicates
+// collide on them often.
+var sysNames = []string{"ada", "bob", "cy", "dee", "eve", "fay"}
+
+const sysDomain = "sys.test"
+
+// sysForm writes the address of name in one of the forms an application
+// meets: plain, with a display name, upper case, and forms that net/mail
+// (and so the API) reads as the same address.
+func sysForm(rng *rand.Rand, name string) string {
+	a := name + "@" + sysDomain
+	display := strings.ToUpper(name[:1]) + name[1:]
+	switch r := rng.IntN(100); {
+	case r < 45:
+		return a
+	case r < 65:
+		return display + " <" + a + ">"
+	case r < 75:
+		return strings.ToUpper(a)
+	case r < 82:
+		return a + " (" + display + ")"
+	case r < 88:
+		return `"` + name + `"@` + sysDomain
+	case r < 94:
+		return "\t" + a
+	default:
+		return display + " <" + a + "> (work)"
+	}
+}
+
+// sysSpec is an intent the schedule made up: enough to write its body again
+// in any variant (the same key with the same, or another, body).
+type sysSpec struct {
+	Key      string
+	Kind     outbox.Kind
+	Template string
+	Forms    [][]string // per email: its to, as written
+	Audience string
+}
+
+func (s *sysSpec) cause(i int) string {
+	if s.Kind == outbox.KindBatch {
+		return fmt.Sprintf("%s#%d", s.Key, i)
+	}
+	return s.Key
+}
+
+func (s *sysSpec) email(i, variant int) map[string]any {
+	return map[string]any{
+		"from":    "Shop <shop@" + sysDomain + ">",
+		"to":      s.Forms[i],
+		"subject": fmt.Sprintf("sys %s v%d", s.cause(i), variant),
+		"text":    "hello",
+	}
+}
+
+func (s *sysSpec) payload(variant int) json.RawMessage {
+	switch s.Kind {
+	case outbox.KindBatch:
+		var emails []any
+		for i := range s.Forms {
+			emails = append(emails, s.email(i, variant))
+		}
+		return mustJSON(map[string]any{"emails": emails})
+	case outbox.KindTemplate:
+		return mustJSON(map[string]any{"from": "Shop <shop@" + sysDomain + ">", "to": s.Forms[0], "values": map[string]any{"v": variant}})
+	case outbox.KindBroadcast:
+		return mustJSON(map[string]any{"from": "news@" + sysDomain, "subject": fmt.Sprintf("sys %s v%d", s.Key, variant),
+			"html": "<p>news</p>", "audienceId": s.Audience})
+	}
+	return mustJSON(s.email(0, variant))
+}
+
+func (s *sysSpec) intent(variant int) outbox.Intent {
+	return outbox.Intent{Key: s.Key, Kind: s.Kind, TemplateID: s.Template, Payload: s.payload(variant)}
+}
+
+func (s *sysSpec) units() []sysUnit {
+	if s.Kind == outbox.KindBroadcast {
+		return []sysUnit{{Cause: s.Key, Recipients: []string{s.Audience}}}
+	}
+	var out []sysUnit
+	for i, forms := range s.Forms {
+		u := sysUnit{Cause: s.cause(i)}
+		for _, f := range forms {
+			u.Recipients = append(u.Recipients, canonical(f))
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// formsText lists the recipients as written, for the log.
+func (s *sysSpec) formsText() string {
+	if s.Kind == outbox.KindBroadcast {
+		return "[broadcast " + s.Audience + "]"
+	}
+	return fmt.Sprintf("%s%q", s.Kind, s.Forms)
+}
+
+func (s *sysSpec) addrs() []string {
+	var out []string
+	for _, u := range s.units() {
+		out = append(out, u.Recipients...)
+	}
+	return out
+}
+
+// newSpec makes up a new intent: mostly emails (to one or two of the pool),
+// with batches, template sends and broadcasts; kind "" draws one.
+func (r *sysRunner) newSpec(kind outbox.Kind) *sysSpec {
+	r.n++
+	s := &sysSpec{Key: fmt.Sprintf("sys:%d:%04d", r.seed, r.n), Kind: kind}
+	if s.Kind == "" {
+		switch x := r.rng.IntN(20); {
+		case x < 14:
+			s.Kind = outbox.KindEmail
+		case x < 16:
+			s.Kind = outbox.KindBatch
+		case x < 18:
+			s.Kind = outbox.KindTemplate
+		default:
+			s.Kind = outbox.KindBroadcast
+		}
+	}
+	pick := func(n int) []string {
+		var out []string
+		for _, i := range r.rng.Perm(len(sysNames))[:n] {
+			out = append(out, sysForm(r.rng, sysNames[i]))
+		}
+		return out
+	}
+	switch s.Kind {
+	case outbox.KindEmail:
+		s.Forms = [][]string{pick(1 + r.rng.IntN(2))}
+	case outbox.KindBatch:
+		s.Forms = [][]string{pick(1), pick(1)}
+	case outbox.KindTemplate:
+		s.Template = "welcome"
+		s.Forms = [][]string{pick(1)}
+	case outbox.KindBroadcast:
+		s.Audience = fmt.Sprintf("aud_%d_%04d", r.seed, r.n)
+	}
+	r.specs[s.Key] = s
+	r.keys = append(r.keys, s.Key)
+	in := r.m.intent(s.Key)
+	in.Kind, in.Units = s.Kind, s.units()
+	for _, f := range s.Forms {
+		in.Forms = append(in.Forms, f...)
+	}
+	return s
+}
+
+var errRolledBack = errors.New("rolled back on purpose")
+
+// inTx runs fn in a transaction of the given isolation and classifies the
+// answer: an error before the commit, or one the server gave (a
+// serialization failure), rolled it back; a commit whose connection broke
+// is uncertain.
+func (r *sysRunner) inTx(iso pgx.TxIsoLevel, rollback bool, fn func(ctx context.Context, tx pgx.Tx) error) (sysOutcome, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+	if err != nil {
+		return outNo, err
+	}
+	if err := fn(ctx, tx); err != nil {
+		_ = tx.Rollback(ctx)
+		return outNo, err
+	}
+	if rollback {
+		_ = tx.Rollback(ctx)
+		return outNo, errRolledBack
+	}
+	if err := tx.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) {
+			return outNo, err
+		}
+		return outUncertain, err
+	}
+	return outYes, nil
+}
+
+// committed records what an enqueue's answer proved about key.
+func (r *sysRunner) committed(op *sysOp, key string, variant int, o sysOutcome, existing bool, err error) {
+	in := r.m.intent(key)
+	switch o {
+	case outYes:
+		if in.Committed == outYes && !existing && variant == in.Variant {
+			r.m.violate("1", []string{key}, nil, "op #%d: enqueue of %s, committed before (%s), inserted a new row (Existing=false)", op.Seq, key, in.CommittedAt.Format("15:04:05.000"))
+		}
+		if in.Committed == outYes && variant != in.Variant {
+			r.m.violate("1", []string{key}, nil, "op #%d: enqueue of %s with another body (v%d, committed v%d) was accepted (Existing=%v)", op.Seq, key, variant, in.Variant, existing)
+		}
+		if in.Committed != outYes {
+			in.Committed, in.CommittedAt, in.Variant = outYes, op.End, variant
+		}
+	case outUncertain:
+		if in.Committed == outNo {
+			in.Committed, in.CommittedAt, in.Variant = outUncertain, op.End, variant
+		}
+	default:
+		var inv *outbox.InvalidError
+		if errors.As(err, &inv) {
+			in.Refused = append(in.Refused, err.Error())
+		}
+	}
+}
+
+var isolations = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
+
+// opEnqueueGo enqueues new intents (or, with old set, intents enqueued
+// before, in the body committed then or in another) through the Go API in
+// a transaction of a drawn isolation level, some rolled back.
+func (r *sysRunner) opEnqueueGo(specs []*sysSpec, variants []int, kind string) {
+	iso := isolations[r.rng.IntN(len(isolations))]
+	rollback := r.rng.IntN(10) == 0
+	many := len(specs) > 1 || r.rng.IntN(2) == 0
+	op := r.begin(kind, "")
+	var keys, addrs []string
+	for i, s := range specs {
+		keys = append(keys, fmt.Sprintf("%s/v%d%s", s.Key, variants[i], s.formsText()))
+		addrs = append(addrs, s.addrs()...)
+	}
+	op.Detail = fmt.Sprintf("go %s many=%v rollback=%v %v", iso, many, rollback, keys)
+	op.Addrs = addrs
+	var res []*outbox.EnqueueResult
+	o, err := r.inTx(iso, rollback, func(ctx context.Context, tx pgx.Tx) error {
+		ins := make([]outbox.Intent, len(specs))
+		for i, s := range specs {
+			ins[i] = s.intent(variants[i])
+		}
+		if many {
+			var err error
+			res, err = r.ob.EnqueueMany(ctx, tx, ins)
+			return err
+		}
+		one, err := r.ob.Enqueue(ctx, tx, ins[0])
+		res = []*outbox.EnqueueResult{one}
+		return err
+	})
+	r.end(op, o, err)
+	for i, s := range specs {
+		op.Keys = append(op.Keys, s.Key)
+		existing := o == outYes && res[i] != nil && res[i].Existing
+		r.committed(op, s.Key, variants[i], o, existing, err)
+		if o == outYes && res[i] != nil {
+			op.Result += fmt.Sprintf(" %s:existing=%v", s.Key, res[i].Existing)
+		}
+	}
+}
+
+// opEnqueueSQL inserts new intents with plain SQL, as a producer in another
+// language does, some rolled back; with run set, as members of that run.
+func (r *sysRunner) opEnqueueSQL(specs []*sysSpec, variants []int, run string) {
+	rollback := r.rng.IntN(10) == 0
+	op := r.begin("enqueue-sql", "")
+	for i, s := range specs {
+		op.Keys = append(op.Keys, s.Key)
+		op.Addrs = append(op.Addrs, s.addrs()...)
+		op.Detail += fmt.Sprintf("%s/v%d%s ", s.Key, variants[i], s.formsText())
+	}
+	if run != "" {
+		op.Keys = append(op.Keys, run)
+		op.Detail += "run=" + run + " "
+	}
+	op.Detail += fmt.Sprintf("rollback=%v", rollback)
+	inserted := make([]int64, len(specs))
+	o, err := r.inTx(pgx.ReadCommitted, rollback, func(ctx context.Context, tx pgx.Tx) error {
+		for i, s := range specs {
+			var tmpl, runKey *string
+			if s.Template != "" {
+				tmpl = &s.Template
+			}
+			if run != "" {
+				runKey = &run
+			}
+			tag, err := tx.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, run_key) VALUES ($1, $2, $3, $4, $5)`,
+				s.Key, string(s.Kind), string(s.payload(variants[i])), tmpl, runKey)
+			if err != nil {
+				return err
+			}
+			inserted[i] = tag.RowsAffected()
+		}
+		return nil
+	})
+	r.end(op, o, err)
+	for i, s := range specs {
+		if run != "" {
+			r.m.intent(s.Key).Run = run
+		}
+		// A row the tombstone trigger skipped (0 rows) is an existing one.
+		r.committed(op, s.Key, variants[i], o, inserted[i] == 0, err)
+	}
+}
+
+// opEnqueueCLI enqueues one intent with `sendonce enqueue`.
+func (r *sysRunner) opEnqueueCLI(s *sysSpec, variant int) {
+	op := r.begin("enqueue-cli", fmt.Sprintf("%s/v%d%s", s.Key, variant, s.formsText()))
+	op.Keys, op.Addrs = []string{s.Key}, s.addrs()
+	args := []string{"enqueue", "--key", s.Key, "--kind", string(s.Kind), "--json"}
+	if s.Template != "" {
+		args = append(args, "--template", s.Template)
+	}
+	res := run(r.t, "enqueue", r.e, strings.NewReader(string(s.payload(variant))), args...)
+	o, existing := outYes, false
+	var err error
+	if res.code != 0 {
+		o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
+	} else {
+		var out struct {
+			AlreadyEnqueued bool `json:"alreadyEnqueued"`
+		}
+		_ = json.Unmarshal([]byte(res.stdout), &out)
+		existing = out.AlreadyEnqueued
+	}
+	r.end(op, o, err)
+	op.Result += fmt.Sprintf(" existing=%v", existing)
+	in := r.m.intent(s.Key)
+	if o == outNo && strings.Contains(res.stderr, "invalid") {
+		in.Refused = append(in.Refused, strings.TrimSpace(res.stderr))
+	}
+	r.committed(op, s.Key, variant, o, existing, err)
+}
+
+// cliOutcome classifies a failed command: a refusal it explained, or an
+// unknown sysOutcome (the database went away under it).
+func cliOutcome(res result) sysOutcome {
+	s := strings.ToLower(res.stderr)
+	for _, w := range []string{"invalid", "reuse", "cannot", "refused", "not found", "no intent", "canceled", "is not", "want "} {
+		if strings.Contains(s, w) {
+			return outNo
+		}
+	}
+	return outUncertain
+}
+
+// opReenqueue enqueues a key used before again, the oldest ones more
+// often (they are the ones a prune took): with the body committed then, or
+// (another=true) with another, which must be refused as a key reuse.
+func (r *sysRunner) opReenqueue(another bool) {
+	if len(r.keys) == 0 {
+		return
+	}
+	// Favour old keys: the square of a uniform draw leans to the start.
+	u := r.rng.Float64()
+	s := r.specs[r.keys[int(u*u*float64(len(r.keys)))]]
+	if s.Kind == outbox.KindBroadcast && another {
+		return
+	}
+	in := r.m.intents[s.Key]
+	if in.Run != "" {
+		return // members are re-enqueued by their run
+	}
+	v := in.Variant
+	if v == 0 {
+		v = 1
+	}
+	if another {
+		v++
+	}
+	kind := "reenqueue"
+	if another {
+		kind = "reuse-key"
+	}
+	switch x := r.rng.IntN(10); {
+	case x < 7:
+		r.opEnqueueGo([]*sysSpec{s}, []int{v}, kind)
+	case x < 9:
+		r.opEnqueueSQL([]*sysSpec{s}, []int{v}, "")
+	default:
+		r.opEnqueueCLI(s, v)
+	}
+}
+
+// opCancel cancels a recent intent, by Go or by `sendonce cancel`.
+func (r *sysRunner) opCancel() {
+	if len(r.keys) == 0 {
+		return
+	}
+	key := r.keys[max(0, len(r.keys)-1-r.rng.IntN(min(len(r.keys), 8)))]
+	cli := r.rng.IntN(3) == 0
+	op := r.begin("cancel", fmt.Sprintf("%s cli=%v", key, cli))
+	op.Keys = []string{key}
+	var o sysOutcome
+	var err error
+	if cli {
+		res := run(r.t, "cancel", r.e, nil, "cancel", key)
+		o = outYes
+		if res.code != 0 {
+			o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		_, err = r.ob.Cancel(ctx, key)
+		cancel()
+		o = goOutcome(err)
+	}
+	r.end(op, o, err)
+	in := r.m.intent(key)
+	if o != outNo && in.Canceled != outYes {
+		in.Canceled, in.CanceledAt = o, op.End
+	}
+}
+
+// goOutcome classifies the error of a one-statement Go operation.
+func goOutcome(err error) sysOutcome {
+	if err == nil {
+		return outYes
+	}
+	var se *outbox.StateError
+	var rse *outbox.RunStateError
+	var pgErr *pgconn.PgError
+	if errors.As(err, &se) || errors.As(err, &rse) || errors.Is(err, outbox.ErrNotFound) || errors.Is(err, outbox.ErrInvalid) ||
+		errors.As(err, &pgErr) || errors.Is(err, outbox.ErrRunCanceled) {
+		return outNo
+	}
+	return outUncertain
+}
+
+// opRetry retries a failed (or suppressed) intent, by Go or `sendonce retry`.
+func (r *sysRunner) opRetry() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	keys, err := queryStrings(ctx, r.pool, `SELECT idempotency_key FROM sendonce_outbox WHERE state IN ('failed', 'suppressed') ORDER BY id`)
+	cancel()
+	if err != nil || len(keys) == 0 {
+		return
+	}
+	key := keys[r.rng.IntN(len(keys))]
+	cli := r.rng.IntN(3) == 0
+	op := r.begin("retry", fmt.Sprintf("%s cli=%v", key, cli))
+	op.Keys = []string{key}
+	var o sysOutcome
+	if cli {
+		res := run(r.t, "retry", r.e, nil, "retry", key)
+		o = outYes
+		if res.code != 0 {
+			o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		_, err = r.ob.Retry(ctx, key, &outbox.RetryOptions{ReplayWindow: sysReplayWindow})
+		cancel()
+		o = goOutcome(err)
+	}
+	r.end(op, o, err)
+}
+
+// opSuppression adds (or removes) an address of the pool, written in a
+// drawn form, by Go or `sendonce suppression add/remove`.
+func (r *sysRunner) opSuppression(add bool) {
+	name := sysNames[r.rng.IntN(len(sysNames))]
+	form := sysForm(r.rng, name)
+	addr := canonical(form)
+	cli := r.rng.IntN(3) == 0
+	kind := "suppress"
+	if !add {
+		kind = "unsuppress"
+	}
+	op := r.begin(kind, fmt.Sprintf("%q cli=%v", form, cli))
+	op.Addrs = []string{addr}
+	var o sysOutcome
+	var err error
+	if cli {
+		sub := "add"
+		if !add {
+			sub = "remove"
+		}
+		res := run(r.t, "suppression", r.e, nil, "suppression", sub, form)
+		o = outYes
+		if res.code != 0 {
+			o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		if add {
+			_, err = r.ob.Suppress(ctx, []string{form}, "system test")
+		} else {
+			_, err = r.ob.Unsuppress(ctx, []string{form})
+		}
+		cancel()
+		o = goOutcome(err)
+	}
+	r.end(op, o, err)
+	r.m.addrOps[addr] = append(r.m.addrOps[addr], sysAddrOp{Add: add, Start: op.Start, End: op.End, Result: o, Seq: op.Seq})
+}
+
+// opPrune runs `sendonce prune` with the short retention, after keeping
+// what the outbox says of every row (a pruned row's last known state).
+func (r *sysRunner) opPrune() {
+	op := r.begin("prune", "--retain "+sysRetain.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	rows, err := readRows(ctx, r.pool)
+	cancel()
+	if err != nil {
+		r.end(op, outNo, err)
+		return
+	}
+	for k, row := range rows {
+		r.m.snap[k] = row
+	}
+	bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if b, err := readBatches(bctx, r.pool); err == nil {
+		for k, v := range b {
+			r.m.batchSnap[k] = v
+		}
+	}
+	bcancel()
+	res := run(r.t, "prune", r.e, nil, "prune", "--retain", sysRetain.String())
+	o := outYes
+	if res.code != 0 {
+		o, err = outUncertain, errors.New(strings.TrimSpace(res.stderr))
+	}
+	r.end(op, o, err)
+	op.Result += " " + strings.Join(strings.Fields(res.stdout), " ")
+}
+
+// opRunCreate enqueues a new run of email members (some held a moment).
+func (r *sysRunner) opRunCreate() {
+	r.nRuns++
+	key := fmt.Sprintf("sysrun:%d:%02d", r.seed, r.nRuns)
+	r.m.runs = append(r.m.runs, key)
+	r.runKeys = append(r.runKeys, key)
+	r.opRunAdd(key, 2+r.rng.IntN(5))
+}
+
+// opRunAdd enqueues n new members into run by Go (EnqueueRun), or by plain
+// SQL with run_key set.
+func (r *sysRunner) opRunAdd(key string, n int) {
+	var specs []*sysSpec
+	var variants []int
+	for range n {
+		specs = append(specs, r.newSpec(outbox.KindEmail))
+		variants = append(variants, 1)
+	}
+	if r.rng.IntN(4) == 0 {
+		r.opEnqueueSQL(specs, variants, key)
+		return
+	}
+	var sendAt time.Time
+	if r.rng.IntN(3) == 0 {
+		sendAt = time.Now().Add(time.Duration(500+r.rng.IntN(2000)) * time.Millisecond)
+	}
+	op := r.begin("run-enqueue", fmt.Sprintf("%s members=%d sendAt=%v", key, n, !sendAt.IsZero()))
+	for _, s := range specs {
+		op.Detail += " " + s.Key + s.formsText()
+	}
+	op.Keys = []string{key}
+	for _, s := range specs {
+		op.Keys = append(op.Keys, s.Key)
+		op.Addrs = append(op.Addrs, s.addrs()...)
+		r.m.intent(s.Key).Run = key
+	}
+	var res *outbox.RunResult
+	o, err := r.inTx(pgx.ReadCommitted, false, func(ctx context.Context, tx pgx.Tx) error {
+		run := outbox.Run{Key: key, SendAt: sendAt}
+		for _, s := range specs {
+			run.Intents = append(run.Intents, s.intent(1))
+		}
+		var err error
+		res, err = r.ob.EnqueueRun(ctx, tx, run)
+		return err
+	})
+	r.end(op, o, err)
+	for i, s := range specs {
+		existing := o == outYes && res != nil && res.Intents[i].Existing
+		r.committed(op, s.Key, 1, o, existing, err)
+	}
+}
+
+// opRunOp pauses, resumes, cancels or reschedules a run, by Go.
+func (r *sysRunner) opRunOp(kind string) {
+	if len(r.runKeys) == 0 {
+		return
+	}
+	key := r.runKeys[r.rng.IntN(len(r.runKeys))]
+	op := r.begin("run-"+kind, key)
+	op.Keys = []string{key}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var err error
+	var canceled int64
+	switch kind {
+	case "pause":
+		_, err = r.ob.PauseRun(ctx, key)
+	case "resume":
+		_, err = r.ob.ResumeRun(ctx, key)
+	case "cancel":
+		var rc *outbox.RunCancel
+		rc, err = r.ob.CancelRun(ctx, key)
+		if rc != nil {
+			canceled = rc.Canceled
+		}
+	case "reschedule":
+		at := time.Now().Add(time.Duration(300+r.rng.IntN(1500)) * time.Millisecond)
+		_, err = r.ob.RescheduleRun(ctx, key, at)
+	}
+	o := goOutcome(err)
+	r.end(op, o, err)
+	if kind == "cancel" {
+		op.Result += fmt.Sprintf(" canceled=%d", canceled)
+	}
+	r.m.runOps[key] = append(r.m.runOps[key], sysRunOp{Kind: kind, Start: op.Start, End: op.End, Result: o, Canceled: canceled, Seq: op.Seq})
+}
+
+// opPruneRace enqueues an old key again in a REPEATABLE READ or
+// SERIALIZABLE transaction whose snapshot was taken before a prune that
+// removes it (hole 1's shape): the enqueue must find the key's tombstone
+// (Existing) or fail, never insert a new row the API would send again.
+func (r *sysRunner) opPruneRace() {
+	// A key the prune will take: settled, past retention, in no run.
+	qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	keys, err := queryStrings(qctx, r.pool, `SELECT idempotency_key FROM sendonce_outbox
+		WHERE state IN ('sent', 'failed', 'canceled', 'suppressed') AND run_key IS NULL AND batch_key IS NULL
+			AND updated_at < now() - $1::float8 * interval '1 second' ORDER BY id LIMIT 20`, sysRetain.Seconds()+0.5)
+	cancel()
+	if err != nil || len(keys) == 0 {
+		return
+	}
+	s := r.specs[keys[r.rng.IntN(len(keys))]]
+	in := r.m.intents[s.Key]
+	if s == nil || in.Variant == 0 {
+		return
+	}
+	iso := isolations[1+r.rng.IntN(2)]
+	op := r.begin("reenqueue-across-prune", fmt.Sprintf("go %s %s/v%d, snapshot before prune --retain %s", iso, s.Key, in.Variant, sysRetain))
+	op.Keys, op.Addrs = []string{s.Key}, s.addrs()
+	var res *outbox.EnqueueResult
+	o, err := r.inTx(iso, false, func(ctx context.Context, tx pgx.Tx) error {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox`).Scan(&n); err != nil {
+			return err
+		}
+		prune := run(r.t, "prune", r.e, nil, "prune", "--retain", sysRetain.String())
+		op.Detail += " [prune: " + strings.Join(strings.Fields(prune.stdout+prune.stderr), " ") + "]"
+		var err error
+		res, err = r.ob.Enqueue(ctx, tx, s.intent(in.Variant))
+		return err
+	})
+	r.end(op, o, err)
+	existing := o == outYes && res != nil && res.Existing
+	op.Result += fmt.Sprintf(" existing=%v", existing)
+	r.committed(op, s.Key, in.Variant, o, existing, err)
+}

@@ -3,10 +3,14 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sendonce/sendonce/internal/outboxtest"
+	"github.com/sendonce/sendonce/webhook"
 )
 
 // listEvent is a suppression-changing event about address, created at.
@@ -114,5 +118,50 @@ func TestSuppressionDeferredUsesEventTime(t *testing.T) {
 	}
 	if got := e.status("invoice:d"); got != "complained" {
 		t.Errorf("delivery %q, want complained", got)
+	}
+}
+
+// TestSuppressionConcurrentEvents: events about one address posted at once,
+// in no order, leave what the latest of them says.
+func TestSuppressionConcurrentEvents(t *testing.T) {
+	e := newEnv(t)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	for round := range 5 {
+		addr := fmt.Sprintf("c%d@example.com", round)
+		const n = 12
+		latest, latestAdd := -1, false
+		var bodies []string
+		for i := range n {
+			// Times 0..n-1 shuffled by the round, adds and removals mixed.
+			s := (i*7 + round*5) % n
+			add := (i+round)%3 != 0
+			typ := "suppression.removed"
+			if add {
+				typ = "email.bounced"
+			}
+			if s > latest {
+				latest, latestAdd = s, add
+			}
+			bodies = append(bodies, listEvent(fmt.Sprintf("c%d_%d", round, i), typ, addr, t0.Add(time.Duration(s)*time.Second)))
+		}
+		done := make(chan int, n)
+		for _, b := range bodies {
+			// Not e.post: its response log is not for several goroutines.
+			go func() {
+				req := httptest.NewRequest(http.MethodPost, "/webhooks/openemail", strings.NewReader(b))
+				req.Header.Set(webhook.SignatureHeader, webhook.Sign(secret, time.Now(), []byte(b)))
+				rec := httptest.NewRecorder()
+				e.h.ServeHTTP(rec, req)
+				done <- rec.Code
+			}()
+		}
+		for range n {
+			if got := <-done; got != 200 {
+				t.Fatalf("round %d: status %d", round, got)
+			}
+		}
+		if got := e.onList(addr); got != latestAdd {
+			t.Errorf("round %d: on the list %v, want %v (the latest event, at t0+%d s)", round, got, latestAdd, latest)
+		}
 	}
 }

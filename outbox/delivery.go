@@ -14,6 +14,14 @@ type DeliveryStatus string
 // failed = bounced = suppressed < complained. So a bounce is never undone
 // by a late delivered or delivery_delayed, a complaint wins over
 // everything, and events arriving in any order give the same status.
+//
+// A batch intent (KindBatch) sends one message per email, and the events
+// of every one of them are its own: its status is the worst of its
+// messages' by that same rule, the highest-ranked status any of them has
+// (the latest event among equals). So it is bounced if one of its emails
+// bounced, and delivered once one was delivered and none did worse: not a
+// promise that every email was delivered (sendonce_event has each one's
+// events).
 const (
 	DeliveryDelayed    DeliveryStatus = "delivery_delayed" // the receiving server deferred it; still trying
 	DeliveryDelivered  DeliveryStatus = "delivered"        // the receiving server accepted it

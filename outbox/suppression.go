@@ -76,13 +76,14 @@ func (o *Outbox) Suppress(ctx context.Context, addrs []string, source string) (a
 	if err != nil {
 		return 0, err
 	}
-	tag, err := o.pool.Exec(ctx, `INSERT INTO sendonce_suppression (address, reason, source)
-		SELECT DISTINCT a, 'manual', nullif($2, '') FROM unnest($1::text[]) AS a
-		ON CONFLICT (address) DO NOTHING`, norm, source)
+	// A change by hand is made now, later than every event before it: an
+	// older suppression.removed arriving after it does not undo it.
+	err = o.pool.QueryRow(ctx, `SELECT sendonce_suppression_set($1, false, 'manual', nullif($2, ''), NULL)`,
+		norm, source).Scan(&added)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: suppress: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return added, nil
 }
 
 // Unsuppress takes addresses off the suppression list, whatever put them
@@ -93,11 +94,13 @@ func (o *Outbox) Unsuppress(ctx context.Context, addrs []string) (removed int, e
 	if err != nil {
 		return 0, err
 	}
-	tag, err := o.pool.Exec(ctx, `DELETE FROM sendonce_suppression WHERE address = ANY($1)`, norm)
+	// Made now, as Suppress: an older bounce arriving after it does not put
+	// the address back.
+	err = o.pool.QueryRow(ctx, `SELECT sendonce_suppression_set($1, true, NULL, NULL, NULL)`, norm).Scan(&removed)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: unsuppress: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return removed, nil
 }
 
 // SuppressionParams filter and page Suppressions.

@@ -2,11 +2,16 @@
 // records them in the outbox's database.
 //
 // A Handler verifies each delivery's X-OpenEmail-Signature (see Verify),
-// stores the event in sendonce_event once per delivery id, and gives the
-// intent whose message it is about a delivery status (outbox.Record's
-// DeliveryStatus): delivered, delivery_delayed, bounced, complained, failed
-// or suppressed, by the precedence documented on outbox.DeliveryStatus. It
-// answers 2xx only after the event is committed, so the API sends again
+// stores the event in sendonce_event once per event id (the signed body's
+// "id": the X-OpenEmail-Delivery header is not signed, so a captured event
+// posted again under another header, or none, is the event already stored
+// and is applied no second time; the header is kept with the event for the
+// log), and gives the intent whose message it is about a delivery status
+// (outbox.Record's DeliveryStatus): delivered, delivery_delayed, bounced,
+// complained, failed or suppressed, by the precedence documented on
+// outbox.DeliveryStatus. A batch intent has a message per email, and the
+// events of each are its own: its status is the highest-ranked of theirs.
+// It answers 2xx only after the event is committed, so the API sends again
 // whatever was not stored.
 //
 // An event about a message whose send is not recorded yet (it can arrive
@@ -25,12 +30,19 @@
 // them off. The addresses are the event's data.to (a string or an array),
 // or else data.email, data.address or data.recipient; an email event
 // without any names the recipients of the intent it matched. Each event is
-// applied once. A worker parks an intent whose recipients are all
-// suppressed before any API call (see package worker).
+// applied once, and in the order of the events' own time (createdAt, or the
+// time received without one), not of their arrival: an event changes an
+// address only if it is later than the last change applied to it (kept
+// also for a removal, in sendonce_suppression_change), and at the same
+// instant an addition wins over a removal. A change by hand
+// (outbox.Outbox.Suppress, Unsuppress) is made now, always applies, and
+// counts as later than every change before it. A worker parks an intent
+// whose recipients are all suppressed before any API call (see package
+// worker).
 //
 // The answers:
 //
-//	200  stored (or stored before: a delivery sent again is stored once)
+//	200  stored (or stored before: an event sent again is stored once)
 //	405  not a POST
 //	413  a body over 1 MiB
 //	401  the signature header missing or malformed, its timestamp more

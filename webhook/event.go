@@ -14,8 +14,11 @@ const maxIDLen = 255
 
 // event is what is stored of a delivery besides its raw body.
 type event struct {
+	// DeliveryID is the delivery header, or the event's id without one. It
+	// is not signed: it is kept for the log and the API's delivery log,
+	// and never used as a key (ID is).
 	DeliveryID string
-	ID         string
+	ID         string // the signed event id: the stored event's key
 	Type       string
 	EmailID    *string    // nil when the event names no message
 	OccurredAt *time.Time // nil when the event has no readable createdAt

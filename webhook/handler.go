@@ -83,11 +83,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		h.log.Error("webhook event not stored; the API will send it again", "error", err,
-			"type", ev.Type, "delivery_id", ev.DeliveryID)
+			"type", ev.Type, "event_id", ev.ID, "delivery_id", ev.DeliveryID)
 		http.Error(w, "could not store the event", http.StatusInternalServerError)
 		return
 	}
-	h.log.Info("webhook event", "type", ev.Type, "delivery_id", ev.DeliveryID, "email_id", deref(ev.EmailID),
+	h.log.Info("webhook event", "type", ev.Type, "event_id", ev.ID, "delivery_id", ev.DeliveryID, "email_id", deref(ev.EmailID),
 		"intent_id", stored.intentID, "duplicate", stored.duplicate, "suppression_changes", stored.suppressed)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]bool{"received": true, "duplicate": stored.duplicate})
@@ -108,17 +108,22 @@ type stored struct {
 }
 
 // store writes the event and applies it, in one transaction: the event is
-// stored once per delivery id, matched to the intent with its message id
-// (if one is recorded yet), and the intent's delivery status updated. It
+// stored once per event id, matched to the intent with its message id (if
+// one is recorded yet), and the intent's delivery status updated. It
 // returns an error matching errBody when the database refuses the body
 // itself (JSON it cannot hold, such as a \u0000 in a string).
+//
+// The key is the event's id, from the signed body, not the delivery header:
+// the header is not signed, and keyed by it a captured event posted again
+// under a header of the poster's choice (or none) was stored and applied a
+// second time (a suppression.removed undoing a later bounce).
 func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, error) {
 	var st stored
 	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 		var inserted bool
 		err := tx.QueryRow(ctx, `INSERT INTO sendonce_event (delivery_id, event_id, type, email_id, occurred_at, raw)
 			VALUES ($1, $2, $3, $4, coalesce($5, now()), $6::text::jsonb)
-			ON CONFLICT (delivery_id) DO NOTHING RETURNING true`,
+			ON CONFLICT (event_id) DO NOTHING RETURNING true`,
 			ev.DeliveryID, ev.ID, ev.Type, ev.EmailID, ev.OccurredAt, string(body)).Scan(&inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			st.duplicate = true
@@ -130,7 +135,7 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 		// Match first: an event without addresses of its own suppresses
 		// the recipients of the intent it matched.
 		if err := tx.QueryRow(ctx, `SELECT m, sendonce_event_suppress($1) FROM sendonce_event_match($1) AS m`,
-			ev.DeliveryID).Scan(&st.intentID, &st.suppressed); err != nil {
+			ev.ID).Scan(&st.intentID, &st.suppressed); err != nil {
 			return fmt.Errorf("match event: %w", err)
 		}
 		return nil
@@ -140,7 +145,7 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
 			return st, fmt.Errorf("%w: the database cannot store it: %s", errBody, pgErr.Message)
 		}
-		return st, fmt.Errorf("webhook: store event %q: %w", ev.DeliveryID, err)
+		return st, fmt.Errorf("webhook: store event %q: %w", ev.ID, err)
 	}
 	return st, nil
 }

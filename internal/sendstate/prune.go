@@ -119,8 +119,8 @@ const pruneRunsSQL = `
 // pruneEventsSQL deletes unmatched delivery events received before $1 (and
 // over a day ago: the sweeper matches them for a day).
 const pruneEventsSQL = `
-	DELETE FROM sendonce_event WHERE delivery_id IN (
-		SELECT delivery_id FROM sendonce_event
+	DELETE FROM sendonce_event WHERE event_id IN (
+		SELECT event_id FROM sendonce_event
 		WHERE intent_id IS NULL AND received_at < least($1, now() - interval '1 day')
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`
 

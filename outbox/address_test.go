@@ -45,7 +45,7 @@ func loadForms(t testing.TB) []formCase {
 		}
 	}
 	// An address over the suppression list's 320 characters.
-	long := strings.Repeat("a", 64) + "@" + strings.Repeat("d", 251) + ".com"
+	long := strings.Repeat("a", 64) + "@" + strings.Repeat("d", 255) + ".com" // 324
 	return append(out, formCase{Form: long, Why: "320"}, formCase{Form: "Ada <" + long + ">", Why: "320"})
 }
 
@@ -267,6 +267,14 @@ func show(s *string) string {
 	return fmt.Sprintf("%q", *s)
 }
 
+// charsetOnly reports whether net/mail refused a spelling only for an
+// encoded word in its display name in a charset it does not decode: taken
+// by the rule (the address is not in doubt), refused by the API's parser
+// for the whole send (see internal/suppress's test of the same name).
+func charsetOnly(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "charset not supported")
+}
+
 // TestAddressRuleGoAndSQLAgree feeds thousands of strings made of the
 // pieces addresses are made of (and the characters that break them) to the
 // normaliser in Go and in SQL, and fails on any string they read
@@ -289,7 +297,7 @@ func TestAddressRuleGoAndSQLAgree(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			// A form of the table with pieces put in or cut out.
 			s := seeds[rng.IntN(len(seeds))]
-			for range 1 + rng.IntN(2) {
+			for range rng.IntN(3) {
 				i := rng.IntN(len(s) + 1)
 				for i > 0 && i < len(s) && s[i]&0xC0 == 0x80 {
 					i-- // not inside a UTF-8 sequence
@@ -336,7 +344,7 @@ func TestAddressRuleGoAndSQLAgree(t *testing.T) {
 		if goNormal == "" {
 			continue
 		}
-		if a, err := mail.ParseAddress(in); err != nil || strings.ToLower(a.Address) != goNormal {
+		if a, err := mail.ParseAddress(in); !charsetOnly(err) && (err != nil || strings.ToLower(a.Address) != goNormal) {
 			bad++
 			if bad <= 20 {
 				t.Errorf("%q: accepted as %q, but the API's parser reads %v (%v)", in, goNormal, a, err)

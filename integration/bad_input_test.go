@@ -49,6 +49,11 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("enqueue of an existing intent: stdout %q, want it to say the intent is already there", again.stdout)
 	}
 
+	// The audit's setting for the address forms below (issue 22): the
+	// address they all name is suppressed.
+	if _, err := pool.Exec(ctx, `INSERT INTO sendonce_suppression (address, reason) VALUES ('ada@example.test', 'manual')`); err != nil {
+		t.Fatal(err)
+	}
 	before := snapshot(t, pool, srv)
 
 	js := func(v any) string { return string(mustJSON(v)) }
@@ -122,6 +127,15 @@ func TestBadInput(t *testing.T) {
 		{"broadcast without audience", []string{"--key", "bad:28", "--kind", "broadcast"}, ok, []string{"audience"}},
 		{"missing body file", []string{"--key", "bad:29", "--file", missingFile}, "", []string{missingFile}},
 		{"stray argument", []string{"--key", "bad:30", "extra"}, ok, []string{"argument"}},
+		// Address forms the API would take but the suppression list could
+		// not match (issue 22): refused, naming the field and the value.
+		{"recipient with a comment", []string{"--key", "bad:31"}, with(map[string]any{"to": []string{"ada@example.test (Ada)"}}), []string{"payload.to[0]", `"ada@example.test (Ada)"`, "comment", `use "Ada <ada@example.test>"`}},
+		{"recipient with a quoted local part", []string{"--key", "bad:32"}, with(map[string]any{"to": []string{`"ada"@example.test`}}), []string{"payload.to[0]", `ada\"@example.test`, "quoted local part", `use "ada@example.test"`}},
+		{"recipient after a tab", []string{"--key", "bad:33"}, with(map[string]any{"to": []string{"\tada@example.test"}}), []string{"payload.to[0]", `"\tada@example.test"`, "tab"}},
+		{"recipient with a name and a comment", []string{"--key", "bad:34"}, with(map[string]any{"to": []string{"Ada <ada@example.test> (work)"}}), []string{"payload.to[0]", "(work)", "comment"}},
+		{"group in cc", []string{"--key", "bad:35"}, with(map[string]any{"cc": []string{"Friends: ada@example.test;"}}), []string{"payload.cc[0]", "Friends:", "group"}},
+		{"batch bcc with a comment", []string{"--key", "bad:36", "--kind", "batch"}, batch(good("b0@example.test"), map[string]any{"from": "a@example.test", "to": []string{"b1@example.test"}, "bcc": []string{"ada@example.test (Ada)"}, "text": "x"}), []string{"payload.emails[1].bcc[0]", "comment"}},
+		{"template recipient with a unicode domain", []string{"--key", "bad:37", "--kind", "template", "--template", "t1"}, with(map[string]any{"to": []string{"ada@bücher.example"}}), []string{"payload.to[0]", "xn--"}},
 	}
 	for _, c := range cli {
 		r := run(t, "enqueue-bad", e, strings.NewReader(c.body), append([]string{"enqueue"}, c.args...)...)
@@ -180,6 +194,12 @@ func TestBadInput(t *testing.T) {
 		{name: "unparseable send time", key: "sql:18", kind: "email", payload: ok, sendAt: "tomorrow 9am", want: []string{"timestamp", "tomorrow 9am"}},
 		{name: "unknown state", key: "sql:19", kind: "email", payload: ok, extra: "state = 'done'", want: []string{"state"}},
 		{name: "negative attempts", key: "sql:20", kind: "email", payload: ok, extra: "attempts = -1", want: []string{"attempts"}},
+		{name: "recipient with a comment", key: "sql:21", kind: "email", payload: with(map[string]any{"to": []string{"ada@example.test (Ada)"}}), want: []string{"to[0]", `"ada@example.test (Ada)"`, "comment"}},
+		{name: "recipient with a quoted local part", key: "sql:22", kind: "email", payload: with(map[string]any{"to": []string{`"ada"@example.test`}}), want: []string{"to[0]", `ada\"@example.test`, "quoted"}},
+		{name: "recipient after a tab", key: "sql:23", kind: "email", payload: with(map[string]any{"to": []string{"\tada@example.test"}}), want: []string{"to[0]", `"\tada@example.test"`, "tab"}},
+		{name: "recipient with a name and a comment", key: "sql:24", kind: "email", payload: with(map[string]any{"to": "Ada <ada@example.test> (work)"}), want: []string{`"to"`, "(work)", "comment"}},
+		{name: "batch bcc with a comment", key: "sql:25", kind: "batch", payload: batch(good("b0@example.test"), map[string]any{"from": "a@example.test", "to": []string{"b1@example.test"}, "bcc": []string{"ada@example.test (Ada)"}, "text": "x"}), want: []string{"emails[1].bcc[0]", "comment"}},
+		{name: "template cc in a group", key: "sql:26", kind: "template", template: "t1", payload: with(map[string]any{"cc": []string{"Friends: ada@example.test;"}}), want: []string{"cc[0]", "group"}},
 	}
 	for _, c := range sqlCases {
 		sql := `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at) VALUES ($1, $2, $3::text::jsonb, $4, $5::text::timestamptz)`

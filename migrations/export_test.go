@@ -29,3 +29,15 @@ func UpTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	_, err = provider.UpTo(ctx, version)
 	return err
 }
+
+// DownTo rolls sendonce's migrations back to version (its Down sections).
+func DownTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	provider, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	_, err = provider.DownTo(ctx, version)
+	return err
+}

@@ -30,7 +30,11 @@
 // payload it fails with a *KeyReuseError, the mirror of the API's 422
 // idempotency_key_reuse, before any network call. Invalid intents fail with
 // an *InvalidError naming the field, and nothing is written: the caller's
-// transaction stays usable.
+// transaction stays usable. A recipient must be spelled local@domain or
+// Display Name <local@domain>, the forms the suppression list matches
+// (internal/suppress has the rule); the API's other spellings of an
+// address (comments, quoted local parts, tabs, groups) are refused, since
+// a suppressed address spelled so would be mailed.
 //
 // # Isolation levels
 //

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sendonce/sendonce/internal/suppress"
 )
 
 // Kind says which OpenEmail call sends an intent.
@@ -306,6 +308,9 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 			if one == "" {
 				return invalid(prefix+field, "is empty")
 			}
+			if err := checkAddress(prefix+field, one); err != nil {
+				return err
+			}
 		case json.Unmarshal(raw, &many) == nil:
 			if len(many) == 0 && field == "to" {
 				return invalid(prefix+"to", "needs at least one recipient")
@@ -315,12 +320,27 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 					return invalid(prefix+field, "must hold only non-empty address strings")
 				}
 			}
+			for i, a := range many {
+				if err := checkAddress(fmt.Sprintf("%s%s[%d]", prefix, field, i), a); err != nil {
+					return err
+				}
+			}
 		default:
 			return invalid(prefix+field, "must be an address string or an array of them")
 		}
 	}
 	if needsContent && !nonEmptyString(body["html"]) && !nonEmptyString(body["text"]) {
 		return invalid(prefix+"html", `needs content: "html" or "text"`)
+	}
+	return nil
+}
+
+// checkAddress refuses a recipient in a spelling the suppression list
+// cannot match (see internal/suppress): the API would send to it even
+// when its address is suppressed.
+func checkAddress(field, a string) error {
+	if suppress.Address(a) == "" {
+		return invalid(field, fmt.Sprintf("%q %s", shorten(a), suppress.Why(a)))
 	}
 	return nil
 }

@@ -3,9 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,8 +28,8 @@ const (
 // intent is first claimed: a change after that does not change what its
 // attempts send.
 type Suppression struct {
-	// Address is the address in lower case (the bare address of a
-	// "Name <addr>" form).
+	// Address is the address in its normal form: local@domain in lower
+	// case (of "Name <local@domain>", the bare address).
 	Address string            `json:"address"`
 	Reason  SuppressionReason `json:"reason"`
 	// Source is the webhook delivery that added it ("webhook <id>"), or
@@ -40,11 +38,8 @@ type Suppression struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-// maxAddress is the longest address accepted (RFC 5321's 64 + 1 + 255,
-// rounded as the list's check does).
-const maxAddress = 320
-
-// suppressAddresses normalises addrs and refuses a bad one, naming it.
+// suppressAddresses normalises addrs and refuses a bad one, naming it:
+// the list takes the spellings an intent may name (see internal/suppress).
 func suppressAddresses(addrs []string) ([]string, error) {
 	if len(addrs) == 0 {
 		return nil, invalid("address", "needs at least one address")
@@ -52,14 +47,8 @@ func suppressAddresses(addrs []string) ([]string, error) {
 	out := make([]string, 0, len(addrs))
 	for i, a := range addrs {
 		n := suppress.Address(a)
-		at := strings.LastIndexByte(n, '@')
-		switch {
-		case at < 1 || at == len(n)-1:
-			return nil, invalid(fmt.Sprintf("address[%d]", i), fmt.Sprintf("%q is not an email address", a))
-		case len(n) > maxAddress:
-			return nil, invalid(fmt.Sprintf("address[%d]", i), fmt.Sprintf("is %d bytes, over %d", len(n), maxAddress))
-		case strings.IndexFunc(n, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-			return nil, invalid(fmt.Sprintf("address[%d]", i), fmt.Sprintf("%q holds a space or control character", a))
+		if n == "" {
+			return nil, invalid(fmt.Sprintf("address[%d]", i), fmt.Sprintf("%q %s", shorten(a), suppress.Why(a)))
 		}
 		out = append(out, n)
 	}

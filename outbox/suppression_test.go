@@ -40,7 +40,8 @@ func TestSuppressionList(t *testing.T) {
 		{[]string{"ok@example.com", "not-an-address"}, `address[1]: "not-an-address" is not an email address`},
 		{[]string{"@example.com"}, "is not an email address"},
 		{[]string{"ada@"}, "is not an email address"},
-		{[]string{"a da@example.com"}, "holds a space or control character"},
+		{[]string{"a da@example.com"}, "has a space inside the address"},
+		{[]string{"ada@example.com (Ada)"}, `address[0]: "ada@example.com (Ada)" has a comment in parentheses; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches: use "Ada <ada@example.com>"`},
 		{[]string{strings.Repeat("a", 320) + "@example.com"}, "over 320"},
 	} {
 		_, err := ob.Suppress(ctx, c.addrs, "")

@@ -3,9 +3,14 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/mail"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/internal/sendstate"
 	"github.com/sendonce/sendonce/outbox"
@@ -146,5 +151,68 @@ func TestSuppressedMemberSentAlone(t *testing.T) {
 	}
 	if d := h.fake.DeliveriesTo("bo@example.com"); len(d) != 0 {
 		t.Fatalf("deliveries to the suppressed address: %+v", d)
+	}
+}
+
+// TestSuppressedAddressForms is issue 22's reproduction: with
+// ada@example.com suppressed, an intent to any form of the table that the
+// API's parser reads as ada@example.com is either refused at enqueue or
+// parked as suppressed; none reaches the API.
+func TestSuppressedAddressForms(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../internal/suppress/testdata/forms.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forms []struct{ Form, Normal string }
+	if err := json.Unmarshal(b, &forms); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, SendConfig{})
+	h.suppress("ada@example.com")
+	isAda := func(a string) bool {
+		p, err := mail.ParseAddress(a)
+		return err == nil && strings.EqualFold(p.Address, "ada@example.com")
+	}
+	tried := 0
+	for i, f := range forms {
+		if !isAda(f.Form) {
+			continue
+		}
+		tried++
+		key := fmt.Sprintf("form:%d", i)
+		payload, _ := json.Marshal(map[string]any{"from": "billing@example.com", "to": []string{f.Form}, "subject": "Invoice", "text": "Attached."})
+		err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
+			_, err := h.ob.Enqueue(context.Background(), tx, outbox.Intent{Key: key, Payload: json.RawMessage(payload)})
+			return err
+		})
+		if err != nil {
+			if f.Normal != "" || !errors.Is(err, outbox.ErrInvalid) {
+				t.Errorf("enqueue to %q: %v", f.Form, err)
+			}
+			continue
+		}
+		if f.Normal == "" {
+			t.Errorf("enqueue to %q: accepted, want it refused", f.Form)
+		}
+		if res, err := h.work(key, 1); err != nil || !completed(res) {
+			t.Fatalf("%q: run: %s, want completed", f.Form, show(res, err))
+		}
+		if rec := h.get(key); rec.State != outbox.StateSuppressed {
+			t.Errorf("intent to %q: %s, want suppressed", f.Form, rec.State)
+		}
+	}
+	if tried < 10 {
+		t.Fatalf("only %d forms of ada@example.com in the table", tried)
+	}
+	for _, d := range h.fake.Deliveries() {
+		for _, a := range append(append(d.To, d.Cc...), d.Bcc...) {
+			if isAda(a) {
+				t.Errorf("sent to the suppressed address as %q", a)
+			}
+		}
+	}
+	if n := len(h.fake.Requests()); n != 0 {
+		t.Errorf("%d API requests, want none", n)
 	}
 }

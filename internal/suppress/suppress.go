@@ -1,8 +1,10 @@
-// Package suppress takes suppressed recipients out of an intent's request
-// body. The suppression list itself is SQL (sendonce_suppression and
-// sendonce_address in the migrations); this is the body rewrite the worker
-// applies before every attempt, the same way each time, so the body sent
-// under an intent's key never changes.
+// Package suppress holds the address rule, the normal form in which the
+// suppression list matches a recipient (Address, and sendonce_address in
+// SQL), and takes suppressed recipients out of an intent's request body.
+// The suppression list itself is SQL (sendonce_suppression and
+// sendonce_address in the migrations); Strip is the body rewrite the
+// worker applies before every attempt, the same way each time, so the body
+// sent under an intent's key never changes.
 package suppress
 
 import (
@@ -14,12 +16,16 @@ import (
 	"strings"
 )
 
-var angle = regexp.MustCompile(`<([^<>]*)>\s*$`)
+// legacyAngle and legacyAddress are the normal form before migration
+// 00013 (the bare address of "Name <addr>", trimmed of spaces, in lower
+// case). Strip still matches by it, so that an intent claimed under that
+// rule, whose suppressed recipients it found, sends the same body on its
+// retries after the upgrade: for every spelling Address takes, the two
+// agree, so it takes out nothing more from an intent enqueued since.
+var legacyAngle = regexp.MustCompile(`<([^<>]*)>\s*$`)
 
-// Address normalises an address as the database's sendonce_address does:
-// the bare address of "Name <addr>", trimmed of spaces, in lower case.
-func Address(a string) string {
-	if m := angle.FindStringSubmatch(a); m != nil {
+func legacyAddress(a string) string {
+	if m := legacyAngle.FindStringSubmatch(a); m != nil {
 		a = m[1]
 	}
 	return strings.ToLower(strings.Trim(a, " "))
@@ -36,7 +42,9 @@ func Strip(kind string, body json.RawMessage, suppressed []string) (out json.Raw
 	}
 	set := make(map[string]bool, len(suppressed))
 	for _, a := range suppressed {
-		set[Address(a)] = true
+		if a != "" {
+			set[a] = true // a normal form, as the claim's lookup found it
+		}
 	}
 	switch kind {
 	case "email", "template":
@@ -96,7 +104,7 @@ func stripEmail(body json.RawMessage, set map[string]bool) (json.RawMessage, boo
 			}
 			list = []string{one}
 		}
-		kept := slices.DeleteFunc(list, func(a string) bool { return set[Address(a)] })
+		kept := slices.DeleteFunc(list, func(a string) bool { return set[Address(a)] || set[legacyAddress(a)] })
 		if len(kept) == 0 {
 			delete(e, field)
 			continue

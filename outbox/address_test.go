@@ -204,7 +204,7 @@ func TestAddressForms(t *testing.T) {
 				VALUES ('d_1', 'ev_1', 'suppression.added', now(), $1)`, raw); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := tx.Exec(ctx, `SELECT sendonce_event_suppress('d_1')`); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT sendonce_event_suppress('ev_1')`); err != nil {
 				t.Fatalf("event naming %q: %v", c.Form, err)
 			}
 			var got []string

@@ -31,6 +31,7 @@ const (
 	DefaultRateLimitWait = 30 * time.Second
 	DefaultRetryBase     = time.Second
 	DefaultRetryMax      = 10 * time.Minute
+	DefaultMaxPause      = budget.DefaultMaxPause
 )
 
 // MaxAttempts is the most SendConfig.MaxAttempts may be: one less than the
@@ -59,6 +60,9 @@ type SendConfig struct {
 	MaxSnoozes int
 	// RateLimitWait is the snooze after a 429 that named no wait. Default 30 s.
 	RateLimitWait time.Duration
+	// MaxPause bounds how long a Retry-After pauses the fleet's budget.
+	// Default DefaultMaxPause.
+	MaxPause time.Duration
 	// RetryBase and RetryMax shape River's wait before the next attempt:
 	// RetryBase·2^(attempt-1), at most RetryMax, less up to 10% jitter.
 	// Defaults 1 s and 10 min.
@@ -90,6 +94,9 @@ func (c *SendConfig) withDefaults() SendConfig {
 	}
 	if out.RateLimitWait <= 0 {
 		out.RateLimitWait = DefaultRateLimitWait
+	}
+	if out.MaxPause <= 0 {
+		out.MaxPause = DefaultMaxPause
 	}
 	if out.RetryBase <= 0 {
 		out.RetryBase = DefaultRetryBase

@@ -249,7 +249,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		tp = otel.GetTracerProvider()
 	}
 	sendWorker.tracer = tp.Tracer(tracerName)
-	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budgetRate(cfg.RateLimits), logger)
+	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budget.Config{Rate: budgetRate(cfg.RateLimits), Logger: logger})
 	batcher := &sendstate.Batcher{Pool: pool}
 	workers := river.NewWorkers()
 	// The batch worker is always there: a batch frozen by a coalescing

@@ -33,6 +33,21 @@ const (
 	recheck = time.Second
 )
 
+// DefaultMaxPause is Config.MaxPause when none is given.
+const DefaultMaxPause = 5 * time.Minute
+
+// Config configures a Budget.
+type Config struct {
+	// Rate is this worker's configured limit in requests per second, or 0
+	// to find it from 429s.
+	Rate float64
+	// MaxPause bounds how long a Retry-After pauses the fleet (default
+	// DefaultMaxPause).
+	MaxPause time.Duration
+	// Logger receives the budget's few lines (a 429, a mismatch).
+	Logger *slog.Logger
+}
+
 // Budget is one worker's side of the fleet's budget for one API key.
 type Budget struct {
 	store   store
@@ -50,14 +65,18 @@ type Budget struct {
 	taken          []time.Time // recent takes, for the observed rate
 }
 
-// New returns the budget of the API key with the given fingerprint. rate is
-// the configured limit in requests per second, or 0 to find it from 429s.
-func New(pool *pgxpool.Pool, keyFingerprint string, rate float64, logger *slog.Logger) *Budget {
+// New returns the budget of the API key with the given fingerprint.
+func New(pool *pgxpool.Pool, keyFingerprint string, cfg Config) *Budget {
+	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Budget{store: store{pool: pool, fp: keyFingerprint}, ceiling: rate, logger: logger}
+	return &Budget{store: store{pool: pool, fp: keyFingerprint}, ceiling: cfg.Rate, logger: logger}
 }
+
+// Served tells the fleet the API answered a send with something other
+// than a 429.
+func (b *Budget) Served(ctx context.Context) error { return nil }
 
 // Wait takes a token for one send, waiting at most max for it. When none
 // comes in time it returns ok false and how long the fleet expects the

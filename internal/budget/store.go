@@ -84,6 +84,9 @@ type Status struct {
 	Rate float64 `json:"rate"`
 	// PausedFor is how much longer the fleet waits (a Retry-After).
 	PausedFor time.Duration `json:"pausedForNanos"`
+	// ProbingFor is how much longer, after the pause, the fleet sends
+	// single requests only.
+	ProbingFor time.Duration `json:"probingForNanos"`
 	// Throttles counts the 429s that lowered the rate.
 	Throttles int64 `json:"throttles"`
 }

@@ -31,6 +31,7 @@ const (
 	DefaultRateLimitWait = 30 * time.Second
 	DefaultRetryBase     = time.Second
 	DefaultRetryMax      = 10 * time.Minute
+	DefaultMaxPause      = budget.DefaultMaxPause
 )
 
 // MaxAttempts is the most SendConfig.MaxAttempts may be: one less than the
@@ -59,6 +60,12 @@ type SendConfig struct {
 	MaxSnoozes int
 	// RateLimitWait is the snooze after a 429 that named no wait. Default 30 s.
 	RateLimitWait time.Duration
+	// MaxPause bounds how long a 429's Retry-After pauses the fleet (its
+	// budget): past it the fleet probes with single requests until the API
+	// serves one. No job is snoozed for a 429 or for the budget longer
+	// than MaxPause, so a year-long Retry-After, or a pause cleared by
+	// hand, leaves no job a year away. Default DefaultMaxPause (5 min).
+	MaxPause time.Duration
 	// RetryBase and RetryMax shape River's wait before the next attempt:
 	// RetryBase·2^(attempt-1), at most RetryMax, less up to 10% jitter.
 	// Defaults 1 s and 10 min.
@@ -90,6 +97,9 @@ func (c *SendConfig) withDefaults() SendConfig {
 	}
 	if out.RateLimitWait <= 0 {
 		out.RateLimitWait = DefaultRateLimitWait
+	}
+	if out.MaxPause <= 0 {
+		out.MaxPause = DefaultMaxPause
 	}
 	if out.RetryBase <= 0 {
 		out.RetryBase = DefaultRetryBase
@@ -340,7 +350,20 @@ func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResul
 		}
 		res, err = call()
 	}
+	if w.budget != nil && served(err) {
+		// Ends the fleet's probing after a long Retry-After, if it was.
+		if serr := w.budget.Served(ctx); serr != nil {
+			a.log.Warn("cannot tell the fleet the API serves again", "error", serr)
+		}
+	}
 	return res, err
+}
+
+// served reports whether the API answered a call other than with a 429 or
+// a server error: it takes requests again.
+func served(err error) bool {
+	var apiErr *client.APIError
+	return err == nil || (errors.As(err, &apiErr) && apiErr.Status != 429 && apiErr.Status < 500)
 }
 
 // attempt is one claimed send on its way to an outcome.
@@ -412,6 +435,12 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		a.log.Info("send cut off by shutdown; it goes back to the queue", "reason", reason)
 		return fmt.Errorf("%s: %w", reason, ctx.Err())
 
+	case ctx.Err() == nil && sendCtx.Err() != nil && client.IsRateLimited(sendErr):
+		// The replay window ended while the send waited for the fleet's
+		// budget after a 429: the window ends the intent, not the 429,
+		// whose answer means the API took nothing.
+		return a.park(ctx, ResultExpired, false, a.windowReason(0))
+
 	case ctx.Err() == nil && sendCtx.Err() != nil:
 		// The replay window ended during the attempt.
 		return a.park(ctx, ResultExpired, true, fmt.Sprintf(
@@ -425,21 +454,30 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		return a.park(ctx, "", uncertain, reason)
 
 	case isAPI && (apiErr.RetryAfter > 0 || apiErr.Status == 429):
+		rateLimited := apiErr.Status == 429
 		wait := apiErr.RetryAfter
-		switch {
-		case wait > 0:
-		case a.budgetRetryIn > 0:
-			wait = max(a.budgetRetryIn, time.Second) // the fleet's budget paces it
-		default:
-			wait = w.cfg.RateLimitWait
+		if rateLimited {
+			// A 429 waits for the fleet's budget, which its Retry-After
+			// paused for MaxPause at most: the job comes back when the
+			// budget expects a token and never later than MaxPause, so a
+			// year-long Retry-After (issue 22), or a pause cleared by
+			// hand, leaves no job a year away.
+			switch {
+			case a.budgetRetryIn > 0:
+				wait = a.budgetRetryIn
+			case wait <= 0:
+				wait = w.cfg.RateLimitWait
+			}
+			wait = min(max(wait, time.Second), w.cfg.MaxPause)
 		}
 		uncertain := apiErr.Status >= 500
 		// A rate limit never parks an intent: it waits, bounded only by the
 		// replay window. MaxSnoozes caps long Retry-After waits of errors.
-		rateLimited := apiErr.Status == 429
 		switch {
 		case !rateLimited && rec.Snoozes >= w.cfg.MaxSnoozes:
 			return a.park(ctx, ResultFailed, uncertain, fmt.Sprintf("%s; gave up after %d snoozes", reason, rec.Snoozes))
+		case rateLimited && wait >= a.left():
+			return a.park(ctx, ResultExpired, uncertain, a.windowReason(wait))
 		case wait >= a.left():
 			return a.park(ctx, ResultExpired, uncertain, fmt.Sprintf(
 				"%s; waiting %s would pass the %s replay window, parked rather than risk a second delivery", reason, wait, w.cfg.ReplayWindow))
@@ -471,6 +509,23 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		a.log.Warn("send failed, will retry", "reason", reason)
 		return errors.New(reason)
 	}
+}
+
+// windowReason is why an intent the API rate-limited is parked: its replay
+// window ends before the fleet's budget lets it go again (in wait; 0: it
+// ended while the send waited). The reason is the window's: a 429 never
+// parks an intent by itself.
+func (a *attempt) windowReason(wait time.Duration) string {
+	first := "unknown"
+	if a.rec.FirstAttemptAt != nil {
+		first = a.rec.FirstAttemptAt.UTC().Format(time.RFC3339)
+	}
+	if wait <= 0 {
+		return fmt.Sprintf("replay window exceeded while the send waited for the fleet's rate limit: first attempt at %s, window %s; "+
+			"parked rather than risk a second delivery", first, a.w.cfg.ReplayWindow)
+	}
+	return fmt.Sprintf("replay window ends in %s, before the fleet's rate limit lets this send go again (in %s): first attempt at %s, "+
+		"window %s; parked rather than risk a second delivery", max(a.left(), 0).Round(time.Second), wait.Round(time.Second), first, a.w.cfg.ReplayWindow)
 }
 
 // markPending records an attempt that will be tried again.
@@ -553,7 +608,9 @@ func (w *sendWorker) waitForBudget(ctx context.Context, bulk bool) error {
 		return err
 	case !ok:
 		w.cfg.Observer.Observe(Outcome{Result: ResultBudgetSnoozed, BudgetWait: time.Since(start)})
-		return river.JobSnooze(max(retryIn, time.Second))
+		// Back when a token is due, and within MaxPause at the latest,
+		// whatever the budget expects (the budget bounds it too).
+		return river.JobSnooze(min(max(retryIn, time.Second), w.cfg.MaxPause))
 	}
 	w.cfg.Observer.Observe(Outcome{Result: ResultBudgetToken, BudgetWait: time.Since(start)})
 	return nil

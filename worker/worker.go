@@ -69,7 +69,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// RateLimits are the provider's limits on send requests for the API
 	// key (e.g. 10/s and 500/m; see ParseRateLimits). Every worker using
-	// the same database and API key shares one budget that keeps them all.
+	// the same database and API key shares one budget that keeps them all,
+	// at the most generous rate configured on a worker that leased in the
+	// last minute; a worker given lower limits paces only its own sends.
 	// Empty: the fleet sends unlimited until the API answers 429, then
 	// finds the limit from 429s.
 	RateLimits []RateLimit
@@ -211,6 +213,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if sendCfg.Logger == nil {
 		sendCfg.Logger = logger
 	}
+	if cfg.Send.MaxPause < 0 {
+		return nil, fmt.Errorf("worker: max pause %s: want a positive duration (0: the default, %s)", cfg.Send.MaxPause, DefaultMaxPause)
+	}
 	for _, l := range cfg.RateLimits {
 		if l.Count < 1 || l.Per <= 0 {
 			return nil, fmt.Errorf("worker: rate limit %s: want a count of 1 or more per a positive period", l)
@@ -249,7 +254,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		tp = otel.GetTracerProvider()
 	}
 	sendWorker.tracer = tp.Tracer(tracerName)
-	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budgetRate(cfg.RateLimits), logger)
+	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budget.Config{
+		Rate: budgetRate(cfg.RateLimits), MaxPause: sendWorker.cfg.MaxPause, Logger: logger})
 	batcher := &sendstate.Batcher{Pool: pool}
 	workers := river.NewWorkers()
 	// The batch worker is always there: a batch frozen by a coalescing

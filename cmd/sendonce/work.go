@@ -44,9 +44,12 @@ database needs migrating (run "sendonce migrate").
 Every worker that uses the same database and API key shares one send budget:
 --api-rate 10/s (or 600/m, 36000/h, or several: 10/s,500/m) paces them all
 together, and a 429 slows them all down. Without --api-rate they send
-unlimited until the API's first 429, then find its limit from 429s. A send
-waits for its budget before it claims its intent, and a 429 never parks one
-as failed. "sendonce status" shows the budget.
+unlimited until the API's first 429, then find its limit from 429s. A worker
+given a lower --api-rate than the others paces only its own sends (and logs
+the mismatch once). A Retry-After pauses the fleet for --max-pause at most
+(5m); past it the fleet probes with single requests until the API serves one.
+A send waits for its budget before it claims its intent, and a 429 never parks
+one as failed. "sendonce status" shows the budget.
 
 --coalesce 100 sends email intents (kind email only) up to 100 to a request
 of POST /emails/batch, which takes one token of the budget: a rate-limited
@@ -135,6 +138,7 @@ type workOptions struct {
 	replayWindow      time.Duration
 	maxSnoozes        int
 	rateLimitWait     time.Duration
+	maxPause          time.Duration
 	fetchCooldown     time.Duration
 	fetchPollInterval time.Duration
 	sweepInterval     time.Duration
@@ -191,6 +195,8 @@ func (a *app) workCommand() *cobra.Command {
 		"how long a partial batch waits to fill; no intent is held longer")
 	f.IntVar(&o.maxSnoozes, "max-snoozes", worker.DefaultMaxSnoozes, "rate-limit snoozes before an intent is parked as failed")
 	f.DurationVar(&o.rateLimitWait, "rate-limit-wait", worker.DefaultRateLimitWait, "snooze after a 429 that named no wait")
+	f.DurationVar(&o.maxPause, "max-pause", worker.DefaultMaxPause,
+		"longest a 429's Retry-After pauses the fleet; past it the fleet probes with single requests, and no job waits longer for the budget")
 	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")
 	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", time.Second, "how often to look for jobs when no notification arrives")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often to look for rows inserted by plain SQL")
@@ -229,6 +235,7 @@ func (a *app) workCommand() *cobra.Command {
 		"coalesce":            "SENDONCE_COALESCE",
 		"coalesce-wait":       "SENDONCE_COALESCE_WAIT",
 		"rate-limit-wait":     "SENDONCE_RATE_LIMIT_WAIT",
+		"max-pause":           "SENDONCE_MAX_PAUSE",
 		"fetch-cooldown":      "SENDONCE_FETCH_COOLDOWN",
 		"fetch-poll-interval": "SENDONCE_FETCH_POLL_INTERVAL",
 		"sweep-interval":      "SENDONCE_SWEEP_INTERVAL",
@@ -285,6 +292,8 @@ func (o *workOptions) check() error {
 		return usagef("--max-snoozes %d: want 1 or more", o.maxSnoozes)
 	case o.rateLimitWait <= 0:
 		return usagef("--rate-limit-wait %s: want a positive duration", o.rateLimitWait)
+	case o.maxPause <= 0:
+		return usagef("--max-pause %s: want a positive duration", o.maxPause)
 	case o.fetchCooldown <= 0:
 		return usagef("--fetch-cooldown %s: want a positive duration", o.fetchCooldown)
 	case o.fetchPollInterval < o.fetchCooldown:
@@ -407,6 +416,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 			MaxAttempts:   o.maxAttempts,
 			MaxSnoozes:    o.maxSnoozes,
 			RateLimitWait: o.rateLimitWait,
+			MaxPause:      o.maxPause,
 			Observer:      m,
 
 			PartlySuppressed: worker.PartlySuppressed(o.partlySuppressed),

@@ -52,7 +52,7 @@ func rateOver(n *atomic.Int64, d time.Duration) float64 {
 func fleet(pool *pgxpool.Pool, key string, rate float64, size int) []*budget.Budget {
 	out := make([]*budget.Budget, size)
 	for i := range out {
-		out[i] = budget.New(pool, key, rate, nil)
+		out[i] = budget.New(pool, key, budget.Config{Rate: rate})
 	}
 	return out
 }
@@ -93,7 +93,7 @@ func TestPauseAndResume(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewDB(t)
 	ctx := context.Background()
-	a, b := budget.New(pool, "sha256:pause", 50, nil), budget.New(pool, "sha256:pause", 50, nil)
+	a, b := budget.New(pool, "sha256:pause", budget.Config{Rate: 50}), budget.New(pool, "sha256:pause", budget.Config{Rate: 50})
 	if ok, _, err := a.Wait(ctx, time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
@@ -124,7 +124,7 @@ func TestDiscovery(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := budget.New(pool, "sha256:discover", 0, nil)
+	b := budget.New(pool, "sha256:discover", budget.Config{})
 	for range 1000 {
 		if ok, _, err := b.Wait(ctx, time.Second); !ok || err != nil {
 			t.Fatal("unlimited budget refused a token", err)

@@ -33,25 +33,31 @@ func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (buck
 		if err != nil {
 			return err
 		}
-		var sinceRefill, pausedFor, sinceCut float64
+		var sinceRefill, pausedFor, probeFor, sinceCut, sinceCeiling float64
 		err = tx.QueryRow(ctx, `SELECT coalesce(ceiling, 0), coalesce(rate, 0), tokens,
 				greatest(0, extract(epoch FROM t - refilled_at))::float8,
 				greatest(0, extract(epoch FROM paused_until - t))::float8,
-				greatest(0, extract(epoch FROM t - decreased_at))::float8
+				greatest(0, extract(epoch FROM probe_until - t))::float8,
+				greatest(0, extract(epoch FROM t - decreased_at))::float8,
+				greatest(0, extract(epoch FROM t - ceiling_seen_at))::float8
 			FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
-			Scan(&b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &sinceCut)
+			Scan(&b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling)
 		if err != nil {
 			return err
 		}
-		b.sinceRefill, b.pausedFor, b.sinceCut = seconds(sinceRefill), seconds(pausedFor), seconds(sinceCut)
+		b.sinceRefill, b.pausedFor, b.probeFor = seconds(sinceRefill), seconds(pausedFor), seconds(probeFor)
+		b.sinceCut, b.sinceCeiling = seconds(sinceCut), seconds(sinceCeiling)
 		cut := fn(&b)
 		_, err = tx.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($2::float8, 0), rate = nullif($3::float8, 0), tokens = $4,
 				refilled_at = clock_timestamp() - $5 * interval '1 second',
 				paused_until = clock_timestamp() + $6 * interval '1 second',
-				decreased_at = CASE WHEN $7 THEN clock_timestamp() ELSE decreased_at END,
-				throttles = throttles + CASE WHEN $7 THEN 1 ELSE 0 END
+				probe_until = CASE WHEN $7::float8 > 0 THEN clock_timestamp() + $7::float8 * interval '1 second' ELSE 'epoch' END,
+				ceiling_seen_at = clock_timestamp() - $8 * interval '1 second',
+				decreased_at = CASE WHEN $9 THEN clock_timestamp() ELSE decreased_at END,
+				throttles = throttles + CASE WHEN $9 THEN 1 ELSE 0 END
 			WHERE key_fingerprint = $1`,
-			s.fp, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), cut)
+			s.fp, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), b.probeFor.Seconds(),
+			b.sinceCeiling.Seconds(), cut)
 		return err
 	})
 	if err != nil {
@@ -60,16 +66,28 @@ func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (buck
 	return b, nil
 }
 
-func (s *store) lease(ctx context.Context, want int, ceiling float64) (granted int, wait time.Duration, rate float64, err error) {
-	b, err := s.change(ctx, func(b *bucket) bool {
-		granted, wait = b.lease(want, ceiling)
+func (s *store) lease(ctx context.Context, want int, ceiling float64, maxPause time.Duration) (granted int, wait time.Duration, b bucket, err error) {
+	b, err = s.change(ctx, func(b *bucket) bool {
+		granted, wait = b.lease(want, ceiling, maxPause)
 		return false
 	})
-	return granted, wait, b.rate, err
+	return granted, wait, b, err
 }
 
-func (s *store) throttle(ctx context.Context, pause time.Duration, observed float64) (bucket, error) {
-	return s.change(ctx, func(b *bucket) bool { return b.throttle(pause, observed) })
+func (s *store) throttle(ctx context.Context, pause time.Duration, observed float64, maxPause time.Duration) (bucket, error) {
+	return s.change(ctx, func(b *bucket) bool { return b.throttle(pause, observed, maxPause) })
+}
+
+// endProbe ends the fleet's probing: the API served a request. A pause
+// begun since (a later probe met another long Retry-After) keeps its
+// probing.
+func (s *store) endProbe(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `UPDATE sendonce_rate_budget SET probe_until = 'epoch'
+		WHERE key_fingerprint = $1 AND probe_until > clock_timestamp() AND paused_until <= clock_timestamp()`, s.fp)
+	if err != nil {
+		return fmt.Errorf("budget: end the probe: %w", err)
+	}
+	return nil
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
@@ -77,13 +95,19 @@ func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Se
 // Status is one API key's budget as the workers see it.
 type Status struct {
 	KeyFingerprint string `json:"keyFingerprint"`
-	// Ceiling is the configured rate in requests per second; 0 when the
+	// Ceiling is the configured rate in requests per second: the most
+	// generous of the workers that leased in the last minute; 0 when the
 	// fleet finds the limit from 429s.
 	Ceiling float64 `json:"ceiling"`
 	// Rate is the rate the fleet sends at now; 0 while unlimited.
 	Rate float64 `json:"rate"`
-	// PausedFor is how much longer the fleet waits (a Retry-After).
+	// PausedFor is how much longer the fleet waits (a Retry-After, at
+	// most the workers' max pause).
 	PausedFor time.Duration `json:"pausedForNanos"`
+	// ProbingFor is how much longer, after the pause, the fleet sends
+	// single requests only (the rest of a Retry-After longer than the
+	// max pause), unless the API serves one first.
+	ProbingFor time.Duration `json:"probingForNanos"`
 	// Throttles counts the 429s that lowered the rate.
 	Throttles int64 `json:"throttles"`
 }
@@ -107,6 +131,9 @@ func (b Status) Describe() string {
 	if b.PausedFor > 0 {
 		s += fmt.Sprintf(", paused for %s more", b.PausedFor.Round(100*time.Millisecond))
 	}
+	if b.ProbingFor > 0 {
+		s += fmt.Sprintf(", then single requests (probes) for up to %s more, until the API serves one", b.ProbingFor.Round(time.Second))
+	}
 	return s
 }
 
@@ -115,16 +142,17 @@ func Read(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) ([]Status, error) {
 	rows, err := db.Query(ctx, `SELECT key_fingerprint, coalesce(ceiling, 0), coalesce(rate, 0),
-			greatest(0, extract(epoch FROM paused_until - clock_timestamp()))::float8, throttles
-		FROM sendonce_rate_budget ORDER BY key_fingerprint`)
+			greatest(0, extract(epoch FROM paused_until - t))::float8,
+			greatest(0, extract(epoch FROM probe_until - greatest(t, paused_until)))::float8, throttles
+		FROM sendonce_rate_budget, clock_timestamp() AS t ORDER BY key_fingerprint`)
 	if err != nil {
 		return nil, fmt.Errorf("budget: read: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Status, error) {
 		var st Status
-		var paused float64
-		err := r.Scan(&st.KeyFingerprint, &st.Ceiling, &st.Rate, &paused, &st.Throttles)
-		st.PausedFor = seconds(paused)
+		var paused, probing float64
+		err := r.Scan(&st.KeyFingerprint, &st.Ceiling, &st.Rate, &paused, &probing, &st.Throttles)
+		st.PausedFor, st.ProbingFor = seconds(paused), seconds(probing)
 		return st, err
 	})
 	if err != nil {

@@ -99,6 +99,13 @@ type APIError struct {
 	RetryAfter time.Duration
 	// Body is the whole response body as received (nil when empty).
 	Body json.RawMessage
+	// Uncertain reports that an earlier attempt of the same call ended
+	// without a known outcome (a network failure, a timeout, a 5xx), so
+	// the request may have been delivered although this answer refuses
+	// it: a 400 or 422 on a retry (from a proxy, or after a validation
+	// change) says nothing of the attempt before it. Such a send must not
+	// be sent again under another key. See [MayHaveBeenDelivered].
+	Uncertain bool
 }
 
 // Error reads like
@@ -368,4 +375,32 @@ func truncateRunes(s string, n int) string {
 		return string(r[:n])
 	}
 	return s
+}
+
+// MayHaveBeenDelivered reports whether a send that returned err may
+// nevertheless have been delivered: a network failure or a timeout (the
+// request may have reached the API), a 5xx, or any refusal that followed
+// such an attempt of the same call ([APIError.Uncertain]). A caller must
+// not send such a request again under another idempotency key; the same
+// key replays it if it was delivered. Any other error means the API took
+// nothing.
+func MayHaveBeenDelivered(err error) bool {
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Uncertain || apiErr.Status >= 500 || (apiErr.Status >= 200 && apiErr.Status <= 299)
+	}
+	var netErr *NetworkError
+	return errors.As(err, &netErr) && !neverSent(netErr.Err)
+}
+
+// neverSent reports a network failure that happened before any byte of the
+// request left: the connection was never made (refused, no route, a DNS
+// failure), so the API cannot have seen the request.
+func neverSent(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	var dnsErr *net.DNSError
+	return errors.As(err, &dnsErr)
 }

@@ -140,6 +140,11 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		log = log.With(slog.String("idempotency_key", idemKey))
 	}
 
+	// unsure is set once an attempt of this call ended without a known
+	// outcome (a network failure after the connection was made, a 5xx): a
+	// refusal of a later attempt then says nothing of that one, which may
+	// have been delivered (APIError.Uncertain).
+	unsure := false
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, c.networkError(method, logURL, err)
@@ -165,6 +170,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 				log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, giving up", slog.Int("attempt", attempt+1), slog.String("error", nerr.Error()))
 				return nil, nerr
 			}
+			unsure = unsure || !neverSent(err)
 			wait := backoff(attempt + 1)
 			endAttempt(span, 0, nerr, true, wait)
 			log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, retrying", slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.String("error", nerr.Error()))
@@ -189,6 +195,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 
 		wait, hasWait := retryAfterFrom(resp.header, c.cfg.now())
 		apiErr := c.redactAPIError(parseAPIError(resp.status, resp.header, resp.body, wait))
+		apiErr.Uncertain = unsure
 		if !repeatable || attempt >= c.cfg.maxRetries || !retryStatuses[resp.status] {
 			endAttempt(span, resp.status, apiErr, false, 0)
 			return nil, apiErr
@@ -204,6 +211,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		case !hasWait:
 			wait = backoff(attempt + 1)
 		}
+		unsure = unsure || resp.status >= 500
 		endAttempt(span, resp.status, apiErr, true, wait)
 		log.LogAttrs(ctx, slog.LevelDebug, "openemail: retrying", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("wait", wait), slog.Bool("retry_after", hasWait))
 		if err := c.wait(ctx, wait); err != nil {

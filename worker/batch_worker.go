@@ -103,7 +103,10 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		return bw.record(ctx, a, b, answer, elapsed)
 	}
 	if parts := splitParts(b.Members, sendErr); parts != nil {
-		if b.Uncertain {
+		// Uncertain from an earlier job's attempt, or from an earlier
+		// request of this very call (the client retried a lost answer and
+		// the retry was refused): either may have been delivered.
+		if b.Uncertain || client.MayHaveBeenDelivered(sendErr) {
 			return bw.parkUnsplit(ctx, a, sendErr)
 		}
 		return bw.split(ctx, a, parts, sendErr)

@@ -449,8 +449,15 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 	case errors.Is(sendErr, errUnsendable), errors.Is(sendErr, client.ErrInsecureBaseURL), client.IsPermanent(sendErr):
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultFailed, APILatency: elapsed})
 		// A 409 may be the API saying the key is in use by a request in
-		// progress: the intent may yet be delivered.
-		uncertain := isAPI && apiErr.Status == 409
+		// progress: the intent may yet be delivered. A refusal that came
+		// after an attempt of the same call without a known outcome (the
+		// client retried a lost answer, and the retry was refused) says
+		// nothing of that attempt, which may have been delivered: parked
+		// uncertain, so that no retry takes it for "not sent".
+		uncertain := isAPI && (apiErr.Status == 409 || apiErr.Uncertain)
+		if isAPI && apiErr.Uncertain {
+			reason += "; " + uncertainRefusal
+		}
 		return a.park(ctx, "", uncertain, reason)
 
 	case isAPI && (apiErr.RetryAfter > 0 || apiErr.Status == 429):
@@ -470,7 +477,7 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 			}
 			wait = min(max(wait, time.Second), w.cfg.MaxPause)
 		}
-		uncertain := apiErr.Status >= 500
+		uncertain := apiErr.Status >= 500 || apiErr.Uncertain
 		// A rate limit never parks an intent: it waits, bounded only by the
 		// replay window. MaxSnoozes caps long Retry-After waits of errors.
 		switch {
@@ -510,6 +517,11 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		return errors.New(reason)
 	}
 }
+
+// uncertainRefusal ends the reason of a refusal that followed an attempt
+// of the same call whose outcome is unknown (client.APIError.Uncertain).
+const uncertainRefusal = "an earlier attempt of this send ended without an answer and may have been delivered: " +
+	"check whether it was, before a retry (which sends the same request under the same key)"
 
 // windowReason is why an intent the API rate-limited is parked: its replay
 // window ends before the fleet's budget lets it go again (in wait; 0: it

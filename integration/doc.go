@@ -112,11 +112,20 @@
 //     in an RR/SERIALIZABLE transaction whose snapshot predates the prune
 //     that removes its key; runs (create, add members by Go or plain SQL,
 //     pause, resume, cancel, reschedule); cancels and retries (Go and CLI);
-//     suppression adds and removes (Go and CLI); prunes. Faults among them:
+//     suppression adds and removes (Go and CLI); prunes; signed webhook
+//     events of its own, posted through the proxy as the fake's are: hard
+//     and soft bounces and complaints of delivered messages (one email of a
+//     batch-kind intent too), suppression.added and .removed, a stored
+//     event posted again byte for byte under another X-OpenEmail-Delivery
+//     header or none, and two events of one address posted against the
+//     order of their own times (a bounce, then an older
+//     suppression.removed, or the other way round). Faults among them:
 //     SIGKILL (and restart) of a worker, `pg_ctl stop -m immediate` and
 //     start, and episodes of the fake's rules: lost answers, slow answers,
-//     5xx, 429 with and without Retry-After, and a 400/422 on the retry of
-//     an attempt whose answer was lost (single sends and batches). Then it
+//     5xx, 429 with and without Retry-After, a 400/422 on the retry of an
+//     attempt whose answer was lost (single sends and batches), and
+//     bounces and complaints among the fake's own events, some posted
+//     twice, late, out of order or signed wrong. Then it
 //     quiesces (faults lifted, workers up, paused runs resumed, polling the
 //     outbox with a deadline) and checks the fake's ledger against a model
 //     of what each operation's answer proved: no (recipient, cause)
@@ -124,10 +133,18 @@
 //     a batch split into new keys still counts), every committed intent
 //     delivered once unless canceled, suppressed or failed for a fault,
 //     nothing rolled back or refused delivered, nothing delivered to an
-//     address whose suppression was answered before the intent's first
-//     claim (first_attempt_at), nothing of a run canceled before its first
-//     attempt, run counts equal to the members' rows, nothing stranded, and
-//     each row's state agreeing with the ledger. An operation whose answer
+//     address whose suppression (by hand or by an event) was in force
+//     before the intent's first claim (first_attempt_at), nothing of a run
+//     canceled before its first attempt, run counts equal to the members'
+//     rows, nothing stranded, each row's state agreeing with the ledger;
+//     the suppression list what its changes make of it in the order of
+//     their own times (an event's createdAt, a change by hand's call; the
+//     latest wins, an addition at a tie), each event applied once per
+//     signed id (a post of an event stored before is answered duplicate),
+//     and each sent intent's delivery status the highest of its messages'
+//     events (every message of a batch-kind intent). Every post to a
+//     worker is recorded by the proxy with its answer: a 2xx stored the
+//     event, a 500 or a lost connection may have. An operation whose answer
 //     was lost (a commit cut by a restart) is uncertain, and only then is
 //     the database's final state taken as its result. A violation prints
 //     the seed, the rule, the operations on its keys and addresses with

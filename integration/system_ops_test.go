@@ -214,11 +214,11 @@ func (r *sysRunner) committed(op *sysOp, key string, variant int, o sysOutcome, 
 			r.m.violate("1", []string{key}, nil, "op #%d: enqueue of %s with another body (v%d, committed v%d) was accepted (Existing=%v)", op.Seq, key, variant, in.Variant, existing)
 		}
 		if in.Committed != outYes {
-			in.Committed, in.CommittedAt, in.Variant = outYes, op.End, variant
+			in.Committed, in.CommittedAt, in.Variant, in.EnqueueStart = outYes, op.End, variant, op.Start
 		}
 	case outUncertain:
 		if in.Committed == outNo {
-			in.Committed, in.CommittedAt, in.Variant = outUncertain, op.End, variant
+			in.Committed, in.CommittedAt, in.Variant, in.EnqueueStart = outUncertain, op.End, variant, op.Start
 		}
 	default:
 		var inv *outbox.InvalidError
@@ -465,6 +465,10 @@ func (r *sysRunner) opRetry() {
 		o = goOutcome(err)
 	}
 	r.end(op, o, err)
+	if o != outNo {
+		in := r.m.intent(key)
+		in.RetriedAt = append(in.RetriedAt, op.End)
+	}
 }
 
 // opSuppression adds (or removes) an address of the pool, written in a
@@ -472,12 +476,18 @@ func (r *sysRunner) opRetry() {
 func (r *sysRunner) opSuppression(add bool) {
 	name := sysNames[r.rng.IntN(len(sysNames))]
 	form := sysForm(r.rng, name)
-	addr := canonical(form)
 	cli := r.rng.IntN(3) == 0
 	kind := "suppress"
 	if !add {
 		kind = "unsuppress"
 	}
+	r.suppressForm(kind, form, add, cli)
+}
+
+// suppressForm adds (or removes) the address form by Go or by the CLI,
+// and records the answer.
+func (r *sysRunner) suppressForm(kind, form string, add, cli bool) *sysOp {
+	addr := canonical(form)
 	op := r.begin(kind, fmt.Sprintf("%q cli=%v", form, cli))
 	op.Addrs = []string{addr}
 	var o sysOutcome
@@ -504,6 +514,7 @@ func (r *sysRunner) opSuppression(add bool) {
 	}
 	r.end(op, o, err)
 	r.m.addrOps[addr] = append(r.m.addrOps[addr], sysAddrOp{Add: add, Start: op.Start, End: op.End, Result: o, Seq: op.Seq})
+	return op
 }
 
 // opPrune runs `sendonce prune` with the short retention, after keeping
@@ -562,6 +573,13 @@ func (r *sysRunner) opRunAdd(key string, n int) {
 	if r.rng.IntN(3) == 0 {
 		sendAt = time.Now().Add(time.Duration(500+r.rng.IntN(2000)) * time.Millisecond)
 	}
+	r.runEnqueue(key, specs, sendAt)
+}
+
+// runEnqueue enqueues specs into run key by Go (EnqueueRun) and returns
+// the answer.
+func (r *sysRunner) runEnqueue(key string, specs []*sysSpec, sendAt time.Time) sysOutcome {
+	n := len(specs)
 	op := r.begin("run-enqueue", fmt.Sprintf("%s members=%d sendAt=%v", key, n, !sendAt.IsZero()))
 	for _, s := range specs {
 		op.Detail += " " + s.Key + s.formsText()
@@ -587,6 +605,7 @@ func (r *sysRunner) opRunAdd(key string, n int) {
 		existing := o == outYes && res != nil && res.Intents[i].Existing
 		r.committed(op, s.Key, 1, o, existing, err)
 	}
+	return o
 }
 
 // opRunOp pauses, resumes, cancels or reschedules a run, by Go.
@@ -595,7 +614,13 @@ func (r *sysRunner) opRunOp(kind string) {
 		return
 	}
 	key := r.runKeys[r.rng.IntN(len(r.runKeys))]
-	op := r.begin("run-"+kind, key)
+	r.runOp(key, kind, "")
+}
+
+// runOp pauses, resumes, cancels or reschedules run key, by Go, and
+// records the answer; note adds to the log.
+func (r *sysRunner) runOp(key, kind, note string) *sysOp {
+	op := r.begin("run-"+kind, key+note)
 	op.Keys = []string{key}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -618,10 +643,11 @@ func (r *sysRunner) opRunOp(kind string) {
 	}
 	o := goOutcome(err)
 	r.end(op, o, err)
-	if kind == "cancel" {
-		op.Result += fmt.Sprintf(" canceled=%d", canceled)
-	}
 	r.m.runOps[key] = append(r.m.runOps[key], sysRunOp{Kind: kind, Start: op.Start, End: op.End, Result: o, Canceled: canceled, Seq: op.Seq})
+	if kind == "cancel" {
+		r.note(op, fmt.Sprintf("canceled=%d", canceled))
+	}
+	return op
 }
 
 // opPruneRace enqueues an old key again in a REPEATABLE READ or

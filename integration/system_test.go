@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -160,6 +161,7 @@ type sysRunner struct {
 	keys     []string // intent keys made, in order (run members excluded from re-enqueues)
 	runKeys  []string
 	n, nRuns int
+	nEvents  int // events the schedule made up (and delivery headers of replays)
 	episodes []*sysEpisode
 	seq      int
 }
@@ -179,6 +181,14 @@ func (r *sysRunner) end(op *sysOp, o sysOutcome, err error) {
 	}
 	if testing.Verbose() {
 		r.t.Log(op)
+	}
+}
+
+// note adds what an operation found after its answer to its log.
+func (r *sysRunner) note(op *sysOp, text string) {
+	op.Detail += " (" + text + ")"
+	if testing.Verbose() {
+		r.t.Logf("#%d note: %s", op.Seq, text)
 	}
 }
 
@@ -203,7 +213,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.hooks = &hookProxy{live: map[string]bool{}}
+	r.hooks = newHookProxy()
 	r.hooks.srv = &http.Server{Handler: r.hooks, ReadHeaderTimeout: 5 * time.Second}
 	go r.hooks.srv.Serve(ln)
 	t.Cleanup(func() { r.hooks.srv.Close() })
@@ -279,6 +289,8 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	}
 
 	r.quiesce()
+	r.m.setPosts(r.hooks.all())
+	r.awaitStatuses()
 	final := r.readFinal()
 	r.m.check(final)
 
@@ -371,6 +383,11 @@ func (r *sysRunner) step() {
 		{1, func() { r.opRunOp("resume") }},
 		{2, func() { r.opRunOp("cancel") }},
 		{1, func() { r.opRunOp("reschedule") }},
+		{2, r.opBounce},
+		{3, func() { r.opSuppressionEvent(true) }},
+		{1, func() { r.opSuppressionEvent(false) }},
+		{2, r.opReplay},
+		{2, r.opOutOfOrder},
 		{1, r.opKill},
 		{1, func() {
 			if r.rng.IntN(3) == 0 {
@@ -446,6 +463,39 @@ func (r *sysRunner) quiesce() {
 	op.Result += " " + state
 }
 
+// awaitStatuses waits (polling the outbox, with a deadline) until every
+// sent intent's delivery status is what its messages' events say: an event
+// that came before its send was recorded is matched by a worker's sweeper
+// within a second. What still differs at the deadline is reported by the
+// check.
+func (r *sysRunner) awaitStatuses() {
+	op := r.begin("await-statuses", "until each sent intent's delivery status is its events'")
+	deadline := time.Now().Add(10 * time.Second)
+	left := -1
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rows, err := readRows(ctx, r.pool)
+		cancel()
+		if err == nil {
+			left = 0
+			for _, row := range rows {
+				if want, ok := r.m.statusWanted(row); ok && !slices.Contains(want, row.Delivery) {
+					left++
+				}
+			}
+			if left == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
+	}
+	r.end(op, outYes, nil)
+	op.Result += fmt.Sprintf(" differing=%d", left)
+}
+
 // snapshot keeps what the outbox says of every row now: a row pruned
 // later is checked by its last known state.
 func (r *sysRunner) snapshot() {
@@ -494,6 +544,19 @@ func (r *sysRunner) readFinal() sysFinal {
 			row.Key, row.State, row.Pruned = key, state, true
 			f.rows[key] = row
 		}
+	}
+	for after := ""; ; {
+		list, err := r.ob.Suppressions(ctx, outbox.SuppressionParams{After: after, Limit: 10_000})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, s := range list {
+			f.suppressed = append(f.suppressed, s.Address)
+		}
+		if len(list) < 10_000 {
+			break
+		}
+		after = list[len(list)-1].Address
 	}
 	f.deliveries = r.srv.Deliveries()
 	f.requests = r.srv.Requests()

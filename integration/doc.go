@@ -95,8 +95,9 @@
 //     and 26 through plain SQL inserts, each refused with a message naming
 //     the problem (one line on stderr for the command), and the outbox,
 //     River's jobs, the fake's ledger and its request log unchanged.
-//   - system_test.go (with system_ops_test.go, system_faults_test.go and
-//     system_model_test.go): the seeded, randomized whole-system test. Per
+//   - system_test.go (with system_ops_test.go, system_faults_test.go,
+//     system_hooks_test.go, system_races_test.go, system_model_test.go and
+//     system_events_test.go): the seeded, randomized whole-system test. Per
 //     seed (math/rand/v2; every choice from it): a PostgreSQL cluster of its
 //     own, the fake API with a 6 s key memory (shorter than the 8 s
 //     retention its prunes use, as the API's 24 h against 30 days; the
@@ -119,7 +120,11 @@
 //     event posted again byte for byte under another X-OpenEmail-Delivery
 //     header or none, and two events of one address posted against the
 //     order of their own times (a bounce, then an older
-//     suppression.removed, or the other way round). Faults among them:
+//     suppression.removed, or the other way round); and operations aimed
+//     at an instant by polling the database (system_races_test.go): a
+//     recipient of a coalesced batch suppressed just after the batch is
+//     frozen, a run canceled while a batch of it is being frozen, a
+//     plain-SQL member inserted into a run just canceled. Faults among them:
 //     SIGKILL (and restart) of a worker, `pg_ctl stop -m immediate` and
 //     start, and episodes of the fake's rules: lost answers, slow answers,
 //     5xx, 429 with and without Retry-After, a 400/422 on the retry of an
@@ -135,8 +140,9 @@
 //     nothing rolled back or refused delivered, nothing delivered to an
 //     address whose suppression (by hand or by an event) was in force
 //     before the intent's first claim (first_attempt_at), nothing of a run
-//     canceled before its first attempt, run counts equal to the members'
-//     rows, nothing stranded, each row's state agreeing with the ledger;
+//     canceled before its first attempt and no member added after its
+//     cancel, run counts equal to the members' rows, nothing stranded,
+//     each row's state agreeing with the ledger;
 //     the suppression list what its changes make of it in the order of
 //     their own times (an event's createdAt, a change by hand's call; the
 //     latest wins, an addition at a tie), each event applied once per

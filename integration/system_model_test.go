@@ -360,6 +360,16 @@ func (m *model) check(f sysFinal) {
 				}
 			}
 		}
+		if in.Run != "" {
+			// A canceled run takes no new member (hole 6).
+			for _, op := range m.runOps[in.Run] {
+				if op.Kind == "cancel" && op.Result == outYes && op.End.Before(in.EnqueueStart) {
+					m.violate("3", []string{key, in.Run}, nil, "%s joined run %s by an enqueue begun at %s, after the run's cancel was answered (%s): a canceled run takes no new member",
+						key, in.Run, in.EnqueueStart.Format("15:04:05.000"), op.End.Format("15:04:05.000"))
+					break
+				}
+			}
+		}
 		canceledBy := in.Canceled != outNo
 		for _, op := range m.runOps[in.Run] {
 			if op.Kind == "cancel" && op.Result != outNo {

@@ -614,7 +614,12 @@ func (r *sysRunner) opRunOp(kind string) {
 		return
 	}
 	key := r.runKeys[r.rng.IntN(len(r.runKeys))]
-	r.runOp(key, kind, "")
+	op := r.runOp(key, kind, "")
+	if kind == "cancel" && op.Result == outYes.String() && r.rng.IntN(3) == 0 {
+		// Hole 6's shape: a plain-SQL member of the run just canceled,
+		// which must be refused.
+		r.opEnqueueSQL([]*sysSpec{r.newSpec(outbox.KindEmail)}, []int{1}, key)
+	}
 }
 
 // runOp pauses, resumes, cancels or reschedules run key, by Go, and

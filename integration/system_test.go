@@ -136,6 +136,7 @@ type sysWorker struct {
 	name      string
 	args      []string
 	hookAddr  string
+	coalesce  bool
 	p         *proc
 	restartAt time.Time
 	restarts  int
@@ -246,7 +247,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 			o.PollOnly = true
 			desc = append(desc, "poll-only")
 		}
-		w := &sysWorker{name: fmt.Sprintf("worker%d", i), hookAddr: freeLoopbackAddr(t)}
+		w := &sysWorker{name: fmt.Sprintf("worker%d", i), hookAddr: freeLoopbackAddr(t), coalesce: o.Coalesce > 0}
 		w.args = append(workerArgs(t, o), "--replay-window", sysReplayWindow.String(), "--webhook-addr", w.hookAddr)
 		if rng.IntN(3) == 0 {
 			w.args = append(w.args, "--retain", sysRetain.String())
@@ -388,6 +389,8 @@ func (r *sysRunner) step() {
 		{1, func() { r.opSuppressionEvent(false) }},
 		{2, r.opReplay},
 		{2, r.opOutOfOrder},
+		{2, r.opSuppressFrozen},
+		{2, r.opCancelAtFreeze},
 		{1, r.opKill},
 		{1, func() {
 			if r.rng.IntN(3) == 0 {

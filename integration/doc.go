@@ -111,8 +111,8 @@
 //     several forms ("Ada <ada@x>", upper case, "ada@x (Ada)", "\"ada\"@x",
 //     a leading tab); re-enqueues with the same body and with another, one
 //     in an RR/SERIALIZABLE transaction whose snapshot predates the prune
-//     that removes its key; runs (create, add members by Go or plain SQL,
-//     pause, resume, cancel, reschedule); cancels and retries (Go and CLI);
+//     that removes its key; runs (create, add members by Go, plain SQL or
+//     `sendonce enqueue --run`, pause, resume, cancel, reschedule); cancels and retries (Go and CLI);
 //     suppression adds and removes (Go and CLI); prunes; signed webhook
 //     events of its own, posted through the proxy as the fake's are: hard
 //     and soft bounces and complaints of delivered messages (one email of a
@@ -160,8 +160,8 @@
 //     default 1,2, about a minute), -system.ops 15s per seed
 //     (SENDONCE_SYSTEM_OPS), -system.budget 20m to run seeds one after
 //     another until spent (SENDONCE_SYSTEM_BUDGET; `make soak`). One line
-//     per seed (operations and faults by kind, deliveries, violations) and
-//     a total line.
+//     per seed (operations and faults by kind, the rows' final states,
+//     deliveries, requests, webhook events, violations) and a total line.
 //   - secrets_test.go: runs the command where a key could leak (401s,
 //     malformed and missing keys, plain http off the machine, debug logs,
 //     stored errors, every inspect command) and then scans everything every

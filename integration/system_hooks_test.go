@@ -313,14 +313,14 @@ func (r *sysRunner) opBounce() {
 	typ, kind := fakeapi.EventBounced, "hook-bounce"
 	data := map[string]any{"emailId": d.MessageID, "to": d.To}
 	switch x := r.rng.IntN(10); {
-	case x < 2:
+	case x < 3:
 		kind = "hook-soft-bounce"
 		if r.rng.IntN(2) == 0 {
 			data["bounce"] = map[string]any{"type": "soft"}
 		} else {
 			data["bounceType"] = "transient"
 		}
-	case x < 4:
+	case x < 5:
 		typ, kind = fakeapi.EventComplained, "hook-complain"
 	}
 	op := r.begin(kind, fmt.Sprintf("of %s (%s, delivered %s)", d.MessageID, key, d.DeliveredAt.Format("15:04:05.000")))

@@ -119,6 +119,7 @@ type model struct {
 	byEmail    map[string][]*sysEvent
 	changes    map[string][]sysChange
 	requests   []fakeapi.RequestRecord // the fake's request log, for explanations
+	batches    map[string]sysBatch
 	violations []sysViolation
 }
 
@@ -244,7 +245,7 @@ func keyOfCause(c string) string {
 
 // check holds the final state to the model and records violations.
 func (m *model) check(f sysFinal) {
-	m.requests = f.requests
+	m.requests, m.batches = f.requests, f.batches
 	// Deliveries by (cause, canonical recipient).
 	type pair struct{ cause, rcpt string }
 	got := map[pair][]fakeapi.Delivery{}
@@ -525,15 +526,22 @@ func (m *model) explain(v sysViolation) string {
 			fmt.Fprintf(&b, "    %s\n", op)
 		}
 	}
+	// The requests under its keys, and under the batches holding them.
+	keys := slices.Clone(v.Keys)
+	for bk, b := range m.batches {
+		if slices.ContainsFunc(b.Members, func(k string) bool { return slices.Contains(v.Keys, k) }) {
+			keys = append(keys, bk)
+		}
+	}
 	var reqs []string
 	for _, q := range m.requests {
-		if q.IdempotencyKey != "" && slices.Contains(v.Keys, q.IdempotencyKey) {
+		if q.IdempotencyKey != "" && slices.Contains(keys, q.IdempotencyKey) {
 			reqs = append(reqs, fmt.Sprintf("%s %s %s key=%q [%s..%s] => %d dropped=%v replayed=%v fault=%q", q.RequestID, q.Method, q.Path, q.IdempotencyKey,
 				q.ReceivedAt.Format("15:04:05.000"), q.AnsweredAt.Format("15:04:05.000"), q.Status, q.Dropped, q.Replayed, q.Fault))
 		}
 	}
 	if len(reqs) > 0 {
-		fmt.Fprintf(&b, "    the fake's requests under %v:\n", v.Keys)
+		fmt.Fprintf(&b, "    the fake's requests under %v:\n", keys)
 		for i, q := range reqs {
 			if i == 10 {
 				fmt.Fprintf(&b, "      … %d more\n", len(reqs)-10)

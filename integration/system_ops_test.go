@@ -573,7 +573,46 @@ func (r *sysRunner) opRunAdd(key string, n int) {
 	if r.rng.IntN(3) == 0 {
 		sendAt = time.Now().Add(time.Duration(500+r.rng.IntN(2000)) * time.Millisecond)
 	}
+	if r.rng.IntN(4) == 0 {
+		r.runEnqueueCLI(key, specs, sendAt)
+		return
+	}
 	r.runEnqueue(key, specs, sendAt)
+}
+
+// runEnqueueCLI enqueues specs into run key with `sendonce enqueue --run`,
+// one NDJSON member a line.
+func (r *sysRunner) runEnqueueCLI(key string, specs []*sysSpec, sendAt time.Time) sysOutcome {
+	op := r.begin("run-enqueue-cli", fmt.Sprintf("%s members=%d sendAt=%v", key, len(specs), !sendAt.IsZero()))
+	op.Keys = []string{key}
+	var in strings.Builder
+	for _, s := range specs {
+		op.Detail += " " + s.Key + s.formsText()
+		op.Keys = append(op.Keys, s.Key)
+		op.Addrs = append(op.Addrs, s.addrs()...)
+		r.m.intent(s.Key).Run = key
+		in.Write(mustJSON(map[string]any{"key": s.Key, "payload": s.payload(1)}))
+		in.WriteByte('\n')
+	}
+	args := []string{"enqueue", "--run", key, "--json"}
+	if !sendAt.IsZero() {
+		// RFC 3339 to the second: the hold rounds down, which only starts it sooner.
+		args = append(args, "--send-at", sendAt.UTC().Format(time.RFC3339))
+	}
+	res := run(r.t, "enqueue-run", r.e, strings.NewReader(in.String()), args...)
+	o := outYes
+	var err error
+	if res.code != 0 {
+		o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
+	}
+	r.end(op, o, err)
+	if o == outYes {
+		r.note(op, oneLine(res.stdout))
+	}
+	for _, s := range specs {
+		r.committed(op, s.Key, 1, o, false, err)
+	}
+	return o
 }
 
 // runEnqueue enqueues specs into run key by Go (EnqueueRun) and returns

@@ -313,9 +313,13 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	if len(r.m.violations) > 0 {
 		r.keepLogs()
 	}
-	summary(t, "system: seed=%d workers=%s ops={%s} faults={%s} intents=%d deliveries=%d requests=%d violations=%d elapsed=%s",
-		seed, strings.Join(descs, ","), fmtCounts(ops), fmtCounts(faults), len(r.m.intents), len(final.deliveries), len(final.requests),
-		len(r.m.violations), time.Since(start).Round(time.Second))
+	states := map[string]int{}
+	for _, row := range final.rows {
+		states[row.State]++
+	}
+	summary(t, "system: seed=%d workers=%s ops={%s} faults={%s} intents=%d states={%s} deliveries=%d requests=%d events=%d violations=%d elapsed=%s",
+		seed, strings.Join(descs, ","), fmtCounts(ops), fmtCounts(faults), len(r.m.intents), fmtCounts(states), len(final.deliveries), len(final.requests),
+		len(r.m.events), len(r.m.violations), time.Since(start).Round(time.Second))
 	for _, w := range r.workers {
 		if w.p.running() {
 			w.p.terminate(20 * time.Second)

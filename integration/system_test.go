@@ -442,7 +442,7 @@ func (r *sysRunner) quiesce() {
 		}
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	state := ""
+	state, slow := "", ""
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c, err := countBy(qctx, r.pool, `SELECT state, count(*) FROM sendonce_outbox WHERE state IN ('pending', 'sending') GROUP BY 1`)
@@ -454,8 +454,18 @@ func (r *sysRunner) quiesce() {
 		if time.Now().After(deadline) {
 			break // what is left is reported by the check as stranded
 		}
+		if slow == "" && time.Since(op.Start) > 5*time.Second {
+			// What a long drain waits for, for the log.
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			keys, _ := queryStrings(qctx, r.pool, `SELECT idempotency_key || ' ' || state || ' attempts=' || attempts || ' ' || coalesce(last_error, '')
+				FROM sendonce_outbox WHERE state IN ('pending', 'sending') ORDER BY id LIMIT 3`)
+			cancel()
+			slow = strings.Join(keys, "; ")
+			r.note(op, "after 5 s still waiting for "+oneLine(slow))
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	drained := time.Now()
 	// The webhook events of what was delivered, to the end.
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	emails := 0
@@ -464,10 +474,11 @@ func (r *sysRunner) quiesce() {
 			emails++ // broadcasts make no events
 		}
 	}
-	_ = r.srv.WaitWebhooks(wctx, emails)
+	werr := r.srv.WaitWebhooks(wctx, emails)
 	cancel()
 	r.end(op, outYes, nil)
-	op.Result += " " + state
+	r.note(op, fmt.Sprintf("outbox drained in %s (left: %s); %d of %d webhook events sent in %s more (%v)",
+		drained.Sub(op.Start).Round(time.Millisecond), state, r.srv.WebhooksSent(), emails, time.Since(drained).Round(time.Millisecond), werr))
 }
 
 // awaitStatuses waits (polling the outbox, with a deadline) until every

@@ -108,8 +108,10 @@
 //     times: enqueues by Go (Enqueue, EnqueueMany; READ COMMITTED,
 //     REPEATABLE READ, SERIALIZABLE; some rolled back), plain SQL and
 //     `sendonce enqueue`, of all four kinds, to a pool of six addresses in
-//     several forms ("Ada <ada@x>", upper case, "ada@x (Ada)", "\"ada\"@x",
-//     a leading tab); re-enqueues with the same body and with another, one
+//     the forms sendonce takes ("Ada <ada@x>", "<ada@x>", a quoted name,
+//     upper case, spaces around) and, one time in twelve, in ones it
+//     refuses at enqueue ("ada@x (Ada)", "\"ada\"@x", a leading tab; hole
+//     3); re-enqueues with the same body and with another, one
 //     in an RR/SERIALIZABLE transaction whose snapshot predates the prune
 //     that removes its key; runs (create, add members by Go, plain SQL or
 //     `sendonce enqueue --run`, pause, resume, cancel, reschedule); cancels and retries (Go and CLI);

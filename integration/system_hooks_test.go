@@ -117,7 +117,8 @@ func (p *hookPost) parse() {
 		}
 	}
 	for _, f := range forms {
-		if a := canonical(f); strings.Contains(a, "@") && !slices.Contains(p.Addrs, a) {
+		// A form sendonce refuses names no address (webhook/doc.go).
+		if a, ok := spelled(f); ok && strings.Contains(a, "@") && !slices.Contains(p.Addrs, a) {
 			p.Addrs = append(p.Addrs, a)
 		}
 	}
@@ -333,7 +334,7 @@ func (r *sysRunner) opBounce() {
 // opSuppressionEvent posts the API's suppression.added or
 // suppression.removed of an address of the pool in a drawn form.
 func (r *sysRunner) opSuppressionEvent(removed bool) {
-	form := sysForm(r.rng, sysNames[r.rng.IntN(len(sysNames))])
+	form := sysForm(r.rng, r.pickName(removed))
 	typ, kind := "suppression.added", "hook-suppression-added"
 	if removed {
 		typ, kind = "suppression.removed", "hook-suppression-removed"

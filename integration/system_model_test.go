@@ -79,6 +79,22 @@ type sysIntent struct {
 	RetriedAt []time.Time
 	// EnqueueStart is when the enqueue that committed it began.
 	EnqueueStart time.Time
+	// RunSince is when its run (under the key Run) began: the start of
+	// the enqueue that answered it created the run.
+	RunSince time.Time
+}
+
+// runOpsOf is what was done to in's run since in's run began: a done run
+// is pruned with its members, and its key may then begin a new run, which
+// none of the old one's operations touched.
+func (m *model) runOpsOf(in *sysIntent) []sysRunOp {
+	var out []sysRunOp
+	for _, op := range m.runOps[in.Run] {
+		if !op.End.Before(in.RunSince) {
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 // sysAddrOp is a suppression change of one canonical address.
@@ -106,7 +122,11 @@ type model struct {
 	order   []string // intent keys in first-use order
 	addrOps map[string][]sysAddrOp
 	runOps  map[string][]sysRunOp
-	runs    []string
+	// runSince is, per run key, the start of the last enqueue that
+	// answered it created the run (a run pruned when done leaves its key
+	// free for a new one).
+	runSince map[string]time.Time
+	runs     []string
 	// snapshots of sendonce_outbox taken before each prune: a pruned row's
 	// last known state.
 	snap      map[string]sysRow
@@ -125,7 +145,7 @@ type model struct {
 
 func newModel(seed uint64) *model {
 	return &model{seed: seed, intents: map[string]*sysIntent{}, addrOps: map[string][]sysAddrOp{},
-		runOps: map[string][]sysRunOp{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{}}
+		runOps: map[string][]sysRunOp{}, runSince: map[string]time.Time{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{}}
 }
 
 // sysViolation is a broken rule and what it involves.
@@ -339,7 +359,7 @@ func (m *model) check(f sysFinal) {
 			mustNot = fmt.Sprintf("canceled at %s", in.CanceledAt.Format("15:04:05.000"))
 		}
 		if in.Run != "" {
-			for _, op := range m.runOps[in.Run] {
+			for _, op := range m.runOpsOf(in) {
 				// A member settled before the cancel (failed, suppressed) is
 				// left as it is; a retry answered after it sends it again.
 				revived := slices.ContainsFunc(in.RetriedAt, func(t time.Time) bool { return t.After(op.End) })
@@ -349,7 +369,7 @@ func (m *model) check(f sysFinal) {
 				}
 				if op.Kind == "pause" && op.Result == outYes && row.FirstAttempt != nil && row.FirstAttempt.After(op.End) {
 					resumed := false
-					for _, r := range m.runOps[in.Run] {
+					for _, r := range m.runOpsOf(in) {
 						if r.Kind != "pause" && r.Kind != "reschedule" && r.Start.After(op.Start) && r.Start.Before(*row.FirstAttempt) && r.Result != outNo {
 							resumed = true
 						}
@@ -363,7 +383,7 @@ func (m *model) check(f sysFinal) {
 		}
 		if in.Run != "" {
 			// A canceled run takes no new member (hole 6).
-			for _, op := range m.runOps[in.Run] {
+			for _, op := range m.runOpsOf(in) {
 				if op.Kind == "cancel" && op.Result == outYes && op.End.Before(in.EnqueueStart) {
 					m.violate("3", []string{key, in.Run}, nil, "%s joined run %s by an enqueue begun at %s, after the run's cancel was answered (%s): a canceled run takes no new member",
 						key, in.Run, in.EnqueueStart.Format("15:04:05.000"), op.End.Format("15:04:05.000"))
@@ -372,7 +392,7 @@ func (m *model) check(f sysFinal) {
 			}
 		}
 		canceledBy := in.Canceled != outNo
-		for _, op := range m.runOps[in.Run] {
+		for _, op := range m.runOpsOf(in) {
 			if op.Kind == "cancel" && op.Result != outNo {
 				canceledBy = true
 			}

@@ -328,6 +328,7 @@ func (r *sysRunner) opEnqueueSQL(specs []*sysSpec, variants []int, run string) {
 	for i, s := range specs {
 		if run != "" {
 			r.m.intent(s.Key).Run = run
+			r.m.intents[s.Key].RunSince = r.m.runSince[run]
 		}
 		// A row the tombstone trigger skipped (0 rows) is an existing one.
 		r.committed(op, s.Key, variants[i], o, inserted[i] == 0, err)
@@ -646,9 +647,16 @@ func (r *sysRunner) runEnqueueCLI(key string, specs []*sysSpec, sendAt time.Time
 	r.end(op, o, err)
 	if o == outYes {
 		r.note(op, oneLine(res.stdout))
+		var out struct {
+			Created bool `json:"created"`
+		}
+		if json.Unmarshal([]byte(res.stdout), &out) == nil && out.Created {
+			r.m.runSince[key] = op.Start
+		}
 	}
 	for _, s := range specs {
 		r.committed(op, s.Key, 1, o, false, err)
+		r.m.intents[s.Key].RunSince = r.m.runSince[key]
 	}
 	return o
 }
@@ -678,9 +686,16 @@ func (r *sysRunner) runEnqueue(key string, specs []*sysSpec, sendAt time.Time) s
 		return err
 	})
 	r.end(op, o, err)
+	if o == outYes && res != nil && res.Created {
+		if _, before := r.m.runSince[key]; before {
+			r.note(op, "created the run anew: the old one was pruned when done")
+		}
+		r.m.runSince[key] = op.Start
+	}
 	for i, s := range specs {
 		existing := o == outYes && res != nil && res.Intents[i].Existing
 		r.committed(op, s.Key, 1, o, existing, err)
+		r.m.intents[s.Key].RunSince = r.m.runSince[key]
 	}
 	return o
 }

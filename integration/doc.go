@@ -95,8 +95,9 @@
 //     and 26 through plain SQL inserts, each refused with a message naming
 //     the problem (one line on stderr for the command), and the outbox,
 //     River's jobs, the fake's ledger and its request log unchanged.
-//   - system_test.go (with system_ops_test.go, system_faults_test.go and
-//     system_model_test.go): the seeded, randomized whole-system test. Per
+//   - system_test.go (with system_ops_test.go, system_faults_test.go,
+//     system_hooks_test.go, system_races_test.go, system_model_test.go and
+//     system_events_test.go): the seeded, randomized whole-system test. Per
 //     seed (math/rand/v2; every choice from it): a PostgreSQL cluster of its
 //     own, the fake API with a 6 s key memory (shorter than the 8 s
 //     retention its prunes use, as the API's 24 h against 30 days; the
@@ -107,16 +108,31 @@
 //     times: enqueues by Go (Enqueue, EnqueueMany; READ COMMITTED,
 //     REPEATABLE READ, SERIALIZABLE; some rolled back), plain SQL and
 //     `sendonce enqueue`, of all four kinds, to a pool of six addresses in
-//     several forms ("Ada <ada@x>", upper case, "ada@x (Ada)", "\"ada\"@x",
-//     a leading tab); re-enqueues with the same body and with another, one
+//     the forms sendonce takes ("Ada <ada@x>", "<ada@x>", a quoted name,
+//     upper case, spaces around) and, one time in twelve, in ones it
+//     refuses at enqueue ("ada@x (Ada)", "\"ada\"@x", a leading tab; hole
+//     3); re-enqueues with the same body and with another, one
 //     in an RR/SERIALIZABLE transaction whose snapshot predates the prune
-//     that removes its key; runs (create, add members by Go or plain SQL,
-//     pause, resume, cancel, reschedule); cancels and retries (Go and CLI);
-//     suppression adds and removes (Go and CLI); prunes. Faults among them:
+//     that removes its key; runs (create, add members by Go, plain SQL or
+//     `sendonce enqueue --run`, pause, resume, cancel, reschedule); cancels and retries (Go and CLI);
+//     suppression adds and removes (Go and CLI); prunes; signed webhook
+//     events of its own, posted through the proxy as the fake's are: hard
+//     and soft bounces and complaints of delivered messages (one email of a
+//     batch-kind intent too), suppression.added and .removed, a stored
+//     event posted again byte for byte under another X-OpenEmail-Delivery
+//     header or none, and two events of one address posted against the
+//     order of their own times (a bounce, then an older
+//     suppression.removed, or the other way round); and operations aimed
+//     at an instant by polling the database (system_races_test.go): a
+//     recipient of a coalesced batch suppressed just after the batch is
+//     frozen, a run canceled while a batch of it is being frozen, a
+//     plain-SQL member inserted into a run just canceled. Faults among them:
 //     SIGKILL (and restart) of a worker, `pg_ctl stop -m immediate` and
 //     start, and episodes of the fake's rules: lost answers, slow answers,
-//     5xx, 429 with and without Retry-After, and a 400/422 on the retry of
-//     an attempt whose answer was lost (single sends and batches). Then it
+//     5xx, 429 with and without Retry-After, a 400/422 on the retry of an
+//     attempt whose answer was lost (single sends and batches), and
+//     bounces and complaints among the fake's own events, some posted
+//     twice, late, out of order or signed wrong. Then it
 //     quiesces (faults lifted, workers up, paused runs resumed, polling the
 //     outbox with a deadline) and checks the fake's ledger against a model
 //     of what each operation's answer proved: no (recipient, cause)
@@ -124,10 +140,19 @@
 //     a batch split into new keys still counts), every committed intent
 //     delivered once unless canceled, suppressed or failed for a fault,
 //     nothing rolled back or refused delivered, nothing delivered to an
-//     address whose suppression was answered before the intent's first
-//     claim (first_attempt_at), nothing of a run canceled before its first
-//     attempt, run counts equal to the members' rows, nothing stranded, and
-//     each row's state agreeing with the ledger. An operation whose answer
+//     address whose suppression (by hand or by an event) was in force
+//     before the intent's first claim (first_attempt_at), nothing of a run
+//     canceled before its first attempt and no member added after its
+//     cancel, run counts equal to the members' rows, nothing stranded,
+//     each row's state agreeing with the ledger;
+//     the suppression list what its changes make of it in the order of
+//     their own times (an event's createdAt, a change by hand's call; the
+//     latest wins, an addition at a tie), each event applied once per
+//     signed id (a post of an event stored before is answered duplicate),
+//     and each sent intent's delivery status the highest of its messages'
+//     events (every message of a batch-kind intent). Every post to a
+//     worker is recorded by the proxy with its answer: a 2xx stored the
+//     event, a 500 or a lost connection may have. An operation whose answer
 //     was lost (a commit cut by a restart) is uncertain, and only then is
 //     the database's final state taken as its result. A violation prints
 //     the seed, the rule, the operations on its keys and addresses with
@@ -137,8 +162,8 @@
 //     default 1,2, about a minute), -system.ops 15s per seed
 //     (SENDONCE_SYSTEM_OPS), -system.budget 20m to run seeds one after
 //     another until spent (SENDONCE_SYSTEM_BUDGET; `make soak`). One line
-//     per seed (operations and faults by kind, deliveries, violations) and
-//     a total line.
+//     per seed (operations and faults by kind, the rows' final states,
+//     deliveries, requests, webhook events, violations) and a total line.
 //   - secrets_test.go: runs the command where a key could leak (401s,
 //     malformed and missing keys, plain http off the machine, debug logs,
 //     stored errors, every inspect command) and then scans everything every

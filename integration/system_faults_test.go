@@ -3,12 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
@@ -33,7 +28,7 @@ type sysEpisode struct {
 func (r *sysRunner) opFaultEpisode() {
 	d := time.Duration(800+r.rng.IntN(2200)) * time.Millisecond
 	var ep *sysEpisode
-	switch x := r.rng.IntN(9); x {
+	switch x := r.rng.IntN(11); x {
 	case 0:
 		ep = &sysEpisode{name: "lost-answer", rules: []string{"drop_after;method=POST;p=0.3"}}
 	case 1:
@@ -46,6 +41,8 @@ func (r *sysRunner) opFaultEpisode() {
 		ep = &sysEpisode{name: "429", rules: []string{"rate_limit;method=POST;p=0.4"}}
 	case 5:
 		ep = &sysEpisode{name: "429-retry-after", rules: []string{"retry_after=1;method=POST;p=0.4"}}
+	case 9, 10:
+		ep = bouncesEpisode()
 	case 6, 7:
 		// Hole 2's shape: a batch request delivered with its answer lost,
 		// then its retry refused whole with 400/422.
@@ -155,43 +152,4 @@ func (r *sysRunner) opPGRestart() {
 		r.t.Fatalf("start PostgreSQL: %v", err)
 	}
 	r.end(op, outYes, nil)
-}
-
-// hookProxy takes the fake's webhook events and hands each to a live
-// worker's --webhook-addr listener, so a killed worker does not lose them.
-type hookProxy struct {
-	mu    sync.Mutex
-	live  map[string]bool
-	addrs []string
-	next  atomic.Uint64
-	srv   *http.Server
-	url   string
-}
-
-func (h *hookProxy) set(addr string, live bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.live[addr] = live
-}
-
-func (h *hookProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	h.mu.Lock()
-	var live []string
-	for _, a := range h.addrs {
-		if h.live[a] {
-			live = append(live, a)
-		}
-	}
-	h.mu.Unlock()
-	if len(live) == 0 {
-		http.Error(w, "no worker takes webhooks now", http.StatusServiceUnavailable)
-		return
-	}
-	target := live[int(h.next.Add(1))%len(live)]
-	u, _ := url.Parse("http://" + target)
-	p := httputil.NewSingleHostReverseProxy(u)
-	p.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-	}
-	p.ServeHTTP(w, req)
 }

@@ -74,6 +74,27 @@ type sysIntent struct {
 	// the canceled record; outUncertain: its connection died).
 	Canceled   sysOutcome
 	CanceledAt time.Time
+	// RetriedAt are the times retries of it were answered (it was failed
+	// or suppressed then, so no cancel of its run had canceled it).
+	RetriedAt []time.Time
+	// EnqueueStart is when the enqueue that committed it began.
+	EnqueueStart time.Time
+	// RunSince is when its run (under the key Run) began: the start of
+	// the enqueue that answered it created the run.
+	RunSince time.Time
+}
+
+// runOpsOf is what was done to in's run since in's run began: a done run
+// is pruned with its members, and its key may then begin a new run, which
+// none of the old one's operations touched.
+func (m *model) runOpsOf(in *sysIntent) []sysRunOp {
+	var out []sysRunOp
+	for _, op := range m.runOps[in.Run] {
+		if !op.End.Before(in.RunSince) {
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 // sysAddrOp is a suppression change of one canonical address.
@@ -101,17 +122,30 @@ type model struct {
 	order   []string // intent keys in first-use order
 	addrOps map[string][]sysAddrOp
 	runOps  map[string][]sysRunOp
-	runs    []string
+	// runSince is, per run key, the start of the last enqueue that
+	// answered it created the run (a run pruned when done leaves its key
+	// free for a new one).
+	runSince map[string]time.Time
+	runs     []string
 	// snapshots of sendonce_outbox taken before each prune: a pruned row's
 	// last known state.
-	snap       map[string]sysRow
-	batchSnap  map[string]sysBatch
+	snap      map[string]sysRow
+	batchSnap map[string]sysBatch
+	// the webhook events (system_events_test.go): every post to a worker,
+	// the events by id and by message, and each address's changes.
+	posts      []*hookPost
+	events     map[string]*sysEvent
+	eventOrder []string
+	byEmail    map[string][]*sysEvent
+	changes    map[string][]sysChange
+	requests   []fakeapi.RequestRecord // the fake's request log, for explanations
+	batches    map[string]sysBatch
 	violations []sysViolation
 }
 
 func newModel(seed uint64) *model {
 	return &model{seed: seed, intents: map[string]*sysIntent{}, addrOps: map[string][]sysAddrOp{},
-		runOps: map[string][]sysRunOp{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{}}
+		runOps: map[string][]sysRunOp{}, runSince: map[string]time.Time{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{}}
 }
 
 // sysViolation is a broken rule and what it involves.
@@ -145,63 +179,20 @@ func canonical(a string) string {
 	return strings.ToLower(strings.TrimSpace(a))
 }
 
-// suppressedAt says whether addr was certainly, or possibly, on the
-// suppression list at instant c, by the answers of the suppression
-// operations (and the webhook events the workers accepted, see events).
-func (m *model) suppressedAt(addr string, c time.Time) (certain, possible bool) {
-	ops := m.addrOps[addr]
-	for _, a := range ops {
-		if !a.Add || a.Result == outNo {
-			continue
-		}
-		if a.Start.After(c) {
-			continue
-		}
-		// Certain: added (answered) before c, and no removal that might
-		// have taken effect after the add and before c.
-		cert := a.Result == outYes && a.End.Before(c)
-		poss := true
-		for _, r := range ops {
-			if r.Add || r.Result == outNo || r.Start.After(c) {
-				continue
-			}
-			if r.End.After(a.Start) {
-				cert = false // a removal overlapping or after the add, started before c
-			}
-			if r.Result == outYes && r.Start.After(a.End) && r.End.Before(c) {
-				poss = false // certainly removed after the add, before c
-			}
-		}
-		certain = certain || cert
-		possible = possible || poss || cert
-	}
-	return certain, possible
-}
-
-// everSuppressed reports whether any add of addr was ever possibly made.
-func (m *model) everSuppressed(addr string) bool {
-	for _, a := range m.addrOps[addr] {
-		if a.Add && a.Result != outNo {
-			return true
-		}
-	}
-	return false
-}
-
 // sysRow is what the checker reads of an outbox row.
 type sysRow struct {
-	Key, State, Kind, RunKey, BatchKey, LastError, Delivery string
-	Attempts                                                int
-	Uncertain                                               bool
-	FirstAttempt                                            *time.Time
-	JobID                                                   *int64
-	SendAt                                                  *time.Time
-	Pruned                                                  bool // read from its tombstone (and last snapshot)
+	Key, State, Kind, RunKey, BatchKey, LastError, Delivery, MessageID string
+	Attempts                                                           int
+	Uncertain                                                          bool
+	FirstAttempt                                                       *time.Time
+	JobID                                                              *int64
+	SendAt                                                             *time.Time
+	Pruned                                                             bool // read from its tombstone (and last snapshot)
 }
 
 func readRows(ctx context.Context, pool *pgxpool.Pool) (map[string]sysRow, error) {
 	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, kind, coalesce(run_key, ''), coalesce(batch_key, ''),
-		coalesce(last_error, ''), coalesce(delivery_status, ''), attempts, uncertain, first_attempt_at, job_id, send_at
+		coalesce(last_error, ''), coalesce(delivery_status, ''), coalesce(message_id, ''), attempts, uncertain, first_attempt_at, job_id, send_at
 		FROM sendonce_outbox`)
 	if err != nil {
 		return nil, err
@@ -210,7 +201,7 @@ func readRows(ctx context.Context, pool *pgxpool.Pool) (map[string]sysRow, error
 	out := map[string]sysRow{}
 	for rows.Next() {
 		var r sysRow
-		if err := rows.Scan(&r.Key, &r.State, &r.Kind, &r.RunKey, &r.BatchKey, &r.LastError, &r.Delivery, &r.Attempts,
+		if err := rows.Scan(&r.Key, &r.State, &r.Kind, &r.RunKey, &r.BatchKey, &r.LastError, &r.Delivery, &r.MessageID, &r.Attempts,
 			&r.Uncertain, &r.FirstAttempt, &r.JobID, &r.SendAt); err != nil {
 			return nil, err
 		}
@@ -251,6 +242,7 @@ type sysFinal struct {
 	runCounts  map[string]map[string]int64 // run key → RunStatus counts
 	runRows    map[string]map[string]int64 // run key → members' states counted from rows
 	jobs       map[int64]string            // river job id → state
+	suppressed []string                    // the suppression list (ob.Suppressions)
 }
 
 // causeOf is the cause a delivery was made for: the key (and email index)
@@ -273,6 +265,7 @@ func keyOfCause(c string) string {
 
 // check holds the final state to the model and records violations.
 func (m *model) check(f sysFinal) {
+	m.requests, m.batches = f.requests, f.batches
 	// Deliveries by (cause, canonical recipient).
 	type pair struct{ cause, rcpt string }
 	got := map[pair][]fakeapi.Delivery{}
@@ -366,14 +359,17 @@ func (m *model) check(f sysFinal) {
 			mustNot = fmt.Sprintf("canceled at %s", in.CanceledAt.Format("15:04:05.000"))
 		}
 		if in.Run != "" {
-			for _, op := range m.runOps[in.Run] {
-				if op.Kind == "cancel" && op.Result == outYes && (row.FirstAttempt == nil || row.FirstAttempt.After(op.End)) {
+			for _, op := range m.runOpsOf(in) {
+				// A member settled before the cancel (failed, suppressed) is
+				// left as it is; a retry answered after it sends it again.
+				revived := slices.ContainsFunc(in.RetriedAt, func(t time.Time) bool { return t.After(op.End) })
+				if op.Kind == "cancel" && op.Result == outYes && !revived && (row.FirstAttempt == nil || row.FirstAttempt.After(op.End)) {
 					mustNot = fmt.Sprintf("its run %s was canceled at %s (canceled=%d) before its first attempt (%s)", in.Run,
 						op.End.Format("15:04:05.000"), op.Canceled, fmtTime(row.FirstAttempt))
 				}
 				if op.Kind == "pause" && op.Result == outYes && row.FirstAttempt != nil && row.FirstAttempt.After(op.End) {
 					resumed := false
-					for _, r := range m.runOps[in.Run] {
+					for _, r := range m.runOpsOf(in) {
 						if r.Kind != "pause" && r.Kind != "reschedule" && r.Start.After(op.Start) && r.Start.Before(*row.FirstAttempt) && r.Result != outNo {
 							resumed = true
 						}
@@ -385,8 +381,18 @@ func (m *model) check(f sysFinal) {
 				}
 			}
 		}
+		if in.Run != "" {
+			// A canceled run takes no new member (hole 6).
+			for _, op := range m.runOpsOf(in) {
+				if op.Kind == "cancel" && op.Result == outYes && op.End.Before(in.EnqueueStart) {
+					m.violate("3", []string{key, in.Run}, nil, "%s joined run %s by an enqueue begun at %s, after the run's cancel was answered (%s): a canceled run takes no new member",
+						key, in.Run, in.EnqueueStart.Format("15:04:05.000"), op.End.Format("15:04:05.000"))
+					break
+				}
+			}
+		}
 		canceledBy := in.Canceled != outNo
-		for _, op := range m.runOps[in.Run] {
+		for _, op := range m.runOpsOf(in) {
 			if op.Kind == "cancel" && op.Result != outNo {
 				canceledBy = true
 			}
@@ -459,6 +465,10 @@ func (m *model) check(f sysFinal) {
 			m.violate("6", []string{key}, nil, "%s ended in state %q", key, row.State)
 		}
 	}
+
+	m.checkList(f)
+	m.checkOnce(f)
+	m.checkStatuses(f)
 
 	// Rule 4: a run's counts are its members' states.
 	for _, run := range m.runs {
@@ -534,6 +544,40 @@ func (m *model) explain(v sysViolation) string {
 				break
 			}
 			fmt.Fprintf(&b, "    %s\n", op)
+		}
+	}
+	// The requests under its keys, and under the batches holding them.
+	keys := slices.Clone(v.Keys)
+	for bk, b := range m.batches {
+		if slices.ContainsFunc(b.Members, func(k string) bool { return slices.Contains(v.Keys, k) }) {
+			keys = append(keys, bk)
+		}
+	}
+	var reqs []string
+	for _, q := range m.requests {
+		if q.IdempotencyKey != "" && slices.Contains(keys, q.IdempotencyKey) {
+			reqs = append(reqs, fmt.Sprintf("%s %s %s key=%q [%s..%s] => %d dropped=%v replayed=%v fault=%q", q.RequestID, q.Method, q.Path, q.IdempotencyKey,
+				q.ReceivedAt.Format("15:04:05.000"), q.AnsweredAt.Format("15:04:05.000"), q.Status, q.Dropped, q.Replayed, q.Fault))
+		}
+	}
+	if len(reqs) > 0 {
+		fmt.Fprintf(&b, "    the fake's requests under %v:\n", keys)
+		for i, q := range reqs {
+			if i == 10 {
+				fmt.Fprintf(&b, "      … %d more\n", len(reqs)-10)
+				break
+			}
+			fmt.Fprintf(&b, "      %s\n", q)
+		}
+	}
+	if evs := m.eventsText(v.Addrs); len(evs) > 0 {
+		fmt.Fprintf(&b, "    events of %v:\n", v.Addrs)
+		for i, e := range evs {
+			if i == 15 {
+				fmt.Fprintf(&b, "      … %d more\n", len(evs)-15)
+				break
+			}
+			fmt.Fprintf(&b, "      %s\n", e)
 		}
 	}
 	fmt.Fprintf(&b, "    replay: go test ./integration/ -run 'TestSystem' -system.seeds %d -v", m.seed)

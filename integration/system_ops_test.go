@@ -25,27 +25,46 @@ var sysNames = []string{"ada", "bob", "cy", "dee", "eve", "fay"}
 const sysDomain = "sys.test"
 
 // sysForm writes the address of name in one of the forms an application
-// meets: plain, with a display name, upper case, and forms that net/mail
-// (and so the API) reads as the same address.
+// meets: the three spellings sendonce takes (plain, "<addr>", a display
+// name, bare or quoted, before "<addr>"; any case, spaces around), and,
+// about one time in twelve, one that net/mail (and so the API) reads as the
+// same address but sendonce refuses at enqueue (a tab before it, a
+// comment, a quoted local part: issue 22, hole 3).
 func sysForm(rng *rand.Rand, name string) string {
 	a := name + "@" + sysDomain
 	display := strings.ToUpper(name[:1]) + name[1:]
 	switch r := rng.IntN(100); {
 	case r < 45:
 		return a
-	case r < 65:
+	case r < 62:
 		return display + " <" + a + ">"
-	case r < 75:
+	case r < 72:
 		return strings.ToUpper(a)
+	case r < 77:
+		return "<" + a + ">"
 	case r < 82:
-		return a + " (" + display + ")"
-	case r < 88:
-		return `"` + name + `"@` + sysDomain
-	case r < 94:
+		return `"` + display + ` Doe" <` + strings.ToUpper(a) + ">"
+	case r < 92:
+		return " " + display + "  <" + a + "> "
+	case r < 95:
 		return "\t" + a
+	case r < 97:
+		return a + " (" + display + ")"
+	case r < 99:
+		return `"` + name + `"@` + sysDomain
 	default:
 		return display + " <" + a + "> (work)"
 	}
+}
+
+// spelled is the address a form names when sendonce takes the form, as
+// the suppression list holds it (lower case), and false for the forms
+// sysForm draws that it refuses.
+func spelled(form string) (string, bool) {
+	if strings.ContainsAny(form, "\t()") || strings.Contains(form, `"@`) {
+		return "", false
+	}
+	return canonical(form), true
 }
 
 // sysSpec is an intent the schedule made up: enough to write its body again
@@ -214,11 +233,11 @@ func (r *sysRunner) committed(op *sysOp, key string, variant int, o sysOutcome, 
 			r.m.violate("1", []string{key}, nil, "op #%d: enqueue of %s with another body (v%d, committed v%d) was accepted (Existing=%v)", op.Seq, key, variant, in.Variant, existing)
 		}
 		if in.Committed != outYes {
-			in.Committed, in.CommittedAt, in.Variant = outYes, op.End, variant
+			in.Committed, in.CommittedAt, in.Variant, in.EnqueueStart = outYes, op.End, variant, op.Start
 		}
 	case outUncertain:
 		if in.Committed == outNo {
-			in.Committed, in.CommittedAt, in.Variant = outUncertain, op.End, variant
+			in.Committed, in.CommittedAt, in.Variant, in.EnqueueStart = outUncertain, op.End, variant, op.Start
 		}
 	default:
 		var inv *outbox.InvalidError
@@ -309,6 +328,7 @@ func (r *sysRunner) opEnqueueSQL(specs []*sysSpec, variants []int, run string) {
 	for i, s := range specs {
 		if run != "" {
 			r.m.intent(s.Key).Run = run
+			r.m.intents[s.Key].RunSince = r.m.runSince[run]
 		}
 		// A row the tombstone trigger skipped (0 rows) is an existing one.
 		r.committed(op, s.Key, variants[i], o, inserted[i] == 0, err)
@@ -465,19 +485,45 @@ func (r *sysRunner) opRetry() {
 		o = goOutcome(err)
 	}
 	r.end(op, o, err)
+	if o != outNo {
+		in := r.m.intent(key)
+		in.RetriedAt = append(in.RetriedAt, op.End)
+	}
 }
 
 // opSuppression adds (or removes) an address of the pool, written in a
 // drawn form, by Go or `sendonce suppression add/remove`.
 func (r *sysRunner) opSuppression(add bool) {
-	name := sysNames[r.rng.IntN(len(sysNames))]
+	name := r.pickName(!add)
 	form := sysForm(r.rng, name)
-	addr := canonical(form)
 	cli := r.rng.IntN(3) == 0
 	kind := "suppress"
 	if !add {
 		kind = "unsuppress"
 	}
+	r.suppressForm(kind, form, add, cli)
+}
+
+// pickName draws a name of the pool; with onList, two times in three one
+// whose address is on the suppression list now, when there is one, so that
+// removals keep up with the many ways an address gets on it.
+func (r *sysRunner) pickName(onList bool) string {
+	if onList && r.rng.IntN(3) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		list, err := queryStrings(ctx, r.pool, `SELECT address FROM sendonce_suppression WHERE address LIKE '%@'||$1 ORDER BY address`, sysDomain)
+		cancel()
+		if err == nil && len(list) > 0 {
+			name, _, _ := strings.Cut(list[r.rng.IntN(len(list))], "@")
+			return name
+		}
+	}
+	return sysNames[r.rng.IntN(len(sysNames))]
+}
+
+// suppressForm adds (or removes) the address form by Go or by the CLI,
+// and records the answer.
+func (r *sysRunner) suppressForm(kind, form string, add, cli bool) *sysOp {
+	addr := canonical(form)
 	op := r.begin(kind, fmt.Sprintf("%q cli=%v", form, cli))
 	op.Addrs = []string{addr}
 	var o sysOutcome
@@ -503,7 +549,11 @@ func (r *sysRunner) opSuppression(add bool) {
 		o = goOutcome(err)
 	}
 	r.end(op, o, err)
-	r.m.addrOps[addr] = append(r.m.addrOps[addr], sysAddrOp{Add: add, Start: op.Start, End: op.End, Result: o, Seq: op.Seq})
+	if _, ok := spelled(form); ok {
+		// A form sendonce refuses changes nothing (and is refused).
+		r.m.addrOps[addr] = append(r.m.addrOps[addr], sysAddrOp{Add: add, Start: op.Start, End: op.End, Result: o, Seq: op.Seq})
+	}
+	return op
 }
 
 // opPrune runs `sendonce prune` with the short retention, after keeping
@@ -562,6 +612,59 @@ func (r *sysRunner) opRunAdd(key string, n int) {
 	if r.rng.IntN(3) == 0 {
 		sendAt = time.Now().Add(time.Duration(500+r.rng.IntN(2000)) * time.Millisecond)
 	}
+	if r.rng.IntN(4) == 0 {
+		r.runEnqueueCLI(key, specs, sendAt)
+		return
+	}
+	r.runEnqueue(key, specs, sendAt)
+}
+
+// runEnqueueCLI enqueues specs into run key with `sendonce enqueue --run`,
+// one NDJSON member a line.
+func (r *sysRunner) runEnqueueCLI(key string, specs []*sysSpec, sendAt time.Time) sysOutcome {
+	op := r.begin("run-enqueue-cli", fmt.Sprintf("%s members=%d sendAt=%v", key, len(specs), !sendAt.IsZero()))
+	op.Keys = []string{key}
+	var in strings.Builder
+	for _, s := range specs {
+		op.Detail += " " + s.Key + s.formsText()
+		op.Keys = append(op.Keys, s.Key)
+		op.Addrs = append(op.Addrs, s.addrs()...)
+		r.m.intent(s.Key).Run = key
+		in.Write(mustJSON(map[string]any{"key": s.Key, "payload": s.payload(1)}))
+		in.WriteByte('\n')
+	}
+	args := []string{"enqueue", "--run", key, "--json"}
+	if !sendAt.IsZero() {
+		// RFC 3339 to the second: the hold rounds down, which only starts it sooner.
+		args = append(args, "--send-at", sendAt.UTC().Format(time.RFC3339))
+	}
+	res := run(r.t, "enqueue-run", r.e, strings.NewReader(in.String()), args...)
+	o := outYes
+	var err error
+	if res.code != 0 {
+		o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
+	}
+	r.end(op, o, err)
+	if o == outYes {
+		r.note(op, oneLine(res.stdout))
+		var out struct {
+			Created bool `json:"created"`
+		}
+		if json.Unmarshal([]byte(res.stdout), &out) == nil && out.Created {
+			r.m.runSince[key] = op.Start
+		}
+	}
+	for _, s := range specs {
+		r.committed(op, s.Key, 1, o, false, err)
+		r.m.intents[s.Key].RunSince = r.m.runSince[key]
+	}
+	return o
+}
+
+// runEnqueue enqueues specs into run key by Go (EnqueueRun) and returns
+// the answer.
+func (r *sysRunner) runEnqueue(key string, specs []*sysSpec, sendAt time.Time) sysOutcome {
+	n := len(specs)
 	op := r.begin("run-enqueue", fmt.Sprintf("%s members=%d sendAt=%v", key, n, !sendAt.IsZero()))
 	for _, s := range specs {
 		op.Detail += " " + s.Key + s.formsText()
@@ -583,10 +686,18 @@ func (r *sysRunner) opRunAdd(key string, n int) {
 		return err
 	})
 	r.end(op, o, err)
+	if o == outYes && res != nil && res.Created {
+		if _, before := r.m.runSince[key]; before {
+			r.note(op, "created the run anew: the old one was pruned when done")
+		}
+		r.m.runSince[key] = op.Start
+	}
 	for i, s := range specs {
 		existing := o == outYes && res != nil && res.Intents[i].Existing
 		r.committed(op, s.Key, 1, o, existing, err)
+		r.m.intents[s.Key].RunSince = r.m.runSince[key]
 	}
+	return o
 }
 
 // opRunOp pauses, resumes, cancels or reschedules a run, by Go.
@@ -595,7 +706,18 @@ func (r *sysRunner) opRunOp(kind string) {
 		return
 	}
 	key := r.runKeys[r.rng.IntN(len(r.runKeys))]
-	op := r.begin("run-"+kind, key)
+	op := r.runOp(key, kind, "")
+	if kind == "cancel" && op.Result == outYes.String() && r.rng.IntN(3) == 0 {
+		// Hole 6's shape: a plain-SQL member of the run just canceled,
+		// which must be refused.
+		r.opEnqueueSQL([]*sysSpec{r.newSpec(outbox.KindEmail)}, []int{1}, key)
+	}
+}
+
+// runOp pauses, resumes, cancels or reschedules run key, by Go, and
+// records the answer; note adds to the log.
+func (r *sysRunner) runOp(key, kind, note string) *sysOp {
+	op := r.begin("run-"+kind, key+note)
 	op.Keys = []string{key}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -618,10 +740,11 @@ func (r *sysRunner) opRunOp(kind string) {
 	}
 	o := goOutcome(err)
 	r.end(op, o, err)
-	if kind == "cancel" {
-		op.Result += fmt.Sprintf(" canceled=%d", canceled)
-	}
 	r.m.runOps[key] = append(r.m.runOps[key], sysRunOp{Kind: kind, Start: op.Start, End: op.End, Result: o, Canceled: canceled, Seq: op.Seq})
+	if kind == "cancel" {
+		r.note(op, fmt.Sprintf("canceled=%d", canceled))
+	}
+	return op
 }
 
 // opPruneRace enqueues an old key again in a REPEATABLE READ or

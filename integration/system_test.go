@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,6 +136,7 @@ type sysWorker struct {
 	name      string
 	args      []string
 	hookAddr  string
+	coalesce  bool
 	p         *proc
 	restartAt time.Time
 	restarts  int
@@ -160,6 +162,7 @@ type sysRunner struct {
 	keys     []string // intent keys made, in order (run members excluded from re-enqueues)
 	runKeys  []string
 	n, nRuns int
+	nEvents  int // events the schedule made up (and delivery headers of replays)
 	episodes []*sysEpisode
 	seq      int
 }
@@ -179,6 +182,14 @@ func (r *sysRunner) end(op *sysOp, o sysOutcome, err error) {
 	}
 	if testing.Verbose() {
 		r.t.Log(op)
+	}
+}
+
+// note adds what an operation found after its answer to its log.
+func (r *sysRunner) note(op *sysOp, text string) {
+	op.Detail += " (" + text + ")"
+	if testing.Verbose() {
+		r.t.Logf("#%d note: %s", op.Seq, text)
 	}
 }
 
@@ -203,7 +214,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.hooks = &hookProxy{live: map[string]bool{}}
+	r.hooks = newHookProxy()
 	r.hooks.srv = &http.Server{Handler: r.hooks, ReadHeaderTimeout: 5 * time.Second}
 	go r.hooks.srv.Serve(ln)
 	t.Cleanup(func() { r.hooks.srv.Close() })
@@ -236,7 +247,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 			o.PollOnly = true
 			desc = append(desc, "poll-only")
 		}
-		w := &sysWorker{name: fmt.Sprintf("worker%d", i), hookAddr: freeLoopbackAddr(t)}
+		w := &sysWorker{name: fmt.Sprintf("worker%d", i), hookAddr: freeLoopbackAddr(t), coalesce: o.Coalesce > 0}
 		w.args = append(workerArgs(t, o), "--replay-window", sysReplayWindow.String(), "--webhook-addr", w.hookAddr)
 		if rng.IntN(3) == 0 {
 			w.args = append(w.args, "--retain", sysRetain.String())
@@ -279,6 +290,8 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	}
 
 	r.quiesce()
+	r.m.setPosts(r.hooks.all())
+	r.awaitStatuses()
 	final := r.readFinal()
 	r.m.check(final)
 
@@ -300,9 +313,13 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	if len(r.m.violations) > 0 {
 		r.keepLogs()
 	}
-	summary(t, "system: seed=%d workers=%s ops={%s} faults={%s} intents=%d deliveries=%d requests=%d violations=%d elapsed=%s",
-		seed, strings.Join(descs, ","), fmtCounts(ops), fmtCounts(faults), len(r.m.intents), len(final.deliveries), len(final.requests),
-		len(r.m.violations), time.Since(start).Round(time.Second))
+	states := map[string]int{}
+	for _, row := range final.rows {
+		states[row.State]++
+	}
+	summary(t, "system: seed=%d workers=%s ops={%s} faults={%s} intents=%d states={%s} deliveries=%d requests=%d events=%d violations=%d elapsed=%s",
+		seed, strings.Join(descs, ","), fmtCounts(ops), fmtCounts(faults), len(r.m.intents), fmtCounts(states), len(final.deliveries), len(final.requests),
+		len(r.m.events), len(r.m.violations), time.Since(start).Round(time.Second))
 	for _, w := range r.workers {
 		if w.p.running() {
 			w.p.terminate(20 * time.Second)
@@ -371,6 +388,13 @@ func (r *sysRunner) step() {
 		{1, func() { r.opRunOp("resume") }},
 		{2, func() { r.opRunOp("cancel") }},
 		{1, func() { r.opRunOp("reschedule") }},
+		{2, r.opBounce},
+		{3, func() { r.opSuppressionEvent(true) }},
+		{1, func() { r.opSuppressionEvent(false) }},
+		{2, r.opReplay},
+		{2, r.opOutOfOrder},
+		{2, r.opSuppressFrozen},
+		{2, r.opCancelAtFreeze},
 		{1, r.opKill},
 		{1, func() {
 			if r.rng.IntN(3) == 0 {
@@ -418,7 +442,7 @@ func (r *sysRunner) quiesce() {
 		}
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	state := ""
+	state, slow := "", ""
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c, err := countBy(qctx, r.pool, `SELECT state, count(*) FROM sendonce_outbox WHERE state IN ('pending', 'sending') GROUP BY 1`)
@@ -430,8 +454,18 @@ func (r *sysRunner) quiesce() {
 		if time.Now().After(deadline) {
 			break // what is left is reported by the check as stranded
 		}
+		if slow == "" && time.Since(op.Start) > 5*time.Second {
+			// What a long drain waits for, for the log.
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			keys, _ := queryStrings(qctx, r.pool, `SELECT idempotency_key || ' ' || state || ' attempts=' || attempts || ' ' || coalesce(last_error, '')
+				FROM sendonce_outbox WHERE state IN ('pending', 'sending') ORDER BY id LIMIT 3`)
+			cancel()
+			slow = strings.Join(keys, "; ")
+			r.note(op, "after 5 s still waiting for "+oneLine(slow))
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	drained := time.Now()
 	// The webhook events of what was delivered, to the end.
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	emails := 0
@@ -440,10 +474,44 @@ func (r *sysRunner) quiesce() {
 			emails++ // broadcasts make no events
 		}
 	}
-	_ = r.srv.WaitWebhooks(wctx, emails)
+	werr := r.srv.WaitWebhooks(wctx, emails)
 	cancel()
 	r.end(op, outYes, nil)
-	op.Result += " " + state
+	r.note(op, fmt.Sprintf("outbox drained in %s (left: %s); %d of %d webhook events sent in %s more (%v)",
+		drained.Sub(op.Start).Round(time.Millisecond), state, r.srv.WebhooksSent(), emails, time.Since(drained).Round(time.Millisecond), werr))
+}
+
+// awaitStatuses waits (polling the outbox, with a deadline) until every
+// sent intent's delivery status is what its messages' events say: an event
+// that came before its send was recorded is matched by a worker's sweeper
+// within a second. What still differs at the deadline is reported by the
+// check.
+func (r *sysRunner) awaitStatuses() {
+	op := r.begin("await-statuses", "until each sent intent's delivery status is its events'")
+	deadline := time.Now().Add(10 * time.Second)
+	left := -1
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rows, err := readRows(ctx, r.pool)
+		cancel()
+		if err == nil {
+			left = 0
+			for _, row := range rows {
+				if want, ok := r.m.statusWanted(row); ok && !slices.Contains(want, row.Delivery) {
+					left++
+				}
+			}
+			if left == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
+	}
+	r.end(op, outYes, nil)
+	op.Result += fmt.Sprintf(" differing=%d", left)
 }
 
 // snapshot keeps what the outbox says of every row now: a row pruned
@@ -494,6 +562,19 @@ func (r *sysRunner) readFinal() sysFinal {
 			row.Key, row.State, row.Pruned = key, state, true
 			f.rows[key] = row
 		}
+	}
+	for after := ""; ; {
+		list, err := r.ob.Suppressions(ctx, outbox.SuppressionParams{After: after, Limit: 10_000})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, s := range list {
+			f.suppressed = append(f.suppressed, s.Address)
+		}
+		if len(list) < 10_000 {
+			break
+		}
+		after = list[len(list)-1].Address
 	}
 	f.deliveries = r.srv.Deliveries()
 	f.requests = r.srv.Requests()

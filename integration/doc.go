@@ -8,7 +8,7 @@
 //
 // # Running it
 //
-//	go test -race -count=1 ./integration/            # about 3 minutes on 2 cores
+//	go test -race -count=1 ./integration/            # about 5 minutes on 2 cores (TestSystem: about a minute)
 //	go test -race -count=1 ./integration/ -v         # with every step logged
 //	go test ./integration/ -run TestFaults -seed 42  # one scenario, one seed
 //	SENDONCE_SOAK=1 go test -timeout 60m ./integration/   # a longer soak

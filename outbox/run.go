@@ -398,8 +398,12 @@ func (o *Outbox) CancelRun(ctx context.Context, key string) (*RunCancel, error) 
 			UPDATE sendonce_batch s SET state = 'canceled', updated_at = now() FROM b WHERE s.id = b.id`, key); err != nil {
 			return err
 		}
+		// A member whose send has not started: never attempted, or
+		// released by the split of a batch the API refused whole (its
+		// attempt counted, but first_attempt_at cleared: nothing of it
+		// can have been delivered).
 		tag, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET state = 'canceled', updated_at = now()
-			WHERE o.run_key = $1 AND o.state = 'pending' AND o.attempts = 0
+			WHERE o.run_key = $1 AND o.state = 'pending' AND (o.attempts = 0 OR o.first_attempt_at IS NULL)
 				AND (o.batch_key IS NULL OR EXISTS (SELECT 1 FROM sendonce_batch b
 					WHERE b.idempotency_key = o.batch_key AND b.state = 'canceled'))`, key)
 		res.Canceled = tag.RowsAffected()

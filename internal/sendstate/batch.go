@@ -559,6 +559,25 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 			return err
 		}
 		ok = true
+		// The run was cancelled while the batch was in flight: CancelRun
+		// left its members, whose send had started. The refusal proves
+		// nothing of them was sent, so they are as unsent as before their
+		// batch, and a cancelled run sends none of them (found by the
+		// whole-system test, seed 1015). The run's row is read FOR SHARE,
+		// as Freeze reads it, so a CancelRun in progress is waited for.
+		if run != "" {
+			var runState string
+			if err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE`, run).Scan(&runState); err != nil {
+				return fmt.Errorf("read the batch's run: %w", err)
+			}
+			if runState == "canceled" {
+				_, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET state = 'canceled', batch_key = NULL,
+						first_attempt_at = NULL, suppressed_recipients = NULL, last_error = $3, updated_at = now()
+					WHERE batch_key = $1 AND idempotency_key = ANY($2) AND state IN ('pending', 'sending')`,
+					o.Key, allMembers(parts), o.Reason+"; not sent, and not sent again: its run was canceled")
+				return err
+			}
+		}
 		for _, p := range parts {
 			// What the batch's first claim found suppressed goes with its
 			// first attempt: the part's own first claim looks again.
@@ -620,6 +639,15 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 		return nil, false, fmt.Errorf("sendstate: split batch %q: %w", o.Key, err)
 	}
 	return keys, ok, nil
+}
+
+// allMembers lists the members of every part.
+func allMembers(parts []SplitPart) []string {
+	var keys []string
+	for _, p := range parts {
+		keys = append(keys, p.Members...)
+	}
+	return keys
 }
 
 // PeekBatch tells a batch job that could not claim its batch where the

@@ -165,6 +165,26 @@ func (m *model) suppressedAt(addr string, c time.Time) (certain, possible bool) 
 	return certain, possible
 }
 
+// possiblySuppressedDuring reports whether addr may have been on the list
+// at some instant in [lo, hi]: it asks suppressedAt at both ends and just
+// after each change that began within the interval.
+func (m *model) possiblySuppressedDuring(addr string, lo, hi time.Time) bool {
+	at := []time.Time{lo, hi}
+	for _, c := range m.changes[addr] {
+		for _, t := range []time.Time{c.ApplyLo, c.ApplyHi} {
+			if t.After(lo) && t.Before(hi) {
+				at = append(at, t.Add(time.Nanosecond))
+			}
+		}
+	}
+	for _, t := range at {
+		if _, poss := m.suppressedAt(addr, t); poss {
+			return true
+		}
+	}
+	return false
+}
+
 // everSuppressed reports whether any addition of addr may have been made.
 func (m *model) everSuppressed(addr string) bool {
 	for _, c := range m.changes[addr] {

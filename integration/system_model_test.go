@@ -446,12 +446,30 @@ func (m *model) check(f sysFinal) {
 				}
 			}
 		case "sent":
+			// The first claim's lookup ran at some instant between the
+			// claim's transaction start (first_attempt_at, now() of that
+			// transaction) and the intent's first delivery: a lookup waits
+			// for locks (a batch's first claim locks the batch, then its
+			// run), so it may see a suppression that committed after
+			// first_attempt_at. Certain: committed before the start;
+			// possible: at some instant of the interval.
+			lookupHi := time.Now()
+			for _, u := range in.Units {
+				for _, r := range u.Recipients {
+					for _, d := range got[pair{u.Cause, r}] {
+						if d.DeliveredAt.Before(lookupHi) {
+							lookupHi = d.DeliveredAt
+						}
+					}
+				}
+			}
 			for _, u := range in.Units {
 				for _, r := range u.Recipients {
 					n := count(u, r)
 					var cert, poss bool
 					if in.Kind != outbox.KindBroadcast && row.FirstAttempt != nil {
-						cert, poss = m.suppressedAt(r, *row.FirstAttempt)
+						cert, _ = m.suppressedAt(r, *row.FirstAttempt)
+						poss = m.possiblySuppressedDuring(r, *row.FirstAttempt, lookupHi)
 					}
 					switch {
 					case cert && n > 0:

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river/rivertest"
+
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/outbox"
@@ -75,22 +77,31 @@ func TestRefusalAfterUncertainTryInTheSameCall(t *testing.T) {
 			res, err := h.workBatch(batchKey, 1)
 			h.fake.SetFaults() //nolint:errcheck // no rules: always accepted
 			h.sendLeft(members, 5)
-			for _, addr := range to {
-				if n := len(h.fake.DeliveriesTo(addr)); n != 1 {
-					t.Errorf("%s delivered %d times, want 1", addr, n)
-				}
-			}
-			if err != nil || !cancelled(res) {
-				t.Errorf("attempt 1: %s, want parked (cancelled)", show(res, err))
-			}
-			if st := h.batchState(batchKey); st != "failed" {
-				t.Errorf("batch %s, want failed (never split)", st)
-			}
-			for _, k := range members {
-				if rec := h.get(k); rec.State != outbox.StateFailed || !rec.Uncertain || rec.BatchKey != batchKey {
-					t.Errorf("%s: state %s, uncertain %v, batch %q; want failed, uncertain, in %s", k, rec.State, rec.Uncertain, rec.BatchKey, batchKey)
-				}
-			}
+			h.checkParkedUnsplit(batchKey, to, members, res, err)
 		})
+	}
+}
+
+// checkParkedUnsplit checks a batch refused whole after an uncertain
+// attempt, once every job left has run: each recipient delivered once (by
+// the first attempt), the attempt parked, the batch failed and never
+// split, and each member failed, uncertain and still in it.
+func (h *harness) checkParkedUnsplit(batchKey string, to, members []string, res *rivertest.WorkResult, err error) {
+	h.t.Helper()
+	for _, addr := range to {
+		if n := len(h.fake.DeliveriesTo(addr)); n != 1 {
+			h.t.Errorf("%s delivered %d times, want 1", addr, n)
+		}
+	}
+	if err != nil || !cancelled(res) {
+		h.t.Errorf("the refused attempt: %s, want parked (cancelled)", show(res, err))
+	}
+	if st := h.batchState(batchKey); st != "failed" {
+		h.t.Errorf("batch %s, want failed (never split)", st)
+	}
+	for _, k := range members {
+		if rec := h.get(k); rec.State != outbox.StateFailed || !rec.Uncertain || rec.BatchKey != batchKey {
+			h.t.Errorf("%s: state %s, uncertain %v, batch %q; want failed, uncertain, in %s", k, rec.State, rec.Uncertain, rec.BatchKey, batchKey)
+		}
 	}
 }

@@ -73,13 +73,12 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 		// whichever comes second sees the other's outcome: a cancel, the
 		// batch (and cancels it); a freeze, the run canceled. FOR SHARE:
 		// freezes of one run do not wait for each other.
-		var state string
-		err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE`, run).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && state == "canceled" {
-			return "", nil, nil
-		}
+		state, err := shareRun(ctx, tx, run)
 		if err != nil {
 			return "", nil, err
+		}
+		if state == "" || state == "canceled" {
+			return "", nil, nil
 		}
 	}
 	keys := make([]string, len(reqs))
@@ -566,8 +565,8 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 		// whole-system test, seed 1015). The run's row is read FOR SHARE,
 		// as Freeze reads it, so a CancelRun in progress is waited for.
 		if run != "" {
-			var runState string
-			if err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE`, run).Scan(&runState); err != nil {
+			runState, err := shareRun(ctx, tx, run)
+			if err != nil {
 				return fmt.Errorf("read the batch's run: %w", err)
 			}
 			if runState == "canceled" {
@@ -639,6 +638,18 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 		return nil, false, fmt.Errorf("sendstate: split batch %q: %w", o.Key, err)
 	}
 	return keys, ok, nil
+}
+
+// shareRun reads a run's state and locks its row FOR SHARE, the lock a
+// freeze and a split take against CancelRun and RescheduleRun (FOR
+// UPDATE); "" when there is no such run.
+func shareRun(ctx context.Context, tx pgx.Tx, run string) (string, error) {
+	var state string
+	err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE`, run).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return state, err
 }
 
 // allMembers lists the members of every part.

@@ -97,6 +97,9 @@ type APIError struct {
 	// the client did not retry: a server asking for that long is asking the
 	// client to stop, and coming back earlier would not follow the instruction.
 	RetryAfter time.Duration
+	// RateLimit is what the response's rate-limit headers said (see
+	// RateInfo); nil when it carried none.
+	RateLimit *RateInfo
 	// Body is the whole response body as received (nil when empty).
 	Body json.RawMessage
 	// Uncertain reports that an earlier attempt of the same call ended

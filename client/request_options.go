@@ -7,6 +7,19 @@ type RequestOption func(*requestOptions) error
 type requestOptions struct {
 	idempotencyKey string // never empty when set: the key is validated
 	repeatable     bool
+	rateInfo       *RateInfo // WithRateInfo's
+}
+
+// noteRate keeps an answer's rate headers for WithRateInfo.
+func (o *requestOptions) noteRate(r *RateInfo) {
+	if o.rateInfo == nil {
+		return
+	}
+	if r == nil {
+		*o.rateInfo = RateInfo{}
+		return
+	}
+	*o.rateInfo = *r
 }
 
 // WithIdempotencyKey sends key as the Idempotency-Key instead of a generated

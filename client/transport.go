@@ -181,6 +181,8 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		}
 
 		log.LogAttrs(ctx, slog.LevelDebug, "openemail: response", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("elapsed", time.Since(started)))
+		rate := parseRateInfo(resp.header, c.cfg.now())
+		o.noteRate(rate)
 
 		if resp.status >= 200 && resp.status <= 299 {
 			if len(bytes.TrimSpace(resp.body)) > 0 && !json.Valid(resp.body) {
@@ -196,6 +198,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		wait, hasWait := retryAfterFrom(resp.header, c.cfg.now())
 		apiErr := c.redactAPIError(parseAPIError(resp.status, resp.header, resp.body, wait))
 		apiErr.Uncertain = unsure
+		apiErr.RateLimit = rate
 		if !repeatable || attempt >= c.cfg.maxRetries || !retryStatuses[resp.status] {
 			endAttempt(span, resp.status, apiErr, false, 0)
 			return nil, apiErr

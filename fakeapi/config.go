@@ -60,6 +60,13 @@ type Config struct {
 	// the one closest to refusing. The API is not known to send them.
 	RateHeaders bool
 
+	// Quota, when not empty, counts the requests of each API key per
+	// calendar day or month in UTC (see Quota and ParseQuota): a request
+	// past a quota is answered 429 daily_quota_exceeded (or
+	// monthly_quota_exceeded) with Retry-After until the reset. It counts
+	// what the rate limiter passed.
+	Quota []Quota
+
 	// Now is the fake's clock, used for idempotency expiry, scheduled sends,
 	// timestamps, Retry-After dates and the rate limiter's refills. Default time.Now. Tests inject a
 	// clock they can move.

@@ -15,6 +15,7 @@ const (
 	headerRateLimitLimit     = "RateLimit-Limit"
 	headerRateLimitRemaining = "RateLimit-Remaining"
 	headerRateLimitReset     = "RateLimit-Reset"
+	headerRateLimitPolicy    = "RateLimit-Policy"
 )
 
 // maxRateCount bounds RateLimit.Count so the limiter's integer arithmetic
@@ -279,6 +280,7 @@ func (s *Server) applyRateLimit(c *call) bool {
 		c.header.Set(headerRateLimitLimit, strconv.FormatInt(d.capacity, 10))
 		c.header.Set(headerRateLimitRemaining, strconv.FormatInt(d.remaining, 10))
 		c.header.Set(headerRateLimitReset, ceilSeconds(d.reset))
+		c.header.Set(headerRateLimitPolicy, s.ratePolicy())
 	}
 	if d.allowed {
 		return true
@@ -290,6 +292,22 @@ func (s *Server) applyRateLimit(c *call) bool {
 	c.fail(newError(http.StatusTooManyRequests, typeRateLimit, "rate_limited",
 		"Too many requests: this API key is over its rate limit of "+d.limit.String()+". The request was not processed."))
 	return false
+}
+
+// ratePolicy is RateLimit-Policy for the configured limits and quotas:
+// each rate as CAPACITY;w=SECONDS, the window over which its bucket
+// refills from empty (10/s and 600/m are both 10;w=1, 5/m is 1;w=12), so
+// RateLimit-Limit (the capacity) names its policy; then each quota.
+func (s *Server) ratePolicy() string {
+	var parts []string
+	for _, l := range s.cfg.Rate {
+		w := ceilDiv(l.capacity()*int64(l.Per), int64(l.Count)*int64(time.Second))
+		parts = append(parts, strconv.FormatInt(l.capacity(), 10)+";w="+strconv.FormatInt(max(1, w), 10))
+	}
+	for _, q := range s.cfg.Quota {
+		parts = append(parts, q.policy())
+	}
+	return strings.Join(parts, ", ")
 }
 
 // RateLimited is how many requests the rate limiter (Config.Rate) has

@@ -103,7 +103,7 @@ func (s *Server) serveAPI(c *call) {
 	// The limiter comes right after authentication: every authenticated
 	// request counts, even one for an unknown path, and a refused one goes
 	// no further (no body read, no fault fired, no key claimed, nothing sent).
-	if !s.applyRateLimit(c) {
+	if !s.applyRateLimit(c) || !s.applyQuota(c) {
 		return
 	}
 	rt, id, err := matchRoute(c.r.Method, c.r.URL.EscapedPath())

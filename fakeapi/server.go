@@ -28,23 +28,25 @@ type Server struct {
 
 	// mu guards everything below it. The fake is small; one lock keeps claim,
 	// delivery and ledger in step without reasoning about lock order.
-	mu          sync.Mutex
-	rng         *rand.Rand
-	faults      []Fault
-	faultUses   map[faultUse]int
-	keys        map[keyScope]*keyEntry
-	lastSweep   time.Time
-	messages    map[string]*message
-	order       []*message // creation order
-	scheduled   map[string]*message
-	deliveries  []Delivery
-	requests    []*RequestRecord
-	buckets     map[bucketKey]*bucket // the rate limiter's, per API key and limit
-	rateLimited int                   // requests the limiter refused
-	changed     chan struct{}         // closed and replaced whenever a delivery or answer is recorded
-	seq         int64
-	httpServer  *http.Server
-	baseURL     string
+	mu           sync.Mutex
+	rng          *rand.Rand
+	faults       []Fault
+	faultUses    map[faultUse]int
+	keys         map[keyScope]*keyEntry
+	lastSweep    time.Time
+	messages     map[string]*message
+	order        []*message // creation order
+	scheduled    map[string]*message
+	deliveries   []Delivery
+	requests     []*RequestRecord
+	buckets      map[bucketKey]*bucket    // the rate limiter's, per API key and limit
+	rateLimited  int                      // requests the limiter refused
+	quotaUsed    map[quotaKey]*quotaCount // the quotas' counts, per API key and quota
+	quotaRefused int                      // requests a quota refused
+	changed      chan struct{}            // closed and replaced whenever a delivery or answer is recorded
+	seq          int64
+	httpServer   *http.Server
+	baseURL      string
 
 	// The webhook sender's queue and record (see webhooks.go).
 	events       []*outEvent
@@ -124,6 +126,8 @@ func (s *Server) resetLocked() {
 	s.requests = nil
 	s.buckets = map[bucketKey]*bucket{}
 	s.rateLimited = 0
+	s.quotaUsed = map[quotaKey]*quotaCount{}
+	s.quotaRefused = 0
 	s.events = nil
 	s.webhooks = nil
 	s.webhooksSent = 0

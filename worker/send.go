@@ -17,6 +17,9 @@ var errUnsendable = errors.New("payload cannot be sent")
 type sendResult struct {
 	messageID string
 	replayed  bool
+	// rate is what the answer's rate-limit headers said (nil: none), for
+	// the fleet's budget.
+	rate *client.RateInfo
 }
 
 // send makes the intent's API call with its stored key. The stored payload
@@ -24,31 +27,37 @@ type sendResult struct {
 // applies only the contract's wire rules to it (recipients as arrays,
 // scheduledAt in UTC), the same way on every attempt.
 func (w *sendWorker) send(ctx context.Context, rec *outbox.Record) (res sendResult, err error) {
-	key := client.WithIdempotencyKey(rec.Key)
+	var info client.RateInfo
+	defer func() {
+		if err == nil && info.Fields != "" {
+			res.rate = &info
+		}
+	}()
+	key, rate := client.WithIdempotencyKey(rec.Key), client.WithRateInfo(&info)
 	switch rec.Kind {
 	case outbox.KindEmail:
 		var e *client.Email
-		if e, err = w.client.Emails.SendJSON(ctx, rec.Payload, key); err == nil {
-			res = sendResult{e.ID, e.Replayed}
+		if e, err = w.client.Emails.SendJSON(ctx, rec.Payload, key, rate); err == nil {
+			res = sendResult{messageID: e.ID, replayed: e.Replayed}
 		}
 	case outbox.KindBatch:
 		var b *client.BatchResult
-		if b, err = w.client.Emails.SendBatchJSON(ctx, rec.Payload, key); err == nil {
+		if b, err = w.client.Emails.SendBatchJSON(ctx, rec.Payload, key, rate); err == nil {
 			ids := make([]string, len(b.Data))
 			for i, e := range b.Data {
 				ids[i] = e.ID
 			}
-			res = sendResult{strings.Join(ids, ","), b.Replayed}
+			res = sendResult{messageID: strings.Join(ids, ","), replayed: b.Replayed}
 		}
 	case outbox.KindTemplate:
 		var e *client.Email
-		if e, err = w.client.Templates.SendJSON(ctx, rec.TemplateID, rec.Payload, key); err == nil {
-			res = sendResult{e.ID, e.Replayed}
+		if e, err = w.client.Templates.SendJSON(ctx, rec.TemplateID, rec.Payload, key, rate); err == nil {
+			res = sendResult{messageID: e.ID, replayed: e.Replayed}
 		}
 	case outbox.KindBroadcast:
 		var b *client.Broadcast
-		if b, err = w.client.Broadcasts.SendJSON(ctx, rec.Payload, key); err == nil {
-			res = sendResult{b.ID, b.Replayed}
+		if b, err = w.client.Broadcasts.SendJSON(ctx, rec.Payload, key, rate); err == nil {
+			res = sendResult{messageID: b.ID, replayed: b.Replayed}
 		}
 	default:
 		return sendResult{}, fmt.Errorf("%w: unknown kind %q", errUnsendable, rec.Kind)

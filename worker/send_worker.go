@@ -331,6 +331,7 @@ func (a *attempt) suppress(ctx context.Context) (parked bool, err error) {
 // fleet's budget gives a token soon: a 429 slows the whole fleet.
 func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResult, error)) (sendResult, error) {
 	w := a.w
+	call = a.answering(ctx, call) // the budget hears every answer: rate headers, quotas
 	res, err := call()
 	for w.budget != nil && client.IsRateLimited(err) && ctx.Err() == nil {
 		var apiErr *client.APIError

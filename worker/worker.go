@@ -68,13 +68,20 @@ type Config struct {
 	// besides the trigger's notifications (default 1 s).
 	SweepInterval time.Duration
 	// RateLimits are the provider's limits on send requests for the API
-	// key (e.g. 10/s and 500/m; see ParseRateLimits). Every worker using
+	// key (e.g. 10/s and 500/m, or the quota 50000/d; see ParseRateLimits
+	// and RateLimit.IsQuota). Rates pace, quotas count: the fleet sends at
+	// the tightest rate, and a quota's count, shared by the fleet, pauses
+	// it until the quota resets once it is used up. Every worker using
 	// the same database and API key shares one budget that keeps them all,
 	// at the most generous rate configured on a worker that leased in the
 	// last minute; a worker given lower limits paces only its own sends.
 	// Empty: the fleet sends unlimited until the API answers 429, then
 	// finds the limit from 429s.
 	RateLimits []RateLimit
+	// QuotaZone is the time zone whose calendar days and months the quotas
+	// of RateLimits count in (default UTC, where the email APIs we know
+	// reset theirs). Give every worker of a key the same.
+	QuotaZone *time.Location
 	// RestartGrace is how long after the database server starts the
 	// worker waits before it takes a sending intent's owner for dead
 	// (default sendstate.DefaultRestartGrace): a restart drops every session's
@@ -124,6 +131,10 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Logger receives the worker's and River's logs.
 	Logger *slog.Logger
+
+	// now, when set (by tests), is the clock the budget counts quotas
+	// by, instead of the database's: a test moves it past midnight.
+	now func() time.Time
 }
 
 // Worker drains the outbox: a River client working the send queue, and a
@@ -217,8 +228,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: max pause %s: want a positive duration (0: the default, %s)", cfg.Send.MaxPause, DefaultMaxPause)
 	}
 	for _, l := range cfg.RateLimits {
-		if l.Count < 1 || l.Per <= 0 {
-			return nil, fmt.Errorf("worker: rate limit %s: want a count of 1 or more per a positive period", l)
+		if err := l.check(); err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
 		}
 	}
 	if cfg.Coalesce < 0 || cfg.Coalesce > MaxCoalesce {
@@ -255,7 +266,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	}
 	sendWorker.tracer = tp.Tracer(tracerName)
 	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budget.Config{
-		Rate: budgetRate(cfg.RateLimits), MaxPause: sendWorker.cfg.MaxPause, Logger: logger})
+		Rate: budgetRate(cfg.RateLimits), Quotas: budgetQuotas(cfg.RateLimits), QuotaZone: cfg.QuotaZone,
+		MaxPause: sendWorker.cfg.MaxPause, Logger: logger, Now: cfg.now})
 	batcher := &sendstate.Batcher{Pool: pool}
 	workers := river.NewWorkers()
 	// The batch worker is always there: a batch frozen by a coalescing

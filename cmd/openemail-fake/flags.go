@@ -25,6 +25,7 @@ type options struct {
 	maxBody         byteSize
 	apiKeys         []string
 	rate            rateValue
+	quota           quotaValue
 	rateRetryAfter  bool
 	rateHeaders     bool
 	webhookURL      string
@@ -60,6 +61,7 @@ var envNames = map[string]string{
 	"rate":             envPrefix + "RATE",
 	"rate-retry-after": envPrefix + "RATE_RETRY_AFTER",
 	"rate-headers":     envPrefix + "RATE_HEADERS",
+	"quota":            envPrefix + "QUOTA",
 	"webhook-url":      envPrefix + "WEBHOOK_URL",
 	// The secret's variable is the one the receiving side reads too, so one
 	// setting in docker-compose serves both.
@@ -94,7 +96,10 @@ func (o *options) register(fs *pflag.FlagSet) {
 		"with --rate: a 429 of the limiter carries Retry-After (seconds until the next token); "+
 			"the API sends none, so neither does the fake by default")
 	fs.BoolVar(&o.rateHeaders, "rate-headers", false,
-		"with --rate: every API answer carries RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset")
+		"with --rate: every API answer carries RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and RateLimit-Policy")
+	fs.Var(&o.quota, "quota",
+		"count each API key's requests per calendar day or month in UTC, COUNT/d or COUNT/mo (e.g. 500/d); past it is "+
+			"429 daily_quota_exceeded with Retry-After until midnight UTC; default: no quota")
 	fs.StringVar(&o.webhookURL, "webhook-url", "",
 		"POST a signed webhook event (email.delivered, or as the event rules say) to this URL for every email delivered; "+
 			"needs --webhook-secret")
@@ -143,10 +148,11 @@ func (o *options) config(logger *slog.Logger) (fakeapi.Config, error) {
 		Rate:              o.rate,
 		RateRetryAfter:    o.rateRetryAfter,
 		RateHeaders:       o.rateHeaders,
+		Quota:             o.quota,
 		WebhookURL:        o.webhookURL,
 		WebhookSecret:     o.webhookSecret,
 	}
-	if len(o.rate) == 0 {
+	if len(o.rate) == 0 && len(o.quota) == 0 {
 		switch {
 		case o.rateRetryAfter:
 			return cfg, errors.New("--rate-retry-after needs --rate: without a limit there is no 429 to carry it")
@@ -218,6 +224,28 @@ func (r *rateValue) String() string {
 }
 
 func (r *rateValue) Type() string { return "rate" }
+
+// quotaValue is the --quota flag: quotas as fakeapi.ParseQuota reads them.
+type quotaValue []fakeapi.Quota
+
+func (q *quotaValue) Set(s string) error {
+	quotas, err := fakeapi.ParseQuota(s)
+	if err != nil {
+		return err
+	}
+	*q = append(*q, quotas...)
+	return nil
+}
+
+func (q *quotaValue) String() string {
+	parts := make([]string, len(*q))
+	for i, l := range *q {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (q *quotaValue) Type() string { return "quota" }
 
 // byteSize is a flag value in bytes that also reads KiB, MiB and GiB
 // (K/KB, M/MB, G/GB are taken as the same binary units).

@@ -139,8 +139,14 @@ Rate limit (--rate, OPENEMAIL_FAKE_RATE; default none):
   the 429 carries no Retry-After, unless asked:
     --rate-retry-after  Retry-After: whole seconds until the key's next token
     --rate-headers      RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset on
-                        every API answer (the IETF draft fields)
+                        every API answer (the IETF draft fields), with
+                        RateLimit-Policy: CAPACITY;w=SECONDS per limit
   /_fake/requests marks such a 429 "rateLimited": true and counts them.
+
+  --quota COUNT/d (or COUNT/mo) counts each key's requests per calendar day
+  (month) in UTC, what the rate limit passed. Past it: 429 rate_limit_error,
+  code daily_quota_exceeded (monthly_quota_exceeded), a message naming the
+  quota and its reset, and Retry-After: seconds until midnight UTC.
 
 Webhooks (--webhook-url, --webhook-secret; default off):
 

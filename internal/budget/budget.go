@@ -61,6 +61,16 @@ type Config struct {
 	MaxPause time.Duration
 	// Logger receives the budget's few lines (a 429, a mismatch of rates).
 	Logger *slog.Logger
+	// Quotas are this worker's quotas (per day, per month), counted for
+	// the fleet in the database (see quota.go): a rate paces, a quota
+	// counts.
+	Quotas []Quota
+	// QuotaZone is the zone of the quotas' calendar days and months
+	// (default UTC).
+	QuotaZone *time.Location
+	// Now, when set (by tests), is the clock quotas are counted by; nil:
+	// the database's.
+	Now func() time.Time
 }
 
 // Budget is one worker's side of the fleet's budget for one API key.
@@ -94,7 +104,12 @@ func New(pool *pgxpool.Pool, keyFingerprint string, cfg Config) *Budget {
 	if maxPause <= 0 {
 		maxPause = DefaultMaxPause
 	}
-	return &Budget{store: store{pool: pool, fp: keyFingerprint}, ceiling: cfg.Rate, maxPause: maxPause, logger: logger,
+	zone := cfg.QuotaZone
+	if zone == nil {
+		zone = time.UTC
+	}
+	q := &quotas{configured: cfg.Quotas, zone: zone, now: cfg.Now, logger: logger}
+	return &Budget{store: store{pool: pool, fp: keyFingerprint, quota: q}, ceiling: cfg.Rate, maxPause: maxPause, logger: logger,
 		own: newPace(cfg.Rate, time.Now())}
 }
 
@@ -193,6 +208,11 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 	ch := make(chan struct{})
 	b.leasing = ch
 	defer func() { b.leasing = nil; close(ch) }()
+	if b.tokens > 0 {
+		// Expired unspent: off the quota's count again.
+		b.store.quota.refund.Add(int64(b.tokens))
+		b.tokens = 0
+	}
 	for {
 		want := max(1, min(b.waiting, int(b.rate*leaseShare.Seconds()), b.own.available(time.Now())))
 		b.mu.Unlock()
@@ -204,7 +224,7 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 		now := time.Now()
 		b.rate, b.probing = bk.rate, bk.probeFor > 0 && bk.pausedFor == 0
 		b.checkCeiling(bk.ceiling)
-		if bk.rate == 0 {
+		if bk.rate == 0 && !b.store.quota.counting.Load() {
 			b.unlimitedUntil = now.Add(recheck)
 			return 0, nil
 		}
@@ -242,7 +262,13 @@ func (b *Budget) checkCeiling(fleet float64) {
 // pauses for retryAfter (at most MaxPause; it probes for the rest), and
 // this worker's leased tokens are dropped.
 func (b *Budget) Throttle(ctx context.Context, retryAfter time.Duration) error {
+	if b.store.quota.quotaHit.Swap(false) {
+		// The 429 was the quota's (Answered paused the fleet until it
+		// resets): no evidence about the rate, which stays.
+		return nil
+	}
 	b.mu.Lock()
+	b.store.quota.refund.Add(int64(b.tokens))
 	b.tokens, b.unlimitedUntil = 0, time.Time{}
 	observed := b.observed(time.Now())
 	b.mu.Unlock()

@@ -17,11 +17,22 @@ import (
 type store struct {
 	pool *pgxpool.Pool
 	fp   string
+	// quota counts the key's quotas in each lease's transaction (quota.go);
+	// apiRate caps the fleet's rate at what the API's rate headers say
+	// (headers.go).
+	quota   *quotas
+	apiRate apiRate
+	last    bucket // as of the last lease, for leases answered from memory
 }
 
 // change locks the row (making it first if need be), lets fn change it,
 // and writes it back.
 func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (bucket, error) {
+	return s.changeTx(ctx, func(_ pgx.Tx, b *bucket) (bool, error) { return fn(b), nil })
+}
+
+// changeTx is change with fn given the transaction, for the quotas.
+func (s *store) changeTx(ctx context.Context, fn func(tx pgx.Tx, b *bucket) (cut bool, err error)) (bucket, error) {
 	var b bucket
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Lock the row; the key's first worker makes it.
@@ -47,7 +58,10 @@ func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (buck
 		}
 		b.sinceRefill, b.pausedFor, b.probeFor = seconds(sinceRefill), seconds(pausedFor), seconds(probeFor)
 		b.sinceCut, b.sinceCeiling = seconds(sinceCut), seconds(sinceCeiling)
-		cut := fn(&b)
+		cut, err := fn(tx, &b)
+		if err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($2::float8, 0), rate = nullif($3::float8, 0), tokens = $4,
 				refilled_at = clock_timestamp() - $5 * interval '1 second',
 				paused_until = clock_timestamp() + $6 * interval '1 second',
@@ -67,10 +81,27 @@ func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (buck
 }
 
 func (s *store) lease(ctx context.Context, want int, ceiling float64, maxPause time.Duration) (granted int, wait time.Duration, b bucket, err error) {
-	b, err = s.change(ctx, func(b *bucket) bool {
-		granted, wait = b.lease(want, ceiling, maxPause)
-		return false
+	if wait, ok := s.quota.held(time.Now()); ok {
+		return 0, wait, s.last, nil
+	}
+	b, err = s.changeTx(ctx, func(tx pgx.Tx, b *bucket) (bool, error) {
+		ql, err := s.quota.begin(ctx, tx, s.fp, want)
+		if err != nil {
+			return false, err
+		}
+		if ql.allow == 0 {
+			wait = ql.wait
+		} else {
+			s.apiRate.cap(b, time.Now())
+			granted, wait = b.lease(ql.allow, ceiling, maxPause)
+			s.apiRate.cap(b, time.Now())
+		}
+		return false, ql.commit(ctx, tx, s.fp, granted)
 	})
+	if err == nil {
+		s.last = b
+		s.quota.hold(granted, wait, time.Now())
+	}
 	return granted, wait, b, err
 }
 
@@ -110,6 +141,8 @@ type Status struct {
 	ProbingFor time.Duration `json:"probingForNanos"`
 	// Throttles counts the 429s that lowered the rate.
 	Throttles int64 `json:"throttles"`
+	// Quotas are the key's quotas (per day, per month), as counted.
+	Quotas []QuotaStatus `json:"quotas,omitempty"`
 }
 
 // Describe says in a few words how the fleet sends: the rate, whether it
@@ -134,6 +167,9 @@ func (b Status) Describe() string {
 	if b.ProbingFor > 0 {
 		s += fmt.Sprintf(", then single requests (probes) for up to %s more, until the API serves one", b.ProbingFor.Round(time.Second))
 	}
+	for _, q := range b.Quotas {
+		s += "; " + q.Describe()
+	}
 	return s
 }
 
@@ -157,6 +193,13 @@ func Read(ctx context.Context, db interface {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("budget: read: %w", err)
+	}
+	qs, err := readQuotas(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("budget: read the quotas: %w", err)
+	}
+	for i := range out {
+		out[i].Quotas = qs[out[i].KeyFingerprint]
 	}
 	return out, nil
 }

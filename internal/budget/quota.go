@@ -1,0 +1,420 @@
+package budget
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A rate paces, a quota counts. A quota (50000/d, 1000000/mo) is never
+// turned into a rate: the fleet sends at its rate until the quota's count
+// is used up, then pauses until the quota resets. The count is the fleet's,
+// in table sendonce_rate_quota (a row per API key fingerprint and period),
+// taken in the same transaction as the rate's lease: every token a lease
+// hands out counts, and tokens given back unspent (expired, or dropped on
+// a 429) and requests the API refused with a rate-limit 429 are taken off
+// again at the next lease, so the count follows the requests the API
+// served.
+//
+// Periods are calendar days and months in one zone, UTC unless configured:
+// the email APIs we know reset daily quotas at midnight UTC, and a
+// calendar period is a single count in a row, where a rolling 24 hours
+// would need every request's time to know when room comes back.
+//
+// An exhausted quota, by the count or by the API's 429 saying so, lets one
+// request through a minute (a probe, for the whole fleet): the API may have
+// reset earlier, or raised the quota. A probe the API serves while only the
+// count said exhausted turns the count off until the reset; the API's next
+// quota 429 stops the fleet again.
+
+// Period is what a quota counts over.
+type Period string
+
+// The periods of a quota.
+const (
+	PerDay   Period = "d"  // a calendar day
+	PerMonth Period = "mo" // a calendar month
+)
+
+// Quota is a limit on the requests of an API key per calendar period.
+type Quota struct {
+	Count int64
+	Per   Period
+}
+
+// quotaProbeEvery spaces the probes of an exhausted quota, fleet-wide.
+const quotaProbeEvery = time.Minute
+
+// quotaHold is how long a worker that found the quota exhausted answers
+// its sends from memory before it looks at the database again: sends
+// waiting for a reset hours away cost a lease a second, not one each.
+const quotaHold = time.Second
+
+// quotaState is what the last lease found of the quotas, kept by the store.
+type quotaState struct {
+	// exhaustedUntil is the reset of an exhausted quota (zero: none).
+	exhaustedUntil time.Time
+	// holdUntil (the worker's own clock) and holdWait answer leases from
+	// memory while the quota is exhausted.
+	holdUntil time.Time
+	holdWait  time.Duration
+}
+
+// quotas is one worker's side of its key's quotas.
+type quotas struct {
+	configured []Quota
+	zone       *time.Location
+	now        func() time.Time // nil: the database's clock
+	refund     atomic.Int64     // tokens to take off the count at the next lease
+	quotaHit   atomic.Bool      // the last answer was the API saying the quota is exhausted
+	// counting: a quota is configured or known from the API, so every
+	// token must be counted (no unlimited sends).
+	counting atomic.Bool
+	// probe: the last lease granted the fleet's probe of an exhausted quota.
+	probe  atomic.Bool
+	state  quotaState // owned by the lease in flight
+	logger *slog.Logger
+}
+
+func (q *quotas) clock(ctx context.Context, tx pgx.Tx) (time.Time, error) {
+	if q.now != nil {
+		return q.now(), nil
+	}
+	var t time.Time
+	err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t)
+	return t, err
+}
+
+// periodOf is the calendar period p that holds t, in zone.
+func periodOf(p Period, t time.Time, zone *time.Location) (start, end time.Time) {
+	t = t.In(zone)
+	if p == PerMonth {
+		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, zone)
+		return start, start.AddDate(0, 1, 0)
+	}
+	start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, zone)
+	return start, start.AddDate(0, 0, 1)
+}
+
+// quotaRow is a row of sendonce_rate_quota.
+type quotaRow struct {
+	period         Period
+	quota          *int64
+	start, resets  time.Time
+	used           int64
+	exhaustedUntil time.Time
+	exhaustedBy    string
+	probeAt        time.Time
+	countOffUntil  time.Time
+}
+
+// quotaLease is the quotas' part of one lease, in its transaction.
+type quotaLease struct {
+	now   time.Time
+	rows  []quotaRow
+	allow int           // how many tokens the quotas let the lease take
+	wait  time.Duration // when allow is 0: until the next probe or the reset
+	probe bool
+}
+
+// begin locks the key's quota rows (making the configured ones), starts a
+// new period where one has ended, takes refunds off the count and says
+// how many tokens the lease may take. It costs one statement when the key
+// has no quota.
+func (q *quotas) begin(ctx context.Context, tx pgx.Tx, fp string, want int) (*quotaLease, error) {
+	now, err := q.clock(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	l := &quotaLease{now: now, allow: want}
+	read := func() error {
+		rows, err := tx.Query(ctx, `SELECT period, quota, period_start, resets_at, used, exhausted_until, exhausted_by, probe_at, count_off_until
+			FROM sendonce_rate_quota WHERE key_fingerprint = $1 ORDER BY period FOR UPDATE`, fp)
+		if err != nil {
+			return err
+		}
+		l.rows, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (quotaRow, error) {
+			var x quotaRow
+			err := r.Scan(&x.period, &x.quota, &x.start, &x.resets, &x.used, &x.exhaustedUntil, &x.exhaustedBy, &x.probeAt, &x.countOffUntil)
+			return x, err
+		})
+		return err
+	}
+	if err := read(); err != nil {
+		return nil, err
+	}
+	if missing := q.missing(l.rows); len(missing) > 0 {
+		for _, p := range missing {
+			start, end := periodOf(p, now, q.zone)
+			if _, err := tx.Exec(ctx, `INSERT INTO sendonce_rate_quota (key_fingerprint, period, period_start, resets_at)
+				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, fp, string(p), start, end); err != nil {
+				return nil, err
+			}
+		}
+		if err := read(); err != nil {
+			return nil, err
+		}
+	}
+	refund := q.refund.Swap(0)
+	for i := range l.rows {
+		r := &l.rows[i]
+		if !now.Before(r.resets) {
+			// A new period: the count starts again, and an exhaustion
+			// ends with the period it was of.
+			r.start, r.resets = periodOf(r.period, now, q.zone)
+			r.used, r.countOffUntil = 0, time.Time{}
+			if !r.exhaustedUntil.After(now) {
+				r.exhaustedUntil, r.exhaustedBy = time.Time{}, ""
+			}
+		} else {
+			r.used = max(0, r.used-refund)
+		}
+		r.quota = q.count(r.period, r.quota)
+		if r.exhaustedUntil.After(now) {
+			continue
+		}
+		if r.quota != nil && !r.countOffUntil.After(now) {
+			left := *r.quota - r.used
+			if left <= 0 {
+				r.exhaustedUntil, r.exhaustedBy, r.probeAt = r.resets, "count", now.Add(quotaProbeEvery)
+				q.logger.Warn("budget: the fleet has used its quota; it pauses until the quota resets, with one probe a minute",
+					"quota", fmt.Sprintf("%d/%s", *r.quota, r.period), "used", r.used, "exhausted_until", r.resets.UTC().Format(time.RFC3339))
+				continue
+			}
+			l.allow = int(min(int64(l.allow), left))
+		}
+	}
+	// Exhausted: a probe a minute, for the whole fleet.
+	var until time.Time
+	for i := range l.rows {
+		r := &l.rows[i]
+		if !r.exhaustedUntil.After(now) {
+			continue
+		}
+		until = later(until, r.exhaustedUntil)
+	}
+	if !until.IsZero() {
+		l.allow = 0
+		probeAt := time.Time{}
+		for _, r := range l.rows {
+			if r.exhaustedUntil.After(now) {
+				probeAt = later(probeAt, r.probeAt)
+			}
+		}
+		if !now.Before(probeAt) && want > 0 {
+			l.allow, l.probe = 1, true
+			for i := range l.rows {
+				if l.rows[i].exhaustedUntil.After(now) {
+					l.rows[i].probeAt = now.Add(quotaProbeEvery)
+				}
+			}
+		} else {
+			next := probeAt
+			if until.Before(next) {
+				next = until
+			}
+			l.wait = next.Sub(now)
+		}
+	}
+	q.state = quotaState{}
+	q.counting.Store(len(l.rows) > 0 || len(q.configured) > 0)
+	q.probe.Store(l.probe)
+	if !until.IsZero() {
+		q.state.exhaustedUntil = until
+	}
+	return l, nil
+}
+
+// missing are the configured periods with no row yet.
+func (q *quotas) missing(rows []quotaRow) []Period {
+	var out []Period
+	for _, c := range q.configured {
+		found := false
+		for _, r := range rows {
+			found = found || r.period == c.Per
+		}
+		if !found {
+			out = append(out, c.Per)
+		}
+	}
+	return out
+}
+
+// count is this worker's quota for p, else the row's (a worker configured
+// with none counts against the others').
+func (q *quotas) count(p Period, row *int64) *int64 {
+	for _, c := range q.configured {
+		if c.Per == p {
+			n := c.Count
+			return &n
+		}
+	}
+	return row
+}
+
+// held answers a lease from memory while the quota is exhausted (within
+// quotaHold of the last look): how long until the next probe or the reset.
+func (q *quotas) held(now time.Time) (time.Duration, bool) {
+	if now.Before(q.state.holdUntil) {
+		return q.state.holdWait - (quotaHold - q.state.holdUntil.Sub(now)), true
+	}
+	return 0, false
+}
+
+// hold starts answering leases from memory, after a lease that found the
+// quota exhausted and granted nothing.
+func (q *quotas) hold(granted int, wait time.Duration, now time.Time) {
+	if granted > 0 || q.state.exhaustedUntil.IsZero() || wait <= quotaHold {
+		return
+	}
+	q.state.holdUntil, q.state.holdWait = now.Add(quotaHold), wait
+}
+
+// commit counts the granted tokens and writes the rows back.
+func (l *quotaLease) commit(ctx context.Context, tx pgx.Tx, fp string, granted int) error {
+	for _, r := range l.rows {
+		if l.probe && granted == 0 {
+			// The rate had no token for the probe: it goes at the next lease.
+			r.probeAt = l.now
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_rate_quota SET quota = $3, period_start = $4, resets_at = $5, used = $6,
+				exhausted_until = $7, exhausted_by = $8, probe_at = $9, count_off_until = $10
+			WHERE key_fingerprint = $1 AND period = $2`,
+			fp, string(r.period), r.quota, r.start, r.resets, r.used+int64(granted),
+			orEpoch(r.exhaustedUntil), r.exhaustedBy, orEpoch(r.probeAt), orEpoch(r.countOffUntil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exhausted records the API's answer that the quota of period p is used
+// up, until the reset: the fleet pauses until then, with a probe a minute.
+// reset is when the API said it resets (0: it did not, the period's end).
+func (q *quotas) exhausted(ctx context.Context, s *store, p Period, reset time.Duration) (until time.Time, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now, err := q.clock(ctx, tx)
+		if err != nil {
+			return err
+		}
+		start, end := periodOf(p, now, q.zone)
+		until = end
+		if reset > 0 {
+			until = now.Add(reset)
+		}
+		quota := q.count(p, nil)
+		_, err = tx.Exec(ctx, `INSERT INTO sendonce_rate_quota AS q (key_fingerprint, period, quota, period_start, resets_at,
+				exhausted_until, exhausted_by, probe_at)
+			VALUES ($1, $2, $3, $4, $5, $6, 'api', $7)
+			ON CONFLICT (key_fingerprint, period) DO UPDATE SET quota = coalesce(excluded.quota, q.quota),
+				exhausted_until = excluded.exhausted_until, exhausted_by = 'api', probe_at = excluded.probe_at,
+				count_off_until = 'epoch'`,
+			s.fp, string(p), quota, start, end, until, now.Add(quotaProbeEvery))
+		return err
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("budget: record the exhausted quota: %w", err)
+	}
+	q.counting.Store(true)
+	return until, nil
+}
+
+// probeServed ends an exhaustion the API's answer to a probe disproves:
+// the API serves again. An exhaustion by the count turns the count off
+// until the reset.
+func (q *quotas) probeServed(ctx context.Context, s *store) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now, err := q.clock(ctx, tx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE sendonce_rate_quota SET exhausted_until = 'epoch', exhausted_by = '', probe_at = 'epoch',
+				count_off_until = CASE WHEN exhausted_by = 'count' THEN resets_at ELSE count_off_until END
+			WHERE key_fingerprint = $1 AND exhausted_until > $2`, s.fp, now)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("budget: end the quota's exhaustion: %w", err)
+	}
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+var epoch = time.Unix(0, 0).UTC()
+
+func orEpoch(t time.Time) time.Time {
+	if t.IsZero() {
+		return epoch
+	}
+	return t
+}
+
+// QuotaStatus is one quota of an API key as the workers count it.
+type QuotaStatus struct {
+	// Per is the period: "d" or "mo".
+	Per Period `json:"per"`
+	// Quota is the configured count (0: known only from the API's 429).
+	Quota int64 `json:"quota"`
+	// Used is the fleet's count in the period.
+	Used int64 `json:"used"`
+	// ResetsAt is the end of the period.
+	ResetsAt time.Time `json:"resetsAt"`
+	// ExhaustedUntil is set while the quota is used up: the fleet sends
+	// one probe a minute until then.
+	ExhaustedUntil *time.Time `json:"exhaustedUntil,omitempty"`
+	// ExhaustedBy says who said so: "count" or "api".
+	ExhaustedBy string `json:"exhaustedBy,omitempty"`
+}
+
+// Describe says in a few words where the quota stands: "quota exhausted
+// until …" while it is used up.
+func (q QuotaStatus) Describe() string {
+	name := map[Period]string{PerDay: "daily", PerMonth: "monthly"}[q.Per]
+	of := ""
+	if q.Quota > 0 {
+		of = fmt.Sprintf(" of %d/%s", q.Quota, q.Per)
+	}
+	if q.ExhaustedUntil != nil {
+		by := "the count reached it"
+		if q.ExhaustedBy == "api" {
+			by = "the API said so"
+		}
+		return fmt.Sprintf("%s quota exhausted until %s (%d used%s; %s; one probe a minute)",
+			name, q.ExhaustedUntil.UTC().Format(time.RFC3339), q.Used, of, by)
+	}
+	return fmt.Sprintf("%s quota: %d used%s, resets %s", name, q.Used, of, q.ResetsAt.UTC().Format(time.RFC3339))
+}
+
+// readQuotas returns every key's quotas, by fingerprint.
+func readQuotas(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) (map[string][]QuotaStatus, error) {
+	rows, err := db.Query(ctx, `SELECT key_fingerprint, period, coalesce(quota, 0), used, resets_at,
+			CASE WHEN exhausted_until > clock_timestamp() THEN exhausted_until END, exhausted_by
+		FROM sendonce_rate_quota ORDER BY key_fingerprint, period`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]QuotaStatus{}
+	var fp string
+	var q QuotaStatus
+	_, err = pgx.ForEachRow(rows, []any{&fp, &q.Per, &q.Quota, &q.Used, &q.ResetsAt, &q.ExhaustedUntil, &q.ExhaustedBy}, func() error {
+		if q.ExhaustedUntil == nil {
+			q.ExhaustedBy = ""
+		}
+		out[fp] = append(out[fp], q)
+		q = QuotaStatus{}
+		return nil
+	})
+	return out, err
+}

@@ -187,7 +187,7 @@ func mustAtoi(s string) int64 { n, _ := atoi(s); return n }
 // the one named, else the one whose quota is Limit, else the only one.
 func (r *RateInfo) fromPolicies(name string) {
 	for _, p := range r.Policies {
-		if (name != "" && p.Name == name) || (name == "" && r.Limit > 0 && p.Quota == r.Limit) || len(r.Policies) == 1 {
+		if (name != "" && p.Name == name) || (name == "" && r.Limit > 0 && p.Quota == r.Limit && p.Window > 0) || len(r.Policies) == 1 {
 			if r.Limit == 0 {
 				r.Limit = p.Quota
 			}

@@ -30,3 +30,25 @@ func TestParseRateLimits(t *testing.T) {
 		}
 	}
 }
+
+// Quotas are counted, not turned into rates (issue 23): 10/s,50000/d paces
+// at 10/s, where the daily quota used to become 0.58/s.
+func TestParseQuotas(t *testing.T) {
+	t.Parallel()
+	limits, err := ParseRateLimits("10/s,50000/d,1000000/mo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := budgetRate(limits); got != 10 {
+		t.Errorf("budget rate %v, want 10: a quota is no rate", got)
+	}
+	if q := budgetQuotas(limits); len(q) != 2 || q[0].Count != 50000 || q[0].Per != "d" || q[1].Count != 1000000 || q[1].Per != "mo" {
+		t.Errorf("quotas %+v", q)
+	}
+	if s := limits[1].String() + "," + limits[2].String(); s != "50000/d,1000000/mo" {
+		t.Errorf("rendered %s", s)
+	}
+	if err := (RateLimit{Count: 5, Per: 48 * time.Hour}).check(); err == nil || !strings.Contains(err.Error(), "Day or Month") {
+		t.Errorf("a 48h period: %v", err)
+	}
+}

@@ -219,6 +219,28 @@
 //     describe the one closest to refusing. X-RateLimit-* is not sent: its
 //     Reset means epoch seconds to some servers and a delay to others.
 //
+// With RateHeaders the answers also carry RateLimit-Policy, each limit as
+// CAPACITY;w=SECONDS (the window its bucket refills in: 20/s is 20;w=1,
+// 5/m is 1;w=12) and each quota as COUNT;w=86400, so a client can tell the
+// rate from RateLimit-Limit.
+//
+// # Quota
+//
+// Config.Quota (--quota on the command, "500/d" or "100000/mo", see
+// ParseQuota) counts each API key's requests per calendar day (or month) in
+// UTC, never paces them: the requests the rate limiter passed count. Past
+// the quota a request is answered
+//
+//	429 {"error":{"type":"rate_limit_error","code":"daily_quota_exceeded","message":"You have reached the daily sending quota of this API key (500/d). It resets at 2030-01-02T00:00:00Z. …"}}
+//
+// (monthly_quota_exceeded for a month) with Retry-After, the whole seconds
+// until midnight UTC, and goes no further; it counts against no quota.
+// This is what email APIs with sending quotas answer: a daily limit reset
+// at midnight UTC, a 429 whose body names it and a wait until the reset
+// (Resend's daily_quota_exceeded, Emailit's "Daily limit exceeded" with
+// retry_after). The API of the contract documents no quota; the fake's is
+// for testing clients against one. Server.QuotaRefused counts the refusals.
+//
 // A refusal by the limiter is recorded with RateLimited set in its
 // RequestRecord (an injected rate_limit fault shows in Fault instead), and
 // Server.RateLimited counts them.

@@ -395,6 +395,16 @@ func (q QuotaStatus) Describe() string {
 	return fmt.Sprintf("%s quota: %d used%s, resets %s", name, q.Used, of, q.ResetsAt.UTC().Format(time.RFC3339))
 }
 
+// QuotaExhausted reports whether a quota of the key is used up now.
+func (b Status) QuotaExhausted() bool {
+	for _, q := range b.Quotas {
+		if q.ExhaustedUntil != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // readQuotas returns every key's quotas, by fingerprint.
 func readQuotas(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)

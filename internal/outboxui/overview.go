@@ -81,7 +81,7 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 		return nil, err
 	}
 	for _, b := range budgets {
-		d.Budgets = append(d.Budgets, budgetRow{Key: b.KeyFingerprint, Line: b.Describe(), Paused: b.PausedFor > 0})
+		d.Budgets = append(d.Budgets, budgetRow{Key: b.KeyFingerprint, Line: b.Describe(), Paused: b.PausedFor > 0 || b.QuotaExhausted()})
 	}
 	runs, err := h.ob.Runs(ctx, &outbox.RunListParams{Limit: 10})
 	if err != nil {

@@ -126,11 +126,7 @@ type quotaLease struct {
 // how many tokens the lease may take. It costs one statement when the key
 // has no quota.
 func (q *quotas) begin(ctx context.Context, tx pgx.Tx, fp string, want int) (*quotaLease, error) {
-	now, err := q.clock(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	l := &quotaLease{now: now, allow: want}
+	l := &quotaLease{allow: want}
 	read := func() error {
 		rows, err := tx.Query(ctx, `SELECT period, quota, period_start, resets_at, used, exhausted_until, exhausted_by, probe_at, count_off_until
 			FROM sendonce_rate_quota WHERE key_fingerprint = $1 ORDER BY period FOR UPDATE`, fp)
@@ -147,6 +143,17 @@ func (q *quotas) begin(ctx context.Context, tx pgx.Tx, fp string, want int) (*qu
 	if err := read(); err != nil {
 		return nil, err
 	}
+	if len(l.rows) == 0 && len(q.configured) == 0 {
+		q.state = quotaState{}
+		q.counting.Store(false)
+		q.probe.Store(false)
+		return l, nil // no quota: one statement
+	}
+	now, err := q.clock(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	l.now = now
 	if missing := q.missing(l.rows); len(missing) > 0 {
 		for _, p := range missing {
 			start, end := periodOf(p, now, q.zone)

@@ -70,6 +70,7 @@ func TestPausedWorker(t *testing.T) {
 		return p == 0, fmt.Sprintf("%d unanswered", p)
 	})
 	pause := time.Since(pausedAt)
+	resumedAt := time.Now()
 	if err := syscall.Kill(-victim.pid(), syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +108,13 @@ func TestPausedWorker(t *testing.T) {
 			notRecorded++
 		case strings.HasPrefix(msg, "send cut off"):
 			cutOff++
+		}
+	}
+	// Nor did it send them again: every one was sent (by the survivor)
+	// before the victim was continued.
+	for _, r := range srv.Requests() {
+		if r.Method == "POST" && isHeld[r.IdempotencyKey] && r.ReceivedAt.After(resumedAt) {
+			t.Errorf("a send of %s reached the API after the paused worker was continued: %+v", r.IdempotencyKey, r)
 		}
 	}
 	if notRecorded+cutOff == 0 {

@@ -319,7 +319,7 @@ type Outcome struct {
 }
 
 // MarkFailed parks an intent as failed with the reason. Only the intent's
-// own job may.
+// own job may, and with an owner only under its lease (see MarkSentMany).
 func MarkFailed(ctx context.Context, db DB, o Outcome) error {
 	return update(ctx, db, "mark failed", `UPDATE sendonce_outbox o
 		SET state = 'failed', last_error = $3, uncertain = uncertain OR $4, updated_at = now()

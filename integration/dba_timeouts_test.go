@@ -95,6 +95,9 @@ func TestDBATimeouts(t *testing.T) {
 			}
 		}
 	}
+	if idleEnds == 0 {
+		t.Errorf("no worker logged a connection ended by idle_session_timeout: the run did not prove the workers live through it")
+	}
 	if rescues != 0 || ended != 0 {
 		t.Errorf("false rescues of live workers: %d intents rescued, %d leases ended, while no worker died", rescues, ended)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +132,12 @@ func TestWorkerEndToEnd(t *testing.T) {
 	st, err := ob.Stats(ctx)
 	if err != nil || st.Counts[outbox.StateSent] != 18 {
 		t.Fatalf("stats %+v, %v", st, err)
+	}	// The graceful stop ended the worker's lease at once (issue 24): what
+	// it left sending would go to another worker at its next sweep.
+	var held, stoppedLeases int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE ended_at IS NULL), count(*) FILTER (WHERE end_reason = 'stopped')
+		FROM sendonce_worker`).Scan(&held, &stoppedLeases); err != nil || held != 0 || stoppedLeases != 1 {
+		t.Errorf("leases after Stop: %d held, %d stopped (%v); want 0 and 1", held, stoppedLeases, err)
 	}
 }
 
@@ -183,6 +190,12 @@ func TestNewRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
 	limits := worker.SendConfig{ReplayWindow: outbox.MaxReplayWindow, MaxAttempts: worker.MaxAttempts}
 	if _, err := worker.New(pool, &worker.Config{Client: c, Send: limits}); err != nil {
 		t.Errorf("New with %+v: %v", limits, err)
+	} // A lease too short to renew in time (five renewals a lease) would
+	// have live workers taken for dead.
+	for _, lease := range []time.Duration{-time.Second, 100 * time.Millisecond} {
+		if _, err := worker.New(pool, &worker.Config{Client: c, Lease: lease}); err == nil || !strings.Contains(err.Error(), "lease") {
+			t.Errorf("New with lease %s: %v, want a refusal naming the lease", lease, err)
+		}
 	}
 }
 

@@ -163,7 +163,7 @@ func TestBrowserRetry(t *testing.T) {
 	run(t, ctx, "type a key prefix", chromedp.SendKeys(chromedp.CSS("#prefix"), "invoice:2026-11-"))
 	follow(t, ctx, "#filter")
 	listed := eval[[]string](t, ctx, `[...document.querySelectorAll("#intents a.key")].map(a => a.textContent)`)
-	if strings.Join(listed, " ") != "invoice:2026-11-0001 invoice:2026-11-0002" {
+	if strings.Join(listed, " ") != "invoice:2026-11-0002 invoice:2026-11-0001" { // newest first
 		t.Errorf("filtered by invoice:2026-11-: %q", listed)
 	}
 

@@ -111,9 +111,10 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 		return nil, err
 	}
 	d.say("Worker 2 (pid %d) starts and at once sends what nobody had started. The interrupted", w2.pid)
-	d.say("intents were claimed by worker 1, which is gone: worker 2's sweeper sees that within")
-	d.say("seconds and gives them new jobs. (River's rescuer, which reclaims jobs running longer than")
-	d.say("--rescue-after, %s here and minutes in production, is not what brings them back.)", rescueAfter)
+	d.say("intents were claimed under worker 1's lease, which it no longer renews: once it lapses")
+	d.say("(--lease, 5s), worker 2's sweeper gives them new jobs. (River's rescuer, which reclaims jobs")
+	d.say("running longer than --rescue-after, %s here and minutes in production, is not what brings", rescueAfter)
+	d.say("them back.)")
 
 	b = d.newBar(total, "worker 2")
 	b.set(c.Sent)

@@ -2,6 +2,8 @@ package outboxui_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -145,5 +148,67 @@ func TestBrowserWebhooksOnOrOff(t *testing.T) {
 	run(t, ctx, "open the overview without webhooks", chromedp.Navigate(off.srv.URL+"/outbox/"))
 	if s := text(t, ctx, "#webhooks"); !strings.Contains(s, "receives no webhooks") || !strings.Contains(s, "--webhook-addr") {
 		t.Errorf("without --webhook-addr the overview says %q", s)
+	}
+}
+
+// TestBrowserWorkersPanel: the overview lists the fleet's worker instances
+// from their liveness leases (sendonce_worker): id, host, pid, since,
+// whether it holds its lease, River's leader, and its sends in flight; a
+// worker that stopped renewing is marked overdue, one whose lease a sweeper
+// ended is marked lapsed.
+func TestBrowserWorkersPanel(t *testing.T) {
+	t.Parallel()
+	var dialogs atomic.Int32
+	ctx := browser(t, "", &dialogs)
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// find is the panel's row that holds s.
+	find := func(rows []string, s string) string {
+		for _, r := range rows {
+			if strings.Contains(r, s) {
+				return r
+			}
+		}
+		return ""
+	}
+
+	// A live worker in this process, and an instance elsewhere that a
+	// sweeper found dead.
+	live := newHarness(t, setup{worker: true})
+	pgtest.Exec(t, live.pool, `INSERT INTO sendonce_worker (id, epoch, host, pid, started_at, renewed_at, lease_until, ended_at, end_reason)
+		VALUES (902, 903, 'box-c', 77, now() - interval '2 hours', now() - interval '10 minutes', now() - interval '10 minutes', now() - interval '9 minutes', 'lapsed')`)
+	var got []string
+	eventually(t, 30*time.Second, "the in-process worker to hold its lease and lead River", func() bool {
+		run(t, ctx, "open the overview", chromedp.Navigate(live.srv.URL+"/outbox/"))
+		got = rows(t, ctx, "#workers")
+		return strings.Contains(find(got, host), "leader")
+	})
+	if len(got) != 3 {
+		t.Fatalf("the workers panel has rows %q, want a header and 2", got)
+	}
+	if row := find(got, fmt.Sprintf("%s\t%d", host, os.Getpid())); !strings.Contains(row, "held") || !strings.Contains(row, "0 sending") {
+		t.Errorf("the live worker's row is %q, want it held, leader, 0 sending", row)
+	}
+	if row := find(got, "box-c\t77"); !strings.Contains(row, "lapsed") || strings.Contains(row, "leader") {
+		t.Errorf("the dead worker's row is %q, want it lapsed and not leader", row)
+	}
+
+	// A worker paused past its lease with a send claimed under it, before
+	// any sweeper has ended the lease (here no worker runs a sweeper).
+	paused := newHarness(t, setup{})
+	pgtest.Exec(t, paused.pool, `INSERT INTO sendonce_worker (id, epoch, host, pid, started_at, renewed_at, lease_until)
+		VALUES (900, 901, 'box-b', 4242, now() - interval '1 hour', now() - interval '40 seconds', now() - interval '35 seconds')`)
+	paused.enqueue(outbox.Intent{Key: "invoice:held", Payload: email("ada@example.com", "Invoice")})
+	pgtest.Exec(t, paused.pool, `UPDATE sendonce_outbox SET state = 'sending', attempts = 1, claimed_by = 901, first_attempt_at = now()
+		WHERE idempotency_key = 'invoice:held'`)
+	run(t, ctx, "open the overview", chromedp.Navigate(paused.srv.URL+"/outbox/"))
+	if row := find(rows(t, ctx, "#workers"), "box-b\t4242"); !strings.Contains(row, "overdue") || !strings.Contains(row, "1 sending") ||
+		strings.Contains(row, "leader") {
+		t.Errorf("the paused worker's row is %q, want it overdue with 1 sending", row)
+	}
+	if n := dialogs.Load(); n != 0 {
+		t.Errorf("%d JavaScript dialogs opened", n)
 	}
 }

@@ -25,10 +25,12 @@ type overviewData struct {
 	// LastEvent is when any worker last stored one.
 	WebhookAddr string
 	LastEvent   *time.Time
-	Chart       chart
-	Budgets     []budgetRow
-	Runs        []runRow
-	Failures    []failureGroup
+	// Workers are the fleet's instances, from their liveness leases.
+	Workers  []workerRow
+	Chart    chart
+	Budgets  []budgetRow
+	Runs     []runRow
+	Failures []failureGroup
 }
 
 type count struct {
@@ -110,6 +112,9 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 			Total: r.Total, Minute: r.SentLastMinute, Left: r.Left()})
 	}
 	if d.Failures, err = h.recentFailures(ctx); err != nil {
+		return nil, err
+	}
+	if d.Workers, err = h.workers(ctx); err != nil {
 		return nil, err
 	}
 	return d, nil

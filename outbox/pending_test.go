@@ -47,10 +47,17 @@ func TestEnqueueUnmigrated(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		river bool
-	}{{"empty", false}, {"river-only", true}} {
+		older bool // sendonce's schema as a release before migration 00010 left it
+	}{{"empty", false, false}, {"river-only", true, false}, {"older-sendonce", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pool := unmigratedPool(t, "unmigrated", tc.river)
+			var pool *pgxpool.Pool
+			if tc.older {
+				pool = pgtest.NewDB(t)
+				pgtest.Exec(t, pool, `ALTER TABLE sendonce_outbox DROP COLUMN traceparent, DROP COLUMN tracestate`)
+			} else {
+				pool = unmigratedPool(t, "unmigrated", tc.river)
+			}
 			ob, err := outbox.New(pool, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -22,15 +22,22 @@ func TestNewUnmigrated(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		river bool
-	}{{"empty", false}, {"river-only", true}} {
+		older bool // the newest sendonce migration not applied yet
+	}{{"empty", false, false}, {"river-only", true, false}, {"older-sendonce", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			pool, err := pgxpool.New(ctx, pgtest.CreateDB(t, pgtest.ServerURL(t), "unmigrated"))
-			if err != nil {
-				t.Fatal(err)
+			var pool *pgxpool.Pool
+			if tc.older {
+				pool = pgtest.NewDB(t)
+				pgtest.Exec(t, pool, `DELETE FROM `+migrations.TableName+` WHERE version_id = (SELECT max(version_id) FROM `+migrations.TableName+`)`)
+			} else {
+				var err error
+				if pool, err = pgxpool.New(ctx, pgtest.CreateDB(t, pgtest.ServerURL(t), "unmigrated")); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(pool.Close)
 			}
-			t.Cleanup(pool.Close)
 			if tc.river {
 				m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 				if err != nil {

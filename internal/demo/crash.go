@@ -112,7 +112,7 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 	}
 	d.say("Worker 2 (pid %d) starts and at once sends what nobody had started. The interrupted", w2.pid)
 	d.say("intents were claimed under worker 1's lease, which it no longer renews: once it lapses")
-	d.say("(--lease, 5s), worker 2's sweeper gives them new jobs. (River's rescuer, which reclaims jobs")
+	d.say("(--lease %s here), worker 2's sweeper gives them new jobs. (River's rescuer, which reclaims jobs", lease)
 	d.say("running longer than --rescue-after, %s here and minutes in production, is not what brings", rescueAfter)
 	d.say("them back.)")
 

@@ -132,3 +132,54 @@ func held(epoch string) string {
 func owned(alias, owner string) string {
 	return `(` + owner + ` = 0 OR (` + alias + `.claimed_by = ` + owner + ` AND ` + held(owner) + `))`
 }
+
+// WorkerLease is a worker instance's lease as an operator sees it (the
+// outbox page's workers panel, say).
+type WorkerLease struct {
+	Lease
+	Holder
+	StartedAt  time.Time
+	RenewedAt  time.Time
+	LeaseUntil time.Time
+	// State is LeaseStateHeld, LeaseStateOverdue, LeaseStateLapsed or LeaseStateStopped.
+	State string
+	// Leader says the instance's River client is River's leader now (it
+	// runs River's maintenance, the rescuer among it).
+	Leader bool
+}
+
+// The states of a WorkerLease.
+const (
+	LeaseStateHeld    = "held"    // renewed, its end ahead
+	LeaseStateOverdue = "overdue" // its end passed, not yet ended by a sweeper: about to be taken over
+	LeaseStateLapsed  = "lapsed"  // ended by a sweeper, its intents handed on
+	LeaseStateStopped = "stopped" // ended by its worker's graceful stop
+)
+
+// Workers lists the worker instances' leases, held ones first, each
+// group newest first; ended leases are kept a day.
+func Workers(ctx context.Context, db DB) ([]WorkerLease, error) {
+	rows, err := db.Query(ctx, `SELECT w.id, w.epoch, w.host, w.pid, coalesce(w.river_client_id, ''),
+			w.started_at, w.renewed_at, w.lease_until,
+			CASE WHEN w.ended_at IS NOT NULL THEN w.end_reason WHEN w.lease_until > now() THEN 'held' ELSE 'overdue' END,
+			w.ended_at IS NULL AND w.river_client_id IS NOT NULL AND EXISTS (SELECT 1 FROM river_leader l
+				WHERE l.leader_id = w.river_client_id AND l.expires_at > now())
+		FROM sendonce_worker w ORDER BY w.ended_at IS NOT NULL, w.started_at DESC, w.id DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("sendstate: list workers: %w", err)
+	}
+	defer rows.Close()
+	var out []WorkerLease
+	for rows.Next() {
+		var w WorkerLease
+		if err := rows.Scan(&w.ID, &w.Epoch, &w.Host, &w.PID, &w.RiverClientID, &w.StartedAt, &w.RenewedAt, &w.LeaseUntil,
+			&w.State, &w.Leader); err != nil {
+			return nil, fmt.Errorf("sendstate: list workers: %w", err)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sendstate: list workers: %w", err)
+	}
+	return out, nil
+}

@@ -246,3 +246,55 @@ func TestRescueReadsOnlyThisDatabasesLeases(t *testing.T) {
 		t.Errorf("xa: RescueAbandonedBatches = %d, %v; want 0", n, err)
 	}
 }
+
+// Workers shows each instance's lease as an operator reads it: held,
+// overdue (past its end, not yet ended), lapsed, stopped, and which one's
+// River client leads.
+func TestWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, jobs := setup(t)
+	h := sendstate.Holder{Host: "host-a", PID: 41, RiverClientID: "river-a"}
+	held, err := sendstate.TakeLease(ctx, pool, sendstate.Lease{}, h, sendstate.DefaultLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overdue, lapsed, stopped := takeLease(t, pool, "b"), takeLease(t, pool, "c"), takeLease(t, pool, "d")
+	lapse(t, pool, lapsed)
+	if _, err := jobs.ExpireLeases(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	lapse(t, pool, overdue)
+	if err := sendstate.ReleaseLease(ctx, pool, stopped); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `INSERT INTO river_leader (elected_at, expires_at, leader_id) VALUES (now(), now() + interval '15 seconds', 'river-a')`)
+
+	ws, err := sendstate.Workers(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int32]sendstate.WorkerLease{}
+	for _, w := range ws {
+		got[w.ID] = w
+	}
+	want := map[int32]string{held.ID: sendstate.LeaseStateHeld, overdue.ID: sendstate.LeaseStateOverdue, lapsed.ID: sendstate.LeaseStateLapsed, stopped.ID: sendstate.LeaseStateStopped}
+	if len(ws) != len(want) {
+		t.Fatalf("Workers = %+v, want %d", ws, len(want))
+	}
+	for id, state := range want {
+		if got[id].State != state {
+			t.Errorf("worker %d: state %q, want %q", id, got[id].State, state)
+		}
+	}
+	a := got[held.ID]
+	if !a.Leader || a.Host != "host-a" || a.PID != 41 || a.RiverClientID != "river-a" || a.Epoch != held.Epoch || a.StartedAt.IsZero() || !a.LeaseUntil.After(a.RenewedAt) {
+		t.Errorf("the held lease: %+v", a)
+	}
+	if got[overdue.ID].Leader {
+		t.Errorf("worker %d is not the leader", overdue.ID)
+	}
+	if ws[0].State != sendstate.LeaseStateHeld && ws[0].State != sendstate.LeaseStateOverdue {
+		t.Errorf("an ended lease listed first: %+v", ws[0])
+	}
+}

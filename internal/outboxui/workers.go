@@ -5,61 +5,66 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
 // workerRow is a worker instance as the overview's workers panel shows it,
-// from its liveness lease (sendonce_worker): what one needs in a crash or a
-// pooler incident, such as which instance still holds its lease, which one
-// leads River (and so runs its maintenance), and what each has in flight.
+// from its liveness lease (sendonce_worker, read by sendstate.Workers):
+// what one needs in a crash or a pooler incident, such as which instance
+// still holds its lease, which one leads River (and so runs its
+// maintenance), and what each has in flight.
 type workerRow struct {
-	ID, Epoch  int32
-	Host       string
-	PID        int32
-	Since      time.Time
-	RenewedAgo time.Duration // since its last heartbeat
-	// Lease is how the instance holds its liveness: "held" (renewed,
-	// lease not past its end), "overdue" (not renewed past its lease: paused,
-	// partitioned or dead, and no sweeper has ended it yet), "lapsed" (a
-	// sweeper ended it and handed its sends on) or "stopped" (it stopped
-	// gracefully).
-	Lease   string
-	EndedAt *time.Time
-	Leader  bool  // its River client leads River (river_leader)
-	Sending int64 // intents claimed under its lease and still sending
+	sendstate.WorkerLease
+	// RenewedAgo is the time since its last heartbeat, by the database's
+	// clock.
+	RenewedAgo time.Duration
+	// Sending counts the intents claimed under its lease and still sending.
+	Sending int64
 }
 
-// recentlyEnded is how long the panel keeps showing an instance whose
-// lease ended.
-const recentlyEnded = time.Hour
+// maxEnded caps the instances with an ended lease the panel lists (after
+// every live one): a fleet that restarts often ends many in a day.
+const maxEnded = 20
 
-// workers reads the instances holding a lease and those whose lease ended
-// within recentlyEnded, live ones first.
+// workers reads the fleet's instances, live ones first, and how many
+// sends each has in flight.
 func (h *Handler) workers(ctx context.Context) ([]workerRow, error) {
-	rows, err := h.pool.Query(ctx, `
-		SELECT w.id, w.epoch, w.host, w.pid, w.started_at,
-			extract(epoch FROM now() - w.renewed_at)::float8,
-			CASE WHEN w.ended_at IS NOT NULL THEN w.end_reason WHEN w.lease_until < now() THEN 'overdue' ELSE 'held' END,
-			w.ended_at,
-			w.ended_at IS NULL AND EXISTS (SELECT 1 FROM river_leader l WHERE l.leader_id = w.river_client_id AND l.expires_at > now()),
-			coalesce(s.n, 0)
-		FROM sendonce_worker w
-		LEFT JOIN (SELECT claimed_by, count(*) AS n FROM sendonce_outbox WHERE state = 'sending' GROUP BY 1) s ON s.claimed_by = w.epoch
-		WHERE w.ended_at IS NULL OR w.ended_at > now() - $1::float8 * interval '1 second'
-		ORDER BY w.ended_at IS NOT NULL, w.started_at, w.id
-		LIMIT 100`, recentlyEnded.Seconds())
+	leases, err := sendstate.Workers(ctx, h.pool)
 	if err != nil {
-		return nil, fmt.Errorf("outboxui: workers: %w", err)
+		return nil, fmt.Errorf("outboxui: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (workerRow, error) {
-		var w workerRow
-		var ago float64
-		err := r.Scan(&w.ID, &w.Epoch, &w.Host, &w.PID, &w.Since, &ago, &w.Lease, &w.EndedAt, &w.Leader, &w.Sending)
-		w.RenewedAgo = time.Duration(ago * float64(time.Second))
-		return w, err
-	})
+	sending := map[int32]int64{}
+	var now time.Time
+	rows, err := h.pool.Query(ctx, `SELECT claimed_by, count(*), now() FROM sendonce_outbox
+		WHERE state = 'sending' AND claimed_by IS NOT NULL GROUP BY 1
+		UNION ALL SELECT NULL, 0, now()`)
 	if err != nil {
-		return nil, fmt.Errorf("outboxui: workers: %w", err)
+		return nil, fmt.Errorf("outboxui: sends in flight: %w", err)
+	}
+	for rows.Next() {
+		var epoch *int32
+		var n int64
+		if err := rows.Scan(&epoch, &n, &now); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("outboxui: sends in flight: %w", err)
+		}
+		if epoch != nil {
+			sending[*epoch] = n
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outboxui: sends in flight: %w", err)
+	}
+	var out []workerRow
+	ended := 0
+	for _, l := range leases {
+		if l.State == sendstate.LeaseStateLapsed || l.State == sendstate.LeaseStateStopped {
+			if ended++; ended > maxEnded {
+				continue
+			}
+		}
+		out = append(out, workerRow{WorkerLease: l, RenewedAgo: now.Sub(l.RenewedAt), Sending: sending[l.Epoch]})
 	}
 	return out, nil
 }

@@ -171,11 +171,20 @@ func (d *demo) printReport(r *report) {
 
 	d.printf("\nWhere to look next\n")
 	cmd := d.opts.Command
-	d.say("%-36s %s", cmd+" status", "intents by state, and the age of the oldest waiting one")
-	d.say("%-36s %s", cmd+" list --state sent", "each intent: its key, the API's message id, replayed")
-	d.say("%-36s %s", cmd+" suppression list", "the addresses not mailed again: bounced, complained, by hand")
-	d.say("%-36s %s", "README.md", `"The guarantee, and its limits"; "Delivery webhooks"`)
-	d.say("%-36s %s", "make test", "the test suite, with integration tests that kill workers mid-send")
+	next := [][2]string{
+		{cmd + " status", "intents by state, and the age of the oldest waiting one"},
+		{cmd + " list --state sent", "each intent: its key, the API's message id, replayed"},
+		{cmd + " suppression list", "the addresses not mailed again: bounced, complained, by hand"},
+		{"README.md", `"The guarantee, and its limits"; "Delivery webhooks"`},
+		{"make test", "the test suite, with integration tests that kill workers mid-send"},
+	}
+	width := 0
+	for _, l := range next {
+		width = max(width, len(l[0]))
+	}
+	for _, l := range next {
+		d.say("%-*s  %s", width, l[0], l[1])
+	}
 	switch {
 	case d.throwaway && d.opts.Keep:
 		d.say("These commands need the database: it stays up below.")

@@ -120,6 +120,8 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 	return provider, nil
 }
 
-// ErrPending is returned by callers that refuse to run on an unmigrated
-// database.
-var ErrPending = errors.New("the database needs migrating: run `sendonce migrate`")
+// ErrPending is returned on a database whose schema is missing or older than
+// this code's: by the command's subcommands, by worker.New, and by
+// Outbox.Enqueue and EnqueueMany (errors.Is(err, migrations.ErrPending)).
+// The fix is Up, or `sendonce migrate`.
+var ErrPending = errors.New("the database needs migrating: run `sendonce migrate` (or migrations.Up from Go)")

@@ -5,7 +5,10 @@
 // data that causes it, so the invoice row and its email commit or roll back
 // together. Enqueue inserts the intent's row into sendonce_outbox and its
 // River job (InsertTx) in that transaction; River workers (package worker)
-// send it after commit, exactly once as far as the recipient can tell:
+// send it after commit, exactly once as far as the recipient can tell. The
+// database must be migrated first (migrations.Up, or `sendonce migrate`);
+// on one that is not, Enqueue fails with an error matching
+// migrations.ErrPending:
 //
 //	tx, err := pool.Begin(ctx)
 //	if err != nil { ... }

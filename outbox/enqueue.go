@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sendonce/sendonce/internal/schemaerr"
 )
 
 // EnqueueResult is what Enqueue did.
@@ -44,6 +46,10 @@ type EnqueueResult struct {
 // When ctx carries an OpenTelemetry span, its W3C trace context is stored
 // with the intent (Record.TraceParent), and the worker's send span links
 // to it.
+//
+// On a database that was not migrated, or only in part, the error matches
+// migrations.ErrPending (errors.Is), and its text says to run `sendonce
+// migrate` or migrations.Up; the transaction is aborted.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueResult, error) {
 	res, err := o.EnqueueMany(ctx, tx, []Intent{in})
 	if err != nil {
@@ -63,7 +69,8 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueRes
 // EnqueueMany is Enqueue for many intents at once: one statement writes all
 // their rows and jobs, in one round trip to the database (see insertSQL).
 // The intents are all validated before anything is written; an error about
-// one names its index. All of them get the trace context of ctx's span.
+// one names its index. All of them get the trace context of ctx's span. On
+// an unmigrated database it fails as Enqueue does, with migrations.ErrPending.
 func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) ([]*EnqueueResult, error) {
 	if len(intents) == 0 {
 		return nil, nil
@@ -92,7 +99,7 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 		prepared[i] = in
 	}
 	if err := sameAsFirst(ctx, tx, prepared, dups); err != nil {
-		return nil, err
+		return nil, schemaerr.Wrap("outbox: enqueue", err)
 	}
 
 	// Insert optimistically: a new key is the common case. Keys already
@@ -108,7 +115,9 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 	slices.SortFunc(fresh, func(a, b int) int { return strings.Compare(prepared[a].Key, prepared[b].Key) })
 	results := make([]*EnqueueResult, len(prepared))
 	if err := o.insert(ctx, tx, prepared, fresh, results); err != nil {
-		return nil, err
+		// A database without sendonce's schema (or River's) fails here; the
+		// error says so after the fact, so no call pays for a check first.
+		return nil, schemaerr.Wrap("outbox: enqueue", err)
 	}
 	// A key given twice with the same payload answers the first one's row.
 	for i := range prepared {

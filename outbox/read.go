@@ -65,11 +65,17 @@ type ListParams struct {
 	CreatedFrom, CreatedBefore time.Time
 	// AfterID pages: only intents with a larger id.
 	AfterID int64
+	// Newest lists the newest intents first (descending id) instead of the
+	// oldest; BeforeID pages it.
+	Newest bool
+	// BeforeID, when positive, keeps only intents with a smaller id: the
+	// next page of a Newest list.
+	BeforeID int64
 	// Limit caps the rows (default 100, at most 10,000).
 	Limit int
 }
 
-// List returns intents in id order.
+// List returns intents in id order, or newest first with p.Newest.
 func (o *Outbox) List(ctx context.Context, p ListParams) ([]*Record, error) {
 	if p.State != "" && !p.State.Valid() {
 		return nil, fmt.Errorf("outbox: list: unknown state %q: want one of %v", p.State, States)
@@ -91,14 +97,20 @@ func (o *Outbox) List(ctx context.Context, p ListParams) ([]*Record, error) {
 	if !p.CreatedBefore.IsZero() {
 		before = &p.CreatedBefore
 	}
+	// Two orders, each a walk of the primary key's index, not a sort.
+	order := "ASC"
+	if p.Newest {
+		order = "DESC"
+	}
 	// starts_with, not LIKE: "_" is a key character and a LIKE wildcard.
 	rows, err := o.pool.Query(ctx, `SELECT `+columns+` FROM sendonce_outbox
 		WHERE ($1 = '' OR state = $1) AND ($4 = '' OR delivery_status = $4) AND id > $2
 			AND ($5 = '' OR kind = $5) AND ($6 = '' OR starts_with(idempotency_key, $6))
 			AND ($7::timestamptz IS NULL OR created_at >= $7) AND ($8::timestamptz IS NULL OR created_at < $8)
-			AND ($9 = '' OR run_key = $9)
-		ORDER BY id LIMIT $3`,
-		string(p.State), p.AfterID, p.Limit, string(p.Delivery), string(p.Kind), p.KeyPrefix, from, before, p.Run)
+			AND ($9 = '' OR run_key = $9) AND ($10 = 0 OR id < $10)
+		ORDER BY id `+order+` LIMIT $3`,
+		string(p.State), p.AfterID, p.Limit, string(p.Delivery), string(p.Kind), p.KeyPrefix, from, before, p.Run,
+		p.BeforeID)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
 	}

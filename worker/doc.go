@@ -95,6 +95,11 @@
 //	if err := w.Start(ctx); err != nil { ... }
 //	defer w.Stop(shutdownCtx) // in-flight sends finish, or are cancelled when shutdownCtx ends
 //
+// New refuses a database with migrations pending (an error matching
+// migrations.ErrPending: run migrations.Up or `sendonce migrate`). With no
+// Config.Logger the worker logs through slog.Default(), one line per
+// outcome.
+//
 // Config.Retain turns on retention: every minute one worker of the fleet
 // deletes the settled intents older than it, each leaving a tombstone of
 // its key that keeps enqueueing it again from sending twice (see

@@ -614,6 +614,8 @@ func (w *sendWorker) skip(ctx context.Context, job *river.Job[sendjob.Args]) err
 		log.Info("run paused: the job ends without sending; resuming the run gives the intent a new job", "run", job.Args.RunKey)
 	} else if (p.State == outbox.StatePending || p.State == outbox.StateSending) && p.JobID != nil {
 		log.Info("job superseded: the intent has another job", "intent_job_id", *p.JobID)
+	} else if rerunByHand(job.JobRow, p.State) {
+		warnRerun(log, job.Args.Key, p.State)
 	} else {
 		log.Debug("intent already settled", "state", string(p.State))
 	}

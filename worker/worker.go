@@ -21,6 +21,7 @@ import (
 	"github.com/sendonce/sendonce/internal/budget"
 	"github.com/sendonce/sendonce/internal/sendjob"
 	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -141,7 +142,10 @@ type Config struct {
 	// the client's HTTP attempts (see the README's Tracing). Nil: the global
 	// provider (otel.GetTracerProvider), a no-op unless the program set one.
 	TracerProvider trace.TracerProvider
-	// Logger receives the worker's and River's logs.
+	// Logger receives the worker's and River's logs: one line per outcome
+	// (sent, retry, failed...) with the key, kind, attempt and job id, and
+	// warnings. Nil: slog.Default(), as River does; to silence the worker,
+	// give it slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 
 	// now, when set (by tests), is the clock the budget counts quotas
@@ -167,10 +171,19 @@ type Worker struct {
 
 // New builds a Worker over the application's database. Start it with Start.
 // A nil cfg, or a nil Config.Client, uses a client configured from the
-// environment (OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL).
+// environment (OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL), and a nil
+// Config.Logger logs through slog.Default().
+//
+// New reads the database's migration versions (within newCheckTimeout): on a
+// database that was not migrated, or not to this code's schema, it returns
+// an error matching migrations.ErrPending (errors.Is), which says to run
+// `sendonce migrate` or migrations.Up.
 func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if pool == nil {
 		return nil, errors.New("worker: a database pool is required")
+	}
+	if err := checkMigrated(pool); err != nil {
+		return nil, err
 	}
 	if cfg == nil {
 		cfg = &Config{}
@@ -188,7 +201,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	jobTimeout := cfg.JobTimeout
 	if jobTimeout <= 0 {
@@ -339,6 +352,26 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		pruner: &pruner{pool: pool, interval: pruneInterval, logger: logger,
 			opts: sendstate.PruneOptions{Retain: cfg.Retain, RetainKeys: retainKeys}},
 	}, nil
+}
+
+// newCheckTimeout bounds New's look at the migration versions (New has no
+// context of its own).
+const newCheckTimeout = 30 * time.Second
+
+// checkMigrated refuses a database with migrations pending, River's or
+// sendonce's: without it the worker would fail only at Start, on a missing
+// sequence, or later, on a missing column.
+func checkMigrated(pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
+	defer cancel()
+	pending, err := migrations.Pending(ctx, pool)
+	switch {
+	case err != nil:
+		return fmt.Errorf("worker: check the database's migrations: %w", err)
+	case pending:
+		return fmt.Errorf("worker: %w", migrations.ErrPending)
+	}
+	return nil
 }
 
 // RiverClient returns the worker's River client, for what works with one:

@@ -30,7 +30,7 @@ func (a *app) statusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "Count intents by state and age the oldest pending one",
 		Long: `status counts the outbox's intents in each state (pending, sending, sent, failed,
-canceled) and gives the age of the oldest intent that is due and not yet sent.
+canceled, suppressed) and gives the age of the oldest intent that is due and not yet sent.
 A growing age means the worker is not keeping up, or not running.
 
 It counts sent intents by delivery status too (delivery_delayed, delivered,
@@ -121,7 +121,7 @@ failed, bounced, suppressed or complained.`,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			st := outbox.State(strings.ToLower(state))
 			if st != "" && !st.Valid() {
-				return usagef("unknown --state %q: want pending, sending, sent, failed or canceled", state)
+				return usagef("unknown --state %q: want %s", state, stateList)
 			}
 			dl := outbox.DeliveryStatus(strings.ToLower(delivery))
 			if dl != "" && !dl.Valid() {
@@ -158,7 +158,7 @@ failed, bounced, suppressed or complained.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the intents as a JSON array, payloads included")
-	f.StringVar(&state, "state", "", "only intents in this state: pending, sending, sent, failed or canceled")
+	f.StringVar(&state, "state", "", "only intents in this state: "+stateList)
 	f.StringVar(&delivery, "delivery", "",
 		"only intents with this delivery status: delivery_delayed, delivered, failed, bounced, suppressed or complained")
 	f.IntVar(&limit, "limit", 100, "at most this many intents (1 to 10000)")
@@ -307,3 +307,13 @@ func getOrPruned(ob *outbox.Outbox, ctx context.Context, key string) (*outbox.Re
 	}
 	return rec, err
 }
+
+// stateList names every state an intent can be in, for --state's help and
+// errors: "pending, sending, sent, failed, canceled or suppressed".
+var stateList = func() string {
+	names := make([]string, len(outbox.States))
+	for i, s := range outbox.States {
+		names[i] = string(s)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}()

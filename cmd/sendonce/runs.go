@@ -100,7 +100,7 @@ func (a *app) runCommand() *cobra.Command {
 					return call(ob, ctx, args[0])
 				})
 				if err != nil {
-					return err
+					return noSuch("run", args[0], err)
 				}
 				if asJSON {
 					return printJSON(a.stdout, st)
@@ -124,7 +124,7 @@ func (a *app) runCommand() *cobra.Command {
 				return ob.CancelRun(ctx, args[0])
 			})
 			if err != nil {
-				return err
+				return noSuch("run", args[0], err)
 			}
 			if asJSON {
 				return printJSON(a.stdout, res)
@@ -155,7 +155,7 @@ func (a *app) runCommand() *cobra.Command {
 				return ob.RescheduleRun(ctx, args[0], at)
 			})
 			if err != nil {
-				return err
+				return noSuch("run", args[0], err)
 			}
 			if asJSON {
 				return printJSON(a.stdout, map[string]any{"key": args[0], "sendAt": at, "rescheduled": n})
@@ -349,7 +349,7 @@ func (a *app) scheduleCommand() *cobra.Command {
 				return struct{}{}, ob.DeleteSchedule(ctx, args[0])
 			})
 			if err != nil {
-				return err
+				return noSuch("schedule", args[0], err)
 			}
 			fmt.Fprintf(a.stdout, "removed schedule %s\n", args[0])
 			return nil
@@ -407,4 +407,14 @@ func readRunIntents(r io.Reader, source string) ([]outbox.Intent, error) {
 		return nil, fmt.Errorf("%s holds no members: want one JSON object per line", source)
 	}
 	return out, nil
+}
+
+// noSuch words outbox.ErrNotFound for what the command names (a run, a
+// schedule): "no run "billing:2026-12"", not the intents' "no intent with
+// key". Other errors pass unchanged.
+func noSuch(what, name string, err error) error {
+	if errors.Is(err, outbox.ErrNotFound) {
+		return fmt.Errorf("no %s %q", what, name)
+	}
+	return err
 }

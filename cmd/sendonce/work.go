@@ -462,6 +462,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 			ReplayWindow: o.replayWindow,
 			RiverUI:      httpserver.UIPrefix,
 			Logger:       log,
+			WebhookAddr:  o.webhookAddr,
 		})
 		if err != nil {
 			return err

@@ -2,12 +2,9 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 const (
@@ -109,47 +106,24 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 		d.say("The sends it had in flight had not reached the API yet; they stay \"sending\".")
 	}
 
-	leader, lease, err := d.leader(ctx)
-	if err != nil {
-		return nil, err
-	}
 	w2, err := d.startWorker(2)
 	if err != nil {
 		return nil, err
 	}
 	d.say("Worker 2 (pid %d) starts and at once sends what nobody had started. The interrupted", w2.pid)
-	d.say("jobs wait for River's rescuer, which reclaims jobs running longer than --rescue-after")
-	switch {
-	case d.otherLeader:
-		d.say("(%s) and runs only on River's leader: here another River client of this database,", rescueAfter)
-		d.say("on its own --rescue-after.")
-	case lease > 0:
-		d.say("(%s) and runs only on River's leader. Dead worker 1 was the leader: its lease lapses", rescueAfter)
-		d.say("in %s, and then worker 2 takes over.", lease.Round(time.Second))
-	default:
-		d.say("(%s) and runs only on River's leader, which worker 2 is about to become.", rescueAfter)
-	}
+	d.say("intents were claimed under worker 1's lease, which it no longer renews: once it lapses")
+	d.say("(--lease %s here), worker 2's sweeper gives them new jobs. (River's rescuer, which reclaims jobs", lease)
+	d.say("running longer than --rescue-after, %s here and minutes in production, is not what brings", rescueAfter)
+	d.say("them back.)")
 
 	b = d.newBar(total, "worker 2")
 	b.set(c.Sent)
 	deadline = time.Now().Add(recoveryLimit)
-	var leaderSaid, replaySaid bool
+	var replaySaid bool
 	for c.Settled < total {
 		if c, err = d.poll(ctx, w2, b, deadline, "every intent to be sent after the kill"); err != nil {
 			b.close()
 			return nil, err
-		}
-		if !leaderSaid {
-			now, _, err := d.leader(ctx)
-			if err != nil {
-				b.close()
-				return nil, err
-			}
-			if now != "" && now != leader {
-				b.println("+%s  worker 2 is River's leader now; its rescuer hands the interrupted jobs back.",
-					round(time.Since(killedAt)))
-				leaderSaid = true
-			}
 		}
 		if !replaySaid && len(res.Interrupted) > 0 && c.Replayed >= len(res.Interrupted) {
 			b.println("+%s  worker 2 sent the %d interrupted intents again, with their keys: the API answered",
@@ -158,7 +132,7 @@ func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 			replaySaid = true
 		}
 		if c.Replayed < len(res.Interrupted) && c.Sent >= total-len(res.Interrupted) {
-			b.describe("worker 2, waiting for the rescuer")
+			b.describe("worker 2, taking over the interrupted sends")
 		} else {
 			b.describe("worker 2")
 		}
@@ -218,22 +192,6 @@ func (d *demo) stopLast(w *workerProc) error {
 	}
 	d.say("Worker %d got SIGTERM, finished its sends and exited 0.", w.n)
 	return nil
-}
-
-// leader returns the id of River's current leader and how long its lease
-// still runs; an empty id when nobody holds one.
-func (d *demo) leader(ctx context.Context) (string, time.Duration, error) {
-	var id string
-	var secs float64
-	err := d.pool.QueryRow(ctx, `SELECT leader_id, extract(epoch FROM expires_at - now())::float8
-		FROM river_leader WHERE expires_at > now() LIMIT 1`).Scan(&id, &secs)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", 0, nil
-	}
-	if err != nil {
-		return "", 0, fmt.Errorf("demo: read River's leader: %w", err)
-	}
-	return id, time.Duration(secs * float64(time.Second)), nil
 }
 
 // wrapFlags joins command-line flags into lines of at most width

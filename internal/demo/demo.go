@@ -55,6 +55,14 @@ type Options struct {
 	// declined. Zero is the default seed, 1, so every run tells the same
 	// story.
 	Seed int64
+	// Keep, with a throwaway cluster, keeps it running after the report,
+	// its URL printed, until ctx ends (Ctrl-C), so that the commands the
+	// report names can look at its rows; then it is removed as ever.
+	Keep bool
+	// Command is how the reader runs sendonce, for the commands the report
+	// suggests: "sendonce" (the default) for an installed binary, "go run
+	// ./cmd/sendonce" in a checkout without one.
+	Command string
 }
 
 // demoAPIKey is the worker's OpenEmail key: a test key, which the fake API
@@ -88,6 +96,9 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Seed == 0 {
 		opts.Seed = 1
 	}
+	if opts.Command == "" {
+		opts.Command = "sendonce"
+	}
 
 	d := &demo{
 		opts:  opts,
@@ -97,7 +108,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	d.procCtx, d.procCancel = context.WithCancel(context.WithoutCancel(ctx))
 	err := d.run(ctx)
-	if err != nil && ctx.Err() != nil {
+	if err == nil && opts.Keep && d.throwaway {
+		d.keepUntilDone(ctx)
+	} else if err != nil && ctx.Err() != nil {
 		d.printf("\nInterrupted (%v); cleaning up.\n", context.Cause(ctx))
 		err = fmt.Errorf("demo interrupted: %w", err)
 	}
@@ -173,6 +186,16 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.printReport(rep)
 	return rep.check()
+}
+
+// keepUntilDone keeps the throwaway cluster up until ctx ends, saying how
+// to reach it.
+func (d *demo) keepUntilDone(ctx context.Context) {
+	d.printf("The throwaway PostgreSQL stays up until you press Ctrl-C. In another terminal:\n")
+	d.say("export DATABASE_URL='%s'", d.dbURL)
+	d.say("%s status", d.opts.Command)
+	<-ctx.Done()
+	d.printf("\n")
 }
 
 // onCleanup registers fn to run at the end, in reverse order of

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -108,7 +109,11 @@ func assertGone(t *testing.T, pids []int) {
 // 4 declined, 36 sent once each, replays after the kill, one bounce and the
 // next email to that address suppressed; and the webhook secret the
 // workers got shown nowhere.
-func runDemo(t *testing.T, databaseURL string) string {
+//
+// With keep set, the demo keeps its throwaway cluster up after the report
+// (Options.Keep): keep runs with the output so far once the demo says so,
+// and then the demo is stopped as by Ctrl-C.
+func runDemo(t *testing.T, databaseURL string, keep func(out string)) string {
 	t.Helper()
 	cmd := worker(t)
 	var secrets []string // OPENEMAIL_WEBHOOK_SECRET of each worker
@@ -124,10 +129,24 @@ func runDemo(t *testing.T, databaseURL string) string {
 	defer cancel()
 
 	var out, logs syncbuf.Buffer // Options.Out, read while the demo runs; every log line
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	kept := &markWriter{w: &out, mark: "stays up until you press Ctrl-C", seen: make(chan struct{})}
+	if keep != nil {
+		go func() {
+			select {
+			case <-kept.seen:
+				keep(out.String())
+			case <-runCtx.Done():
+			}
+			stop()
+		}()
+	}
 	start := time.Now()
-	err := demo.Run(ctx, demo.Options{
+	err := demo.Run(runCtx, demo.Options{
 		DatabaseURL: databaseURL,
-		Out:         &out,
+		Out:         kept,
+		Keep:        keep != nil,
 		Logger: slog.New(slog.NewMultiHandler(testLogger(t).Handler(),
 			slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 		WorkerCommand: recordSecret,
@@ -135,6 +154,9 @@ func runDemo(t *testing.T, databaseURL string) string {
 		Seed:          7,
 	})
 	o := out.String()
+	if keep != nil && ctx.Err() != nil {
+		t.Fatalf("the demo with Keep never said its database stays up:\n%s", o)
+	}
 	t.Logf("demo output (%s):\n%s", time.Since(start).Round(time.Millisecond), o)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -157,6 +179,13 @@ func runDemo(t *testing.T, databaseURL string) string {
 		t.Errorf("no worker was killed")
 	} else if got := figure(t, o, "replayed"); got < 1 {
 		t.Errorf("replayed = %d after a kill in the window, want at least 1", got)
+	}
+	// The story tells the recovery it shows: the interrupted sends are
+	// handed to new jobs within seconds of the kill, not by River's
+	// rescuer after a leader's lease lapses.
+	if strings.Contains(o, "wait for River's rescuer") || strings.Contains(o, "waiting for the rescuer") ||
+		!strings.Contains(o, "gives them new jobs") {
+		t.Errorf("the demo's text of the recovery does not match what it shows (replays seconds after the kill)")
 	}
 	pids := workerPIDs(o)
 	if len(pids) != 2 {
@@ -207,7 +236,7 @@ func TestRunOnYourDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool.Close()
-	o := runDemo(t, url)
+	o := runDemo(t, url, nil)
 
 	// On a database of the caller's own, the demo drops its table and
 	// leaves the outbox rows, and takes the address that bounced off the
@@ -244,9 +273,50 @@ func TestRunOnYourDatabase(t *testing.T) {
 
 var portRE = regexp.MustCompile(`Up on 127\.0\.0\.1:(\d+) `)
 
+// markWriter writes to w and closes seen once what was written holds mark.
+type markWriter struct {
+	w    *syncbuf.Buffer
+	mark string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (m *markWriter) Write(p []byte) (int, error) {
+	n, err := m.w.Write(p)
+	if strings.Contains(m.w.String(), m.mark) {
+		m.once.Do(func() { close(m.seen) })
+	}
+	return n, err
+}
+
+// TestRunOnAThrowawayCluster runs the demo with --keep: after the report,
+// the commands it names work on the database it printed, and after Ctrl-C
+// the cluster is gone.
 func TestRunOnAThrowawayCluster(t *testing.T) {
 	t.Parallel()
-	o := runDemo(t, "")
+	var status string
+	o := runDemo(t, "", func(out string) {
+		m := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("the demo kept its database but printed no DATABASE_URL:\n%s", out)
+			return
+		}
+		cmd := exec.Command(sendonceBin, "status")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+m[1])
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("sendonce status on the kept database: %v\n%s", err, b)
+		}
+		status = string(b)
+	})
+	if !regexp.MustCompile(`(?m)^sent\s+36$`).MatchString(status) {
+		t.Errorf("sendonce status on the kept database does not count the 36 sent invoices:\n%s", status)
+	}
+	for _, want := range []string{"sendonce status", "sendonce list --state sent", "it stays up below"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("the demo's last lines do not say %q", want)
+		}
+	}
 	m := portRE.FindStringSubmatch(o)
 	if m == nil {
 		t.Fatal("the demo did not say where its throwaway PostgreSQL runs")

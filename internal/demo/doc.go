@@ -77,13 +77,15 @@
 //
 // # Timing
 //
-// A killed worker's jobs look "running" to River until the rescuer reclaims
-// them. The demo's workers run with --job-timeout 3s and --rescue-after 4s
-// (in production these are minutes), but the rescuer runs only on River's
-// leader, and the killed worker was the leader: its lease has to lapse
-// (up to 15 s) before worker 2 takes over. Sooner than that, worker 2's
-// reconciler sees that the worker which claimed the interrupted intents is
-// gone (its lease went unrenewed; the demo's workers run with --lease 1s) and hands them to new jobs, which
-// replay them (README, "The guarantee, and its limits"). The whole demo
-// takes about ten seconds; the bounce step adds well under one.
+// A killed worker's jobs look "running" to River until its rescuer
+// reclaims them after --rescue-after (4 s here, minutes in production), and
+// only on River's leader. The demo does not wait for that: the killed
+// worker's lease (the demo's workers run with --lease 1s) lapses without its
+// heartbeat, and worker 2's sweeper hands the intents claimed under it to
+// new jobs, which replay them (README, "The guarantee, and its limits"); on
+// a database server that started moments before (the throwaway one) it
+// waits out the restart grace (5 s from the server's start) first. The
+// whole demo takes about ten seconds; the bounce step adds well under one.
+// With --keep (Options.Keep) a throwaway cluster stays up after the report
+// until Ctrl-C, for the commands the report names.
 package demo

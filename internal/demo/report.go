@@ -170,15 +170,29 @@ func (d *demo) printReport(r *report) {
 	}
 
 	d.printf("\nWhere to look next\n")
-	d.say("%-28s %s", "sendonce status", "intents by state, and the age of the oldest waiting one")
-	d.say("%-28s %s", "sendonce list --state sent", "each intent: its key, the API's message id, the replayed flag")
-	d.say("%-28s %s", "sendonce suppression list", "the addresses not mailed again: bounced, complained, added by hand")
-	d.say("%-28s %s", "README.md", `"The guarantee, and its limits"; "Delivery webhooks"`)
-	d.say("%-28s %s", "make test", "the test suite, with integration tests that kill workers mid-send")
-	if d.throwaway {
-		d.say("This database is thrown away now. To keep the rows and look at them with the commands")
-		d.say("above, run the demo on a database of yours: DATABASE_URL=postgres://... sendonce demo")
-	} else {
+	cmd := d.opts.Command
+	next := [][2]string{
+		{cmd + " status", "intents by state, and the age of the oldest waiting one"},
+		{cmd + " list --state sent", "each intent: its key, the API's message id, replayed"},
+		{cmd + " suppression list", "the addresses not mailed again: bounced, complained, by hand"},
+		{"README.md", `"The guarantee, and its limits"; "Delivery webhooks"`},
+		{"make test", "the test suite, with integration tests that kill workers mid-send"},
+	}
+	width := 0
+	for _, l := range next {
+		width = max(width, len(l[0]))
+	}
+	for _, l := range next {
+		d.say("%-*s  %s", width, l[0], l[1])
+	}
+	switch {
+	case d.throwaway && d.opts.Keep:
+		d.say("These commands need the database: it stays up below.")
+	case d.throwaway:
+		d.say("This database is thrown away now. To keep it up after the report and look at its rows")
+		d.say("with the commands above, run the demo with --keep: %s demo --keep", cmd)
+		d.say("(or on a database of yours: DATABASE_URL=postgres://... %s demo).", cmd)
+	default:
 		d.say("This run's %d intents stay in sendonce_outbox for those commands (keys %s…", r.Committed+1, d.plan.keyPrefix())
 		d.say("and %s); the table demo_invoices is dropped, and %s is", reminderKey(d.plan.bounced()), r.BouncedAddress)
 		d.say("taken off the suppression list.")

@@ -128,7 +128,7 @@ func TestBrowserRetry(t *testing.T) {
 	var dialogs atomic.Int32
 	// The fake API refuses ada's first email (a 422, certain: nothing was
 	// delivered); the retry goes through.
-	h := newHarness(t, setup{actions: true, worker: true, token: "alice:s3cret", auth: "Bearer s3cret",
+	h := newHarness(t, setup{actions: true, worker: true, token: "alice:s3cret", auth: "Bearer s3cret", webhookAddr: "127.0.0.1:9465",
 		faults: []fakeapi.Fault{{Kind: fakeapi.FaultReject, To: "refused@", Times: 1, Code: "recipient_rejected"}}})
 	ctx := browser(t, h.auth, &dialogs)
 	h.enqueue(
@@ -163,7 +163,7 @@ func TestBrowserRetry(t *testing.T) {
 	run(t, ctx, "type a key prefix", chromedp.SendKeys(chromedp.CSS("#prefix"), "invoice:2026-11-"))
 	follow(t, ctx, "#filter")
 	listed := eval[[]string](t, ctx, `[...document.querySelectorAll("#intents a.key")].map(a => a.textContent)`)
-	if strings.Join(listed, " ") != "invoice:2026-11-0001 invoice:2026-11-0002" {
+	if strings.Join(listed, " ") != "invoice:2026-11-0002 invoice:2026-11-0001" { // newest first
 		t.Errorf("filtered by invoice:2026-11-: %q", listed)
 	}
 

@@ -49,6 +49,8 @@ type setup struct {
 	auth    string          // what requests carry as Authorization
 	worker  bool            // run a real worker against a fake API
 	faults  []fakeapi.Fault // the fake API's faults
+	// webhookAddr is where the page says this process takes webhooks.
+	webhookAddr string
 }
 
 func newHarness(t *testing.T, s setup) *harness {
@@ -58,7 +60,8 @@ func newHarness(t *testing.T, s setup) *harness {
 	pool, ob := outboxtest.New(t)
 	h := &harness{t: t, ctx: ctx, pool: pool, ob: ob, logs: &syncbuf.Buffer{}, auth: s.auth}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(h.logs, t.Output()), nil))
-	page, err := outboxui.New(ob, outboxui.Options{Actions: s.actions, RiverUI: httpserver.UIPrefix, Logger: log})
+	page, err := outboxui.New(ob, outboxui.Options{Actions: s.actions, RiverUI: httpserver.UIPrefix, Logger: log,
+		WebhookAddr: s.webhookAddr})
 	if err != nil {
 		t.Fatal(err)
 	}

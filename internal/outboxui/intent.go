@@ -27,6 +27,10 @@ type intentData struct {
 	Done      string // what an action just did
 	CanRetry  bool
 	CanCancel bool
+	// RetryHint: the intent could be retried, and the page is read-only.
+	RetryHint bool
+	// Scheduled: pending and not due yet (its send time is ahead).
+	Scheduled bool
 }
 
 // emailSummary is what an email's payload says of where it goes; its body
@@ -93,7 +97,9 @@ func (h *Handler) readIntent(ctx context.Context, key string) (*intentData, erro
 	}
 	d := &intentData{Rec: rec, Emails: summarize(rec), Payload: indent(rec.Payload),
 		CanRetry: rec.State == outbox.StateFailed || rec.State == outbox.StateSuppressed, CanCancel: rec.State == outbox.StatePending && rec.Attempts == 0 && rec.BatchKey == ""}
-	if err := h.pool.QueryRow(ctx, `SELECT coalesce(run_key, '') FROM sendonce_outbox WHERE id = $1`, rec.ID).Scan(&d.RunKey); err != nil {
+	d.RetryHint = d.CanRetry && !h.opts.Actions
+	if err := h.pool.QueryRow(ctx, `SELECT coalesce(run_key, ''), coalesce(state = 'pending' AND send_at > now(), false) FROM sendonce_outbox WHERE id = $1`,
+		rec.ID).Scan(&d.RunKey, &d.Scheduled); err != nil {
 		return nil, fmt.Errorf("outboxui: run of %q: %w", key, err)
 	}
 	if rec.JobID != nil {

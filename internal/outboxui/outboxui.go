@@ -42,6 +42,10 @@ type Options struct {
 	RiverUI string
 	// Logger receives one line per action taken (default slog.Default()).
 	Logger *slog.Logger
+	// WebhookAddr is where this process takes the API's delivery webhooks
+	// (sendonce work --webhook-addr); empty when it takes none. The
+	// overview says which, so that zeros under delivery status read right.
+	WebhookAddr string
 }
 
 // Handler serves the outbox page. Make it with New.

@@ -188,7 +188,7 @@ func TestRetryRules(t *testing.T) {
 	}
 }
 
-// TestListAndOverview: the filters, paging by id, and the overview's
+// TestListAndOverview: the filters, paging by id (newest first), and the overview's
 // figures.
 func TestListAndOverview(t *testing.T) {
 	t.Parallel()
@@ -218,15 +218,16 @@ func TestListAndOverview(t *testing.T) {
 	}
 
 	code, body := h.do("GET", "/outbox/intents?prefix=invoice:2026-11-", nil)
-	if code != 200 || strings.Count(body, `class="key"`) != 50 || strings.Contains(body, "invoice:2026-12-") {
-		t.Fatalf("first page: %d, %d rows", code, strings.Count(body, `class="key"`))
+	if code != 200 || strings.Count(body, `class="key"`) != 50 || strings.Contains(body, "invoice:2026-12-") ||
+		!strings.Contains(body, "invoice:2026-11-055") || strings.Contains(body, "invoice:2026-11-005") {
+		t.Fatalf("first page (newest first): %d, %d rows", code, strings.Count(body, `class="key"`))
 	}
 	next := nextLink.FindStringSubmatch(body)
 	if next == nil {
 		t.Fatal("no next page link on a full page")
 	}
 	code, body = h.do("GET", strings.ReplaceAll(next[1], "&amp;", "&"), nil)
-	if code != 200 || strings.Count(body, `class="key"`) != 5 || !strings.Contains(body, "invoice:2026-11-055") || nextLink.MatchString(body) {
+	if code != 200 || strings.Count(body, `class="key"`) != 5 || !strings.Contains(body, "invoice:2026-11-001") || nextLink.MatchString(body) {
 		t.Errorf("second page: %d, %d rows", code, strings.Count(body, `class="key"`))
 	}
 	if _, body := h.do("GET", "/outbox/intents?state=failed&kind=email", nil); strings.Count(body, `class="key"`) != 2 {

@@ -17,10 +17,20 @@ type overviewData struct {
 	States     []count
 	Deliveries []count
 	Oldest     time.Duration
-	Chart      chart
-	Budgets    []budgetRow
-	Runs       []runRow
-	Failures   []failureGroup
+	// Due and Scheduled split the pending intents: due now, or held until
+	// a send time ahead (NextScheduled the soonest).
+	Due, Scheduled int64
+	NextScheduled  *time.Time
+	// WebhookAddr is where this process takes delivery webhooks ("": none);
+	// LastEvent is when any worker last stored one.
+	WebhookAddr string
+	LastEvent   *time.Time
+	// Workers are the fleet's instances, from their liveness leases.
+	Workers  []workerRow
+	Chart    chart
+	Budgets  []budgetRow
+	Runs     []runRow
+	Failures []failureGroup
 }
 
 type count struct {
@@ -45,10 +55,13 @@ type budgetRow struct {
 
 // failureGroup is the failed intents of the last day that share an error.
 type failureGroup struct {
-	Error   string
-	N       int64
-	Latest  time.Time
-	Example string // one key, to open
+	Error string
+	N     int64
+	// Uncertain counts those of them that may have been delivered (an
+	// attempt may have reached the API: a 5xx, a timeout, a lost answer).
+	Uncertain int64
+	Latest    time.Time
+	Example   string // one key, to open
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +79,13 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &overviewData{Oldest: st.OldestPending}
+	d := &overviewData{Oldest: st.OldestPending, WebhookAddr: h.opts.WebhookAddr}
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE send_at IS NULL OR send_at <= now()),
+			count(*) FILTER (WHERE send_at > now()), min(send_at) FILTER (WHERE send_at > now()),
+			(SELECT max(received_at) FROM sendonce_event)
+		FROM sendonce_outbox WHERE state = 'pending'`).Scan(&d.Due, &d.Scheduled, &d.NextScheduled, &d.LastEvent); err != nil {
+		return nil, fmt.Errorf("outboxui: due and scheduled: %w", err)
+	}
 	for _, s := range outbox.States {
 		d.States = append(d.States, count{Name: string(s), N: st.Counts[s], Class: stateClass(s)})
 	}
@@ -95,12 +114,15 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 	if d.Failures, err = h.recentFailures(ctx); err != nil {
 		return nil, err
 	}
+	if d.Workers, err = h.workers(ctx); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
 // recentFailures groups the intents that failed in the last day by error.
 func (h *Handler) recentFailures(ctx context.Context) ([]failureGroup, error) {
-	rows, err := h.pool.Query(ctx, `SELECT coalesce(last_error, ''), count(*), max(updated_at), min(idempotency_key)
+	rows, err := h.pool.Query(ctx, `SELECT coalesce(last_error, ''), count(*), count(*) FILTER (WHERE uncertain), max(updated_at), min(idempotency_key)
 		FROM sendonce_outbox WHERE state = 'failed' AND updated_at > now() - interval '1 day'
 		GROUP BY 1 ORDER BY 2 DESC, 3 DESC LIMIT 10`)
 	if err != nil {
@@ -108,7 +130,7 @@ func (h *Handler) recentFailures(ctx context.Context) ([]failureGroup, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (failureGroup, error) {
 		var g failureGroup
-		err := r.Scan(&g.Error, &g.N, &g.Latest, &g.Example)
+		err := r.Scan(&g.Error, &g.N, &g.Uncertain, &g.Latest, &g.Example)
 		return g, err
 	})
 	if err != nil {

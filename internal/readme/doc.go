@@ -1,0 +1,6 @@
+// Package readme holds the test that the README's quick start works as a
+// newcomer would follow it: its Go snippets, in order, are one main.go,
+// built in a module of its own (a user's module, with a replace directive
+// to this repository) and run against an empty database and the fake API,
+// from nothing to one email delivered by the embedded worker.
+package readme

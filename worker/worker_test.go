@@ -132,7 +132,7 @@ func TestWorkerEndToEnd(t *testing.T) {
 	st, err := ob.Stats(ctx)
 	if err != nil || st.Counts[outbox.StateSent] != 18 {
 		t.Fatalf("stats %+v, %v", st, err)
-	}	// The graceful stop ended the worker's lease at once (issue 24): what
+	} // The graceful stop ended the worker's lease at once (issue 24): what
 	// it left sending would go to another worker at its next sweep.
 	var held, stoppedLeases int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE ended_at IS NULL), count(*) FILTER (WHERE end_reason = 'stopped')

@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/pgtest"
@@ -82,6 +85,7 @@ func crashReplay(t *testing.T, v variant) {
 	}
 	slices.Sort(thresholds)
 	killedWithAnswersPending := 0
+	var marks []killMark
 	for k, threshold := range thresholds {
 		pendingAtKill := 0
 		var batches []string
@@ -103,7 +107,9 @@ func crashReplay(t *testing.T, v variant) {
 				victim = i
 			}
 		}
+		pending := unansweredKeys(srv)
 		workers[victim].kill()
+		marks = append(marks, killMark{at: time.Now(), keys: pending})
 		if pendingAtKill > 0 {
 			killedWithAnswersPending++
 		}
@@ -112,9 +118,10 @@ func crashReplay(t *testing.T, v variant) {
 		workers[victim] = startWorker(t, fmt.Sprintf("worker%d.%d", victim, generation), e, opts)
 	}
 
-	// The interrupted sends come back once River's rescuer (run by the
-	// leader, which a killed leader's lease keeps away for up to 15 s) finds
-	// their jobs older than --rescue-after.
+	// The interrupted sends come back once the killed worker's lease ends
+	// (--lease, 5 s by default, and the next sweep), or River's rescuer (run
+	// by the leader, which a killed leader's lease keeps away for up to
+	// 15 s) finds their jobs older than --rescue-after, whichever is first.
 	waitAllSent(t, pool, n, 3*time.Minute*time.Duration(suite.scale), func() string {
 		d, p := deliveryWindow(srv)
 		return fmt.Sprintf("fake: %d delivered, %d unanswered", d, p)
@@ -138,6 +145,7 @@ func crashReplay(t *testing.T, v variant) {
 		}
 	}
 	replayed := countReplayed(rows)
+	worst := worstReplay(t, pool, marks, interruptedKeys(srv))
 	if len(interrupted) == 0 {
 		t.Errorf("no kill landed between delivery and record (%d kills with answers pending): the run proved nothing about replays", killedWithAnswersPending)
 	}
@@ -146,17 +154,17 @@ func crashReplay(t *testing.T, v variant) {
 	}
 
 	if coalesce == 0 {
-		summary(t, "%s: seed=%d intents=%d kills=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d elapsed=%s",
-			name, suite.seed, n, kills, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed, time.Since(start).Round(time.Second))
+		summary(t, "%s: seed=%d intents=%d kills=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d max_kill_to_replayed=%s elapsed=%s",
+			name, suite.seed, n, kills, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed, worst.Round(100*time.Millisecond), time.Since(start).Round(time.Second))
 		return
 	}
 	cs := checkCoalesced(t, srv, rows, l.Batches)
 	if cs.Replayed == 0 {
 		t.Errorf("no batch was replayed whole (%d kills with a batch's answer pending): the run proved nothing about replaying batches", killedWithAnswersPending)
 	}
-	summary(t, "%s: seed=%d intents=%d coalesce=%d concurrency=%d kills=%d kills_on_pending_batch=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d %s requests=%d elapsed=%s",
-		name, suite.seed, n, coalesce, opts.Concurrency, kills, killedWithAnswersPending, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed, cs,
-		len(srv.Requests()), time.Since(start).Round(time.Second))
+	summary(t, "%s: seed=%d intents=%d coalesce=%d concurrency=%d kills=%d kills_on_pending_batch=%d restarts=%d interrupted=%d deliveries=%d duplicates=%d lost=%d replayed=%d max_kill_to_replayed=%s %s requests=%d elapsed=%s",
+		name, suite.seed, n, coalesce, opts.Concurrency, kills, killedWithAnswersPending, generation, len(interrupted), l.Deliveries, l.Duplicates, l.Lost, replayed,
+		worst.Round(100*time.Millisecond), cs, len(srv.Requests()), time.Since(start).Round(time.Second))
 }
 
 // deliveryWindow counts the fake's deliveries, and those whose request is
@@ -173,6 +181,57 @@ func deliveryWindow(srv *fakeapi.Server) (delivered, unanswered int) {
 		}
 	}
 	return len(ds), unanswered
+}
+
+// killMark is a kill's instant and the keys whose deliveries were waiting
+// for their answers then.
+type killMark struct {
+	at   time.Time
+	keys []string
+}
+
+// unansweredKeys are the keys of deliveries whose request is unanswered.
+func unansweredKeys(srv *fakeapi.Server) []string {
+	answered := map[string]bool{}
+	for _, r := range srv.Requests() {
+		answered[r.RequestID] = !r.AnsweredAt.IsZero()
+	}
+	var out []string
+	for _, d := range srv.Deliveries() {
+		if !answered[d.RequestID] {
+			out = append(out, d.IdempotencyKey)
+		}
+	}
+	return out
+}
+
+// worstReplay is the longest time from a kill to the recording of the
+// last send it cut off (a key waiting for its answer at the kill whose
+// answer never reached its worker), by the outbox's sent_at; for a batch
+// key, its members'.
+func worstReplay(t testing.TB, pool *pgxpool.Pool, marks []killMark, cut map[string]bool) time.Duration {
+	t.Helper()
+	var worst time.Duration
+	for _, m := range marks {
+		var keys []string
+		for _, k := range m.keys {
+			if cut[k] {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		var last *time.Time
+		if err := pool.QueryRow(context.Background(), `SELECT max(sent_at) FROM sendonce_outbox
+			WHERE idempotency_key = ANY($1) OR batch_key = ANY($1)`, keys).Scan(&last); err != nil {
+			t.Fatal(err)
+		}
+		if last != nil {
+			worst = max(worst, last.Sub(m.at))
+		}
+	}
+	return worst
 }
 
 // interruptedKeys are the keys whose delivering request never got its

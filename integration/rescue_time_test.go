@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/internal/pgtest"
-	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
 // TestRescueTime SIGKILLs a worker running with the command's default
 // flags while the API holds back the answers of sends it has delivered,
 // and measures how long its cut-off intents take to be sent (replayed) by
 // the surviving worker. River's rescuer alone would take --rescue-after
-// (6 min by default); the dead worker's liveness lock hands them over
-// within seconds.
+// (6 min by default); the dead worker's lease (5 s by default) ends, and
+// the survivor's next sweep hands them over: within the lease, a sweep
+// interval and a send.
 func TestRescueTime(t *testing.T) {
 	setup(t)
 	start := time.Now()
@@ -30,14 +30,7 @@ func TestRescueTime(t *testing.T) {
 	intents := makeIntents(rng, fmt.Sprintf("rescue-%d", suite.seed), n)
 	enqueueGo(t, pool, intents)
 
-	// A database server that started moments ago gives owners a grace to
-	// take their locks again (sendstate.DefaultRestartGrace); a production
-	// server has been up for longer.
-	waitFor(t, time.Minute, "the server to be up longer than the restart grace", func() (bool, string) {
-		var up time.Duration
-		err := pool.QueryRow(context.Background(), `SELECT now() - pg_postmaster_start_time()`).Scan(&up)
-		return err == nil && up > sendstate.DefaultRestartGrace, fmt.Sprint(up, err)
-	})
+	waitForServerUptime(t, pool)
 
 	opts := workerOptions{Concurrency: 8, Defaults: true}
 	victim := startWorker(t, "victim", e, opts)

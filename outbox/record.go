@@ -65,7 +65,8 @@ type Record struct {
 	// ForcedRetryAt is when an operator last retried the intent with force,
 	// accepting a possible second delivery.
 	ForcedRetryAt *time.Time `json:"forcedRetryAt,omitempty"`
-	// ClaimedBy is the worker instance that claimed the intent last.
+	// ClaimedBy is the lease epoch (sendonce_worker.epoch) of the worker
+	// instance that claimed the intent last.
 	ClaimedBy *int32 `json:"claimedBy,omitempty"`
 	// BatchKey is the key of the coalesced batch request the intent is
 	// bound to, or went out in (see worker.Config.Coalesce); empty when

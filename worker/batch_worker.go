@@ -47,9 +47,14 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		return err
 	}
 	cctx, cspan := w.startClaim(ctx)
-	opts := sendstate.BatchClaimOptions{ClaimOptions: w.claimOptions(),
-		ParkPartlySuppressed: w.cfg.PartlySuppressed == PartlySuppressedPark}
-	b, ok, err := sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, opts)
+	copts, err := w.claimOptions()
+	var b *sendstate.Batch
+	var ok bool
+	if err == nil {
+		opts := sendstate.BatchClaimOptions{ClaimOptions: copts,
+			ParkPartlySuppressed: w.cfg.PartlySuppressed == PartlySuppressedPark}
+		b, ok, err = sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, opts)
+	}
 	if ok {
 		endClaim(cspan, ok, b.Attempts, b.Uncertain, err)
 	} else {
@@ -70,6 +75,9 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 	if bw.reportParked(span, b) {
 		return nil // every member was parked: nothing to send
 	}
+	// The send stops when the lease it was claimed under does.
+	ctx, release := w.bindLease(ctx, b.Owner)
+	defer release()
 	span.SetAttributes(attrMembers.Int(len(b.Members)), attrAttempt.Int(b.Attempts))
 	first := b.FirstAttemptAt
 	rec := &outbox.Record{Key: b.Key, Kind: outbox.KindEmail, Attempts: b.Attempts, Snoozes: b.Snoozes,
@@ -79,7 +87,7 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		log.Warn("batch span not linked to its members' traces", "error", err)
 	}
 	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(),
-		windowLeft: b.WindowLeft, batch: true, bulk: bulk, span: span}
+		windowLeft: b.WindowLeft, batch: true, bulk: bulk, span: span, owner: b.Owner}
 	if err := a.check(ctx); err != nil {
 		return err
 	}
@@ -173,7 +181,10 @@ func (bw *batchWorker) record(ctx context.Context, a *attempt, b *sendstate.Batc
 			sent = append(sent, sendstate.Sent{Key: key, MessageID: answer.Data[i].ID, Replayed: answer.Replayed})
 		}
 	}
-	overrode, err := sendstate.RecordBatch(context.WithoutCancel(ctx), a.w.pool, b.Key, sent, failed)
+	overrode, err := sendstate.RecordBatch(context.WithoutCancel(ctx), a.w.pool, b.Key, a.owner, sent, failed)
+	if errors.Is(err, sendstate.ErrLeaseLost) {
+		return a.notRecorded("")
+	}
 	if err != nil {
 		return err
 	}

@@ -32,11 +32,15 @@
 //
 // # Crashes
 //
-// A worker killed at any instant loses nothing. Each Worker holds a
-// PostgreSQL advisory lock for as long as it lives and records its id with
-// every claim; when the process dies its session ends and the lock with it,
-// and the sweeper of any worker gives the intents it left sending a new
-// job within a second or so. That job claims the intent again (still in
+// A worker killed at any instant loses nothing. Each Worker holds a lease,
+// a row of sendonce_worker it renews every second (Config.Lease, 5 s by
+// default, past the last renewal by the database's clock), and records the
+// lease's epoch with every claim; when the process dies its lease goes
+// unrenewed, and once it has passed the sweeper of any worker ends it and
+// gives the intents left sending under it a new job, within the lease and a
+// SweepInterval. Every record of an attempt checks the epoch and the lease,
+// so a worker paused past its lease records nothing for intents another
+// worker took over. That job claims the intent again (still in
 // sending, so now uncertain) and sends it with the same key: if the first
 // attempt had reached the API, the API replays it, the intent is recorded
 // as sent with Replayed true, and the recipient gets one email. River's
@@ -84,7 +88,7 @@
 // gives jobs to rows inserted by plain SQL (the table's trigger notifies it;
 // it also sweeps every second) and to intents left without a working job.
 // It is the one way to run the send jobs: they rely on its claim batching,
-// its liveness lock and its sweeper.
+// its liveness lease and its sweeper.
 //
 //	w, err := worker.New(pool, nil) // client from OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL
 //	if err != nil { ... }

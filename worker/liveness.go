@@ -4,92 +4,201 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
-// liveness is a worker instance's proof of life: a PostgreSQL session that
-// holds the advisory lock (sendstate.OwnerLockClass, id) for as long as the
-// process lives. Every claim records the id; when the process dies, even by
-// SIGKILL, its session ends, the lock goes with it, and any worker's
-// reconciler hands the intents it left sending to new jobs within a second
-// or two, instead of after River's rescuer (minutes). Advisory locks, like
-// the ids of sendonce_worker_id_seq, are the database's own: the rescue
-// reads only this database's locks (sendstate's ownerAlive), so another
-// database on the server with its own worker of the same id proves nothing
-// about this one.
+// liveness is a worker instance's proof of life: a lease row in
+// sendonce_worker that it renews every beat, each renewal one short
+// statement on any pooled connection, so it works through a
+// transaction-mode pooler and under idle_session_timeout (the session
+// advisory lock it replaces lived on whatever server connection a pooler
+// gave it, and outlived the worker behind PgBouncer).
+//
+// Every claim records the lease's epoch (the fencing token) and every
+// record checks it: once a sweeper has ended the lease, this instance
+// records nothing for the intents it claimed under it, which are other
+// jobs' then. The lease's end is the database's clock; the instance also
+// keeps its own count on the monotonic clock, and when it has not renewed
+// within nine tenths of the lease (the database unreachable, the process
+// paused) it stops: the sends in flight under the lease are cancelled and
+// no claim is made until a renewal succeeds. A renewal that finds the lease
+// ended takes a new epoch, so what this instance claims next is its own
+// again, and what it claimed before is no longer: never two sends of one
+// intent at once.
 type liveness struct {
-	pool     *pgxpool.Pool
-	id       int32
-	interval time.Duration
-	logger   *slog.Logger
-	conn     *pgx.Conn
+	pool   *pgxpool.Pool
+	length time.Duration // the lease
+	beat   time.Duration // between renewals
+	logger *slog.Logger
+	holder sendstate.Holder
+
+	mu    sync.Mutex
+	lease sendstate.Lease
+	// valid says the lease is held as far as this process knows: renewed
+	// less than until ago on the monotonic clock.
+	valid bool
+	until time.Time
+	// ctx ends when the current epoch stops being valid.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
-// start takes a fresh id and its lock.
-func (l *liveness) start(ctx context.Context) error {
-	if err := l.pool.QueryRow(ctx, `SELECT nextval('sendonce_worker_id_seq')::int4`).Scan(&l.id); err != nil {
-		return fmt.Errorf("worker: take an instance id: %w", err)
-	}
-	return l.lock(ctx)
+// errLeaseStopped is the cause of the sends cut off by the lease.
+var errLeaseStopped = fmt.Errorf("worker: %w", sendstate.ErrLeaseLost)
+
+func newLiveness(pool *pgxpool.Pool, length time.Duration, logger *slog.Logger) *liveness {
+	host, _ := os.Hostname()
+	return &liveness{pool: pool, length: length, beat: length / 5, logger: logger,
+		holder: sendstate.Holder{Host: host, PID: os.Getpid()}}
 }
 
-// lock opens a connection of its own (never a pooled one, which would keep
-// the lock after the pool reuses it) and takes the lock on it.
-func (l *liveness) lock(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, l.pool.Config().ConnConfig.Copy())
+// start takes a fresh id and its first lease.
+func (l *liveness) start(ctx context.Context, riverClientID string) error {
+	l.holder.RiverClientID = riverClientID
+	at := time.Now()
+	lease, err := sendstate.TakeLease(ctx, l.pool, sendstate.Lease{}, l.holder, l.length)
 	if err != nil {
-		return fmt.Errorf("worker: connect for the liveness lock: %w", err)
+		return fmt.Errorf("worker: %w", err)
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, sendstate.OwnerLockClass, l.id).Scan(&ok); err != nil {
-		conn.Close(ctx)
-		return fmt.Errorf("worker: take the liveness lock: %w", err)
-	}
-	if !ok {
-		conn.Close(ctx)
-		return fmt.Errorf("worker: liveness lock %d is held by another session", l.id)
-	}
-	l.conn = conn
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.setLocked(lease, at)
 	return nil
 }
 
-// run keeps the lock until ctx ends: it checks the session every interval
-// and, when it was lost (a database restart, a dropped connection), takes
-// the lock again on a new one. Meanwhile the intents this instance is
-// sending may be handed to other workers; their sends share the intent's
-// key, so the API replays rather than repeats.
-func (l *liveness) run(ctx context.Context) {
-	defer func() {
-		if l.conn != nil {
-			l.conn.Close(context.WithoutCancel(ctx))
+// setLocked makes lease, taken or renewed by a statement sent at at, the
+// current one.
+func (l *liveness) setLocked(lease sendstate.Lease, at time.Time) {
+	if l.ctx == nil || l.lease != lease || !l.valid {
+		if l.cancel != nil {
+			l.cancel(errLeaseStopped)
 		}
-	}()
-	t := time.NewTicker(l.interval)
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	}
+	l.lease, l.valid, l.until = lease, true, at.Add(l.length*9/10)
+}
+
+// owner is the epoch to claim under, or ok false while the lease is not
+// known to be held.
+func (l *liveness) owner() (epoch int32, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.valid || !time.Now().Before(l.until) {
+		return 0, false
+	}
+	return l.lease.Epoch, true
+}
+
+// bind returns ctx, cancelled too when the lease of epoch stops being
+// valid, and the func that releases it.
+func (l *liveness) bind(ctx context.Context, epoch int32) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancelCause(ctx)
+	l.mu.Lock()
+	lctx, current := l.ctx, l.valid && l.lease.Epoch == epoch
+	l.mu.Unlock()
+	if !current {
+		cancel(errLeaseStopped)
+		return c, func() {}
+	}
+	stop := context.AfterFunc(lctx, func() { cancel(errLeaseStopped) })
+	return c, func() { stop(); cancel(nil) }
+}
+
+// run renews the lease every beat until ctx ends, and stops the sends when
+// it goes unrenewed past its local end.
+func (l *liveness) run(ctx context.Context) {
+	t := time.NewTicker(l.beat)
 	defer t.Stop()
+	watchdog := time.NewTimer(l.length)
+	defer watchdog.Stop()
 	for {
+		l.mu.Lock()
+		d := time.Until(l.until)
+		if !l.valid {
+			d = l.length // stopped already: the next renewal decides
+		}
+		l.mu.Unlock()
+		watchdog.Reset(d)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if l.conn != nil {
-			if err := l.conn.Ping(ctx); err == nil {
-				continue
-			} else if ctx.Err() != nil {
-				return
-			} else {
-				l.logger.Warn("worker: lost the liveness lock's session; taking the lock again", "error", err)
-			}
-			l.conn.Close(ctx)
-			l.conn = nil
-		}
-		if err := l.lock(ctx); err != nil && ctx.Err() == nil {
-			l.logger.Warn("worker: cannot take the liveness lock yet", "error", err)
+			l.renew(ctx)
+		case <-watchdog.C:
+			l.expire()
 		}
 	}
+}
+
+// expire stops the current epoch's sends if it went unrenewed past its
+// local end.
+func (l *liveness) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.valid || time.Now().Before(l.until) {
+		return
+	}
+	l.valid = false
+	l.cancel(errLeaseStopped)
+	l.logger.Warn("worker: lease not renewed in time (the database unreachable, or this process paused); "+
+		"its sends in flight stop and nothing is claimed until it is renewed", "worker_id", l.lease.ID, "epoch", l.lease.Epoch, "lease", l.length)
+}
+
+func (l *liveness) renew(ctx context.Context) {
+	l.mu.Lock()
+	lease := l.lease
+	l.mu.Unlock()
+	at := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, l.length/2)
+	defer cancel()
+	held, err := sendstate.RenewLease(rctx, l.pool, lease, l.length)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.logger.Warn("worker: cannot renew its lease yet", "error", err)
+		}
+		return
+	}
+	if !held {
+		l.logger.Warn("worker: lease lost: a sweeper found it lapsed and handed the intents claimed under it to other jobs; "+
+			"their sends here stop and record nothing, and a new lease epoch is taken", "worker_id", lease.ID, "epoch", lease.Epoch)
+		at = time.Now()
+		if lease, err = sendstate.TakeLease(rctx, l.pool, lease, l.holder, l.length); err != nil {
+			l.mu.Lock()
+			if l.valid {
+				l.valid = false
+				l.cancel(errLeaseStopped)
+			}
+			l.mu.Unlock()
+			l.logger.Warn("worker: cannot take a new lease yet", "error", err)
+			return
+		}
+		l.logger.Info("worker: took a new lease epoch", "worker_id", lease.ID, "epoch", lease.Epoch)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.valid && held {
+		l.logger.Info("worker: lease renewed; claiming again", "worker_id", lease.ID, "epoch", lease.Epoch)
+	}
+	l.setLocked(lease, at)
+}
+
+// release ends the lease at once (a graceful stop).
+func (l *liveness) release(ctx context.Context) error {
+	l.mu.Lock()
+	lease := l.lease
+	if l.cancel != nil {
+		l.valid = false
+		l.cancel(errLeaseStopped)
+	}
+	l.mu.Unlock()
+	if lease.ID == 0 {
+		return nil
+	}
+	return sendstate.ReleaseLease(ctx, l.pool, lease)
 }

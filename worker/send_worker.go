@@ -138,10 +138,10 @@ type sendWorker struct {
 	// makes its own statements.
 	batch *batcher
 
-	// owner is this worker instance's advisory lock id (set by
-	// Worker.Start), recorded with each claim; 0 when the sendWorker runs
-	// on a River client of the application's own.
-	owner int32
+	// lease is this worker instance's liveness (set by Worker.Start): its
+	// epoch is recorded with each claim and checked by each record; nil
+	// when the sendWorker runs on a River client of the application's own.
+	lease *liveness
 
 	// keyFingerprint identifies the client's API key.
 	keyFingerprint string
@@ -230,13 +230,17 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (er
 	if !ok {
 		return w.skip(ctx, job)
 	}
+	// The send stops when the lease it was claimed under does: the intent
+	// may be another worker's by then.
+	ctx, release := w.bindLease(ctx, c.Owner)
+	defer release()
 	rec := c.Record
 	if l, ok := enqueuerLink(rec.TraceParent, rec.TraceState); ok {
 		span.AddLink(l)
 	}
 	span.SetAttributes(attrAttempt.Int(rec.Attempts))
 	log := w.cfg.Logger.With("key", key, "kind", string(rec.Kind), "attempt", rec.Attempts, "job_id", job.ID)
-	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft, bulk: bulk, span: span}
+	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft, bulk: bulk, span: span, owner: c.Owner}
 	if err := a.check(ctx); err != nil {
 		return err
 	}
@@ -388,17 +392,22 @@ type attempt struct {
 	bulk bool
 	// span is the send's span, which the outcome is noted on.
 	span trace.Span
+	// owner is the lease epoch of the claim, carried by every record.
+	owner int32
 }
 
 // left is what remains of the replay window now.
 func (a *attempt) left() time.Duration { return a.windowLeft - time.Since(a.claimedAt) }
 
 func (a *attempt) outcome(reason string, uncertain, snoozed bool) sendstate.Outcome {
-	return sendstate.Outcome{Key: a.rec.Key, JobID: a.jobID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed}
+	return sendstate.Outcome{Key: a.rec.Key, JobID: a.jobID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed, Owner: a.owner}
 }
 
 func (a *attempt) sent(ctx context.Context, res sendResult, elapsed time.Duration) error {
-	overrode, err := a.w.markSent(ctx, sendstate.Sent{Key: a.rec.Key, MessageID: res.messageID, Replayed: res.replayed})
+	overrode, err := a.w.markSent(ctx, sendstate.Sent{Key: a.rec.Key, MessageID: res.messageID, Replayed: res.replayed, Owner: a.owner})
+	if errors.Is(err, sendstate.ErrLeaseLost) {
+		return a.notRecorded(res.messageID)
+	}
 	if err != nil {
 		return err
 	}
@@ -413,6 +422,17 @@ func (a *attempt) sent(ctx context.Context, res sendResult, elapsed time.Duratio
 	a.note("sent", attrMessageID.String(res.messageID), attrReplayed.Bool(res.replayed))
 	a.w.cfg.Observer.Observe(Outcome{Kind: a.rec.Kind, Result: result, APILatency: elapsed})
 	a.log.Info("sent", "message_id", res.messageID, "replayed", res.replayed)
+	return nil
+}
+
+// notRecorded ends an attempt whose answer came after its lease ended: the
+// intent is another job's (a sweeper handed it on, or its next claim
+// will), which sends it again under the same key, so the API replays this
+// delivery to it. Nothing is recorded here.
+func (a *attempt) notRecorded(messageID string) error {
+	a.note("not recorded", attrMessageID.String(messageID))
+	a.log.Warn("the API answered after this worker's lease ended; nothing recorded: "+
+		"the intent is another job's, which replays it under the same key", "message_id", messageID, "epoch", a.owner)
 	return nil
 }
 
@@ -432,6 +452,12 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		}
 		a.note("pending", attrUncertain.Bool(true), attrReason.String(reason))
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
+		if errors.Is(context.Cause(ctx), sendstate.ErrLeaseLost) {
+			// The lease it was claimed under stopped being held: the
+			// intent may be another worker's now, whose record stands.
+			a.log.Warn("send cut off: this worker's lease was not renewed in time; nothing more is sent or recorded under it", "reason", reason, "epoch", a.owner)
+			return fmt.Errorf("%s: %w", reason, context.Cause(ctx))
+		}
 		a.log.Info("send cut off by shutdown; it goes back to the queue", "reason", reason)
 		return fmt.Errorf("%s: %w", reason, ctx.Err())
 
@@ -642,11 +668,34 @@ func (w *sendWorker) claim(ctx context.Context, req sendstate.ClaimRequest) (*se
 	if w.batch != nil {
 		return w.batch.claim(ctx, req)
 	}
-	return sendstate.Claim(ctx, w.pool, req, w.claimOptions())
+	opts, err := w.claimOptions()
+	if err != nil {
+		return nil, false, err
+	}
+	return sendstate.Claim(ctx, w.pool, req, opts)
 }
 
-func (w *sendWorker) claimOptions() sendstate.ClaimOptions {
-	return sendstate.ClaimOptions{Owner: w.owner, KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow}
+// claimOptions are a claim's options now: the lease's epoch is the owner,
+// and while the lease is not known to be held nothing is claimed
+// (sendstate.ErrLeaseLost: the job runs again later).
+func (w *sendWorker) claimOptions() (sendstate.ClaimOptions, error) {
+	o := sendstate.ClaimOptions{KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow}
+	if w.lease != nil {
+		epoch, ok := w.lease.owner()
+		if !ok {
+			return o, fmt.Errorf("worker: claim: %w", sendstate.ErrLeaseLost)
+		}
+		o.Owner = epoch
+	}
+	return o, nil
+}
+
+// bindLease is ctx, ended also when the lease of epoch stops being held.
+func (w *sendWorker) bindLease(ctx context.Context, epoch int32) (context.Context, context.CancelFunc) {
+	if w.lease == nil || epoch == 0 {
+		return ctx, func() {}
+	}
+	return w.lease.bind(ctx, epoch)
 }
 
 func (w *sendWorker) markSent(ctx context.Context, s sendstate.Sent) (bool, error) {

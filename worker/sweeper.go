@@ -18,8 +18,9 @@ import (
 // restarted database) only delays a send.
 //
 // Every interval it also creates the runs of due schedules, applies the
-// delivery events that came before their send was recorded, and rescues the
-// intents and batches that crashed workers left sending (RescueAbandoned),
+// delivery events that came before their send was recorded, ends the leases
+// of workers that stopped renewing them (ExpireLeases), and rescues the
+// intents and batches that such workers left sending (RescueAbandoned),
 // and every reconcileEvery intervals it gives a new job to intents and
 // batches whose job ended without them (Reconcile): nothing is left where
 // nothing will move it.
@@ -106,6 +107,8 @@ func (s *sweeper) sweep(ctx context.Context) {
 	matchEvents := func(ctx context.Context) (int, error) { return webhook.MatchPending(ctx, s.pool) }
 	s.do(ctx, matchEvents, "match events", "applied delivery events that came before their send was recorded")
 	s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
+	expire := func(ctx context.Context) (int, error) { return s.jobs.ExpireLeases(ctx, s.restartGrace) }
+	s.do(ctx, expire, "expire leases", "ended the leases of workers that stopped renewing them; their intents go to other jobs")
 	rescue := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandoned(ctx, s.restartGrace) }
 	s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key")
 	rescueBatches := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandonedBatches(ctx, s.restartGrace) }

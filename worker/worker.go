@@ -32,6 +32,7 @@ const (
 	DefaultSweepInterval = time.Second
 	DefaultPruneInterval = time.Minute
 	DefaultRetainKeys    = 365 * 24 * time.Hour
+	DefaultLease         = sendstate.DefaultLease
 )
 
 // KeepKeysForever, as Config.RetainKeys, keeps the tombstones of pruned
@@ -75,10 +76,19 @@ type Config struct {
 	// Empty: the fleet sends unlimited until the API answers 429, then
 	// finds the limit from 429s.
 	RateLimits []RateLimit
+	// Lease is how long this worker instance's liveness lease lasts past
+	// its last heartbeat, by the database's clock (default DefaultLease,
+	// 5 s; it is renewed five times a lease). A worker that dies is found
+	// dead when its lease ends, and the intents it left sending are sent
+	// again (replayed) within the lease and a SweepInterval; a worker that
+	// cannot renew it for that long (paused, cut off from the database)
+	// stops its sends and records nothing for intents another worker took
+	// over.
+	Lease time.Duration
 	// RestartGrace is how long after the database server starts the
-	// worker waits before it takes a sending intent's owner for dead
-	// (default sendstate.DefaultRestartGrace): a restart drops every session's
-	// advisory locks, and live workers need a moment to take theirs again.
+	// worker waits before it ends a lapsed lease (default
+	// sendstate.DefaultRestartGrace): heartbeats cannot reach a server
+	// that is down, and live workers renew as they reconnect.
 	RestartGrace time.Duration
 	// Coalesce, when 2 or more, gathers up to that many email intents
 	// (kind email only) into one POST /emails/batch request under a key of
@@ -209,6 +219,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if restartGrace <= 0 {
 		restartGrace = sendstate.DefaultRestartGrace
 	}
+	if cfg.Lease < 0 || (cfg.Lease > 0 && cfg.Lease < 500*time.Millisecond) {
+		return nil, fmt.Errorf("worker: lease %s: want 500ms or more (0: the default, %s)", cfg.Lease, DefaultLease)
+	}
+	lease := cfg.Lease
+	if lease == 0 {
+		lease = DefaultLease
+	}
 	sendCfg := cfg.Send
 	if sendCfg.Logger == nil {
 		sendCfg.Logger = logger
@@ -304,7 +321,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		pool:         pool,
 		sweeper: &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: sweepInterval, logger: logger,
 			restartGrace: restartGrace, pollOnly: cfg.PollOnly},
-		liveness: &liveness{pool: pool, interval: sweepInterval, logger: logger},
+		liveness: newLiveness(pool, lease, logger),
 		pruner: &pruner{pool: pool, interval: pruneInterval, logger: logger,
 			opts: sendstate.PruneOptions{Retain: cfg.Retain, RetainKeys: retainKeys}},
 	}, nil
@@ -320,18 +337,18 @@ func (w *Worker) Start(ctx context.Context) error {
 	// The batcher and the sweeper live until Stop, past ctx: sends in
 	// flight when ctx ends still record their outcome.
 	bgCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	if err := w.liveness.start(ctx); err != nil {
+	if err := w.liveness.start(ctx, w.river.ID()); err != nil {
 		cancel()
 		return err
 	}
-	w.sendWorker.owner = w.liveness.id
-	w.sendWorker.batch = newBatcher(bgCtx, w.pool, w.sendWorker.claimOptions())
+	w.sendWorker.lease = w.liveness
+	w.sendWorker.batch = newBatcher(bgCtx, w.pool, w.sendWorker.claimOptions)
 	if w.coalesce >= 2 {
 		w.sendWorker.coalesce = newCoalescer(bgCtx, w.batcher, w.coalesce, w.coalesceWait, w.sendWorker.cfg.Logger)
 	}
 	if err := w.river.Start(ctx); err != nil {
 		cancel()
-		w.liveness.conn.Close(context.WithoutCancel(ctx))
+		_ = w.liveness.release(context.WithoutCancel(ctx))
 		return fmt.Errorf("worker: start river: %w", err)
 	}
 	w.cancel = cancel
@@ -346,7 +363,9 @@ func (w *Worker) Start(ctx context.Context) error {
 // Stop stops fetching new jobs and waits for the sends in flight to
 // finish; when ctx ends first, the sends still running are cancelled (their
 // jobs go back to River without losing anything: a cancelled send is
-// retried with the same key). It returns once everything has stopped.
+// retried with the same key). It returns once everything has stopped, and
+// ends the instance's lease at once: whatever it left sending goes to
+// other workers at their next sweep.
 func (w *Worker) Stop(ctx context.Context) error {
 	err := w.river.Stop(ctx)
 	if err != nil && ctx.Err() != nil {
@@ -359,5 +378,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.cancel()
 	}
 	w.done.Wait()
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if rerr := w.liveness.release(relCtx); rerr != nil {
+		w.sendWorker.cfg.Logger.Warn("worker: cannot end its lease; other workers take its intents once it lapses", "error", rerr)
+	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,6 +184,12 @@ func TestNewRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
 	limits := worker.SendConfig{ReplayWindow: outbox.MaxReplayWindow, MaxAttempts: worker.MaxAttempts}
 	if _, err := worker.New(pool, &worker.Config{Client: c, Send: limits}); err != nil {
 		t.Errorf("New with %+v: %v", limits, err)
+	} // A lease too short to renew in time (five renewals a lease) would
+	// have live workers taken for dead.
+	for _, lease := range []time.Duration{-time.Second, 100 * time.Millisecond} {
+		if _, err := worker.New(pool, &worker.Config{Client: c, Lease: lease}); err == nil || !strings.Contains(err.Error(), "lease") {
+			t.Errorf("New with lease %s: %v, want a refusal naming the lease", lease, err)
+		}
 	}
 }
 

@@ -144,6 +144,7 @@ type workOptions struct {
 	fetchCooldown     time.Duration
 	fetchPollInterval time.Duration
 	sweepInterval     time.Duration
+	lease             time.Duration
 	shutdownGrace     time.Duration
 	httpAddr          string
 	uiToken           string // from SENDONCE_UI_TOKEN or --ui-token-file (see resolveUIToken)
@@ -210,6 +211,8 @@ func (a *app) workCommand() *cobra.Command {
 	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")
 	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", time.Second, "how often to look for jobs when no notification arrives")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often to look for rows inserted by plain SQL")
+	f.DurationVar(&o.lease, "lease", worker.DefaultLease,
+		"this worker's liveness lease, renewed five times a lease: a worker that dies is found dead, and its sends replayed, within it and a sweep interval")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGINT/SIGTERM, how long sends in flight may take to finish")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics, /riverui and /outbox; empty disables")
 	f.StringVar(&o.uiToken, "ui-token", "", "refused: flags show in ps; use "+envUIToken+" or --ui-token-file")
@@ -249,6 +252,7 @@ func (a *app) workCommand() *cobra.Command {
 		"fetch-cooldown":      "SENDONCE_FETCH_COOLDOWN",
 		"fetch-poll-interval": "SENDONCE_FETCH_POLL_INTERVAL",
 		"sweep-interval":      "SENDONCE_SWEEP_INTERVAL",
+		"lease":               "SENDONCE_LEASE",
 		"shutdown-grace":      "SENDONCE_SHUTDOWN_GRACE",
 		"http-addr":           "SENDONCE_HTTP_ADDR",
 		"ui-token":            envUIToken,
@@ -310,6 +314,8 @@ func (o *workOptions) check() error {
 		return usagef("--fetch-poll-interval %s must be at least --fetch-cooldown %s", o.fetchPollInterval, o.fetchCooldown)
 	case o.sweepInterval <= 0:
 		return usagef("--sweep-interval %s: want a positive duration", o.sweepInterval)
+	case o.lease < 500*time.Millisecond:
+		return usagef("--lease %s: want 500ms or more", o.lease)
 	case o.shutdownGrace < 0:
 		return usagef("--shutdown-grace %s: want 0 or more", o.shutdownGrace)
 	case o.httpAddr != "" && !httpserver.IsLoopback(o.httpAddr) && o.uiToken == "":
@@ -415,6 +421,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		FetchCooldown:     o.fetchCooldown,
 		FetchPollInterval: o.fetchPollInterval,
 		SweepInterval:     o.sweepInterval,
+		Lease:             o.lease,
 		RateLimits:        o.rateLimits,
 		Coalesce:          o.coalesce,
 		CoalesceWait:      o.coalesceWait,

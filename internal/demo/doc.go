@@ -83,7 +83,7 @@
 // leader, and the killed worker was the leader: its lease has to lapse
 // (up to 15 s) before worker 2 takes over. Sooner than that, worker 2's
 // reconciler sees that the worker which claimed the interrupted intents is
-// gone (its advisory lock went with it) and hands them to new jobs, which
+// gone (its lease went unrenewed; the demo's workers run with --lease 1s) and hands them to new jobs, which
 // replay them (README, "The guarantee, and its limits"). The whole demo
 // takes about ten seconds; the bounce step adds well under one.
 package demo

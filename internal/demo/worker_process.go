@@ -20,7 +20,10 @@ const (
 	workerConcurrency = "4"
 	jobTimeout        = "3s"
 	rescueAfter       = "4s"
-	apiTimeout        = "2s"
+	// lease is short so that the killed worker's sends are replayed within
+	// a second or two of the kill (the default, 5 s, would add four).
+	lease      = "1s"
+	apiTimeout = "2s"
 )
 
 // workerArgs are the arguments of `sendonce work` for the demo's workers;
@@ -31,6 +34,7 @@ func workerArgs(hookAddr string) []string {
 		"--queue", Queue,
 		"--job-timeout", jobTimeout,
 		"--rescue-after", rescueAfter,
+		"--lease", lease,
 		"--api-timeout", apiTimeout,
 		"--http-addr=",
 		"--log-format", "json",

@@ -176,6 +176,9 @@ type Batch struct {
 	// sends without some recipients (see ClaimBatch).
 	Parked   []ParkedMember
 	Stripped []string
+	// Owner is the lease epoch the claim was made under: the records of
+	// this attempt carry it.
+	Owner int32
 }
 
 // ParkedMember is a member a batch's first claim took out of the batch:
@@ -227,8 +230,20 @@ const (
 // body under the key, so a replay still works. When no member is left the
 // batch becomes split and nothing is claimed: ok is true, and b holds no
 // member, only Parked.
+//
+// With an owner whose lease has ended it claims nothing and returns
+// ErrLeaseLost.
 func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts BatchClaimOptions) (b *Batch, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if opts.Owner != 0 {
+			held, err := LeaseHeld(ctx, tx, opts.Owner)
+			if err != nil {
+				return err
+			}
+			if !held {
+				return ErrLeaseLost
+			}
+		}
 		var id int64
 		var lookup bool
 		// Lock the batch first, as the claim would (and CancelRun does).
@@ -251,7 +266,7 @@ func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts Ba
 				return err
 			}
 			if left == 0 {
-				b, ok = &Batch{Key: req.Key, Parked: parked}, true
+				b, ok = &Batch{Key: req.Key, Parked: parked, Owner: opts.Owner}, true
 				return nil
 			}
 		}
@@ -316,6 +331,7 @@ func claimBatch(ctx context.Context, tx pgx.Tx, req ClaimRequest, opts ClaimOpti
 	}
 	b.Body = json.RawMessage(body)
 	b.WindowLeft = time.Duration(left * float64(time.Second))
+	b.Owner = opts.Owner
 	return b, true, nil
 }
 
@@ -451,11 +467,27 @@ type ItemFailure struct {
 // accepted member sent with its message id, each refused one failed with
 // its reason, and the batch sent. It returns the keys that were failed
 // before they were recorded sent (as MarkSentMany).
-func RecordBatch(ctx context.Context, db *pgxpool.Pool, key string, sent []Sent, failed []ItemFailure) (overrode []string, err error) {
+//
+// With an owner (the lease epoch of the batch's claim) it records only
+// while the batch's claim is the owner's and the lease is held, or the
+// batch was parked failed (see MarkSentMany); otherwise it records nothing
+// and returns ErrLeaseLost. The batch is locked first, as a rescue locks it.
+func RecordBatch(ctx context.Context, db *pgxpool.Pool, key string, owner int32, sent []Sent, failed []ItemFailure) (overrode []string, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var mine bool
+		if err := tx.QueryRow(ctx, `SELECT b.state = 'failed' OR `+owned("b", "$2::int4")+` FROM sendonce_batch b
+			WHERE b.idempotency_key = $1 FOR UPDATE`, key, owner).Scan(&mine); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if !mine && owner != 0 {
+			return ErrLeaseLost
+		}
+		for i := range sent {
+			sent[i].Owner = owner
+		}
 		if len(sent) > 0 {
 			var err error
-			if overrode, err = MarkSentMany(ctx, tx, sent); err != nil {
+			if overrode, _, err = MarkSentMany(ctx, tx, sent); err != nil {
 				return err
 			}
 		}
@@ -498,15 +530,15 @@ func MarkBatchFailed(ctx context.Context, db DB, o Outcome) error {
 
 func markBatch(ctx context.Context, db DB, state string, o Outcome) error {
 	_, err := db.Exec(ctx, `WITH b AS (
-			UPDATE sendonce_batch SET state = $3, last_error = $4, uncertain = uncertain OR $5, updated_at = now()
-			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending')
+			UPDATE sendonce_batch b SET state = $3, last_error = $4, uncertain = uncertain OR $5, updated_at = now()
+			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("b", "$7::int4")+`
 			RETURNING idempotency_key, member_keys)
 		UPDATE sendonce_outbox o
 		SET state = $3, last_error = $4, uncertain = o.uncertain OR $5,
 			snoozes = o.snoozes + CASE WHEN $6 THEN 1 ELSE 0 END, updated_at = now()
 		FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
 			AND o.state IN ('pending', 'sending')`,
-		o.Key, o.JobID, state, o.Reason, o.Uncertain, o.Snoozed)
+		o.Key, o.JobID, state, o.Reason, o.Uncertain, o.Snoozed, o.Owner)
 	if err != nil {
 		return fmt.Errorf("sendstate: mark batch %s %q: %w", state, o.Key, err)
 	}
@@ -530,8 +562,9 @@ type SplitPart struct {
 // one transaction: a part of two or more becomes a new frozen batch with
 // its own key and job; a part of one is unbound and given a job of its own,
 // to be sent alone; a part with Failed is that member parked as failed. The
-// batch becomes split with the reason. Only the batch's job may split it;
-// it returns the new batches' keys, or ok false when the job may not.
+// batch becomes split with the reason. Only the batch's job may split it
+// (with an owner, only under its lease: see MarkSentMany); it returns the
+// new batches' keys, or ok false when the job may not.
 //
 // An uncertain batch (an earlier attempt may have reached the API) is
 // never split: the API may hold its delivery under the batch's key, and
@@ -541,9 +574,9 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
 		var queue, run string
 		var uncertain bool
-		err := tx.QueryRow(ctx, `SELECT queue, coalesce(run_key, ''), uncertain FROM sendonce_batch
-			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') FOR UPDATE`,
-			o.Key, o.JobID).Scan(&queue, &run, &uncertain)
+		err := tx.QueryRow(ctx, `SELECT queue, coalesce(run_key, ''), uncertain FROM sendonce_batch b
+			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("b", "$3::int4")+` FOR UPDATE`,
+			o.Key, o.JobID, o.Owner).Scan(&queue, &run, &uncertain)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

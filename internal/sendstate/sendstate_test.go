@@ -76,7 +76,7 @@ func TestClaimManyAndMarkSentMany(t *testing.T) {
 		m1.Record.FirstAttemptAt == nil || m1.WindowLeft < outbox.DefaultReplayWindow-time.Minute || m1.WindowLeft > outbox.DefaultReplayWindow {
 		t.Fatalf("claimed %v, want m:1 and m:2 sending with a whole window left", claimed)
 	}
-	_, err = sendstate.MarkSentMany(ctx, pool, []sendstate.Sent{{Key: "m:1", MessageID: "msg_1"}, {Key: "m:2", MessageID: "msg_2", Replayed: true}})
+	_, _, err = sendstate.MarkSentMany(ctx, pool, []sendstate.Sent{{Key: "m:1", MessageID: "msg_1"}, {Key: "m:2", MessageID: "msg_2", Replayed: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,58 +166,6 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
-// A worker that dies leaves its intents sending; once its session (and so
-// its advisory lock) is gone, RescueAbandoned hands them to new jobs.
-func TestRescueAbandoned(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool, _, jobs := setup(t, "r:a")
-	// The owner: a session of its own holding the lock, as a worker does.
-	owner, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	const id = 4242
-	if _, err := owner.Exec(ctx, `SELECT pg_advisory_lock($1, $2)`, sendstate.OwnerLockClass, int32(id)); err != nil {
-		t.Fatal(err)
-	}
-	opts := claimOpts
-	opts.Owner = id
-	req := request(t, pool, "r:a")
-	if _, ok, err := sendstate.Claim(ctx, pool, req, opts); err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	if n, err := jobs.RescueAbandoned(ctx, 0); err != nil || n != 0 {
-		t.Fatalf("RescueAbandoned with the owner alive = %d, %v; want 0", n, err)
-	}
-	// Within the grace after a database start, nothing is taken for dead.
-	owner.Close(ctx)
-	if n, err := jobs.RescueAbandoned(ctx, 100*365*24*time.Hour); err != nil || n != 0 {
-		t.Fatalf("RescueAbandoned within the restart grace = %d, %v; want 0", n, err)
-	}
-	var n int
-	// The server ends the closed session's backend a moment after the
-	// socket closes: poll for it, bounded.
-	for deadline := time.Now().Add(10 * time.Second); n == 0 && time.Now().Before(deadline); {
-		if n, err = jobs.RescueAbandoned(ctx, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rec := get(t, pool, "r:a")
-	if n != 1 || *rec.JobID == req.JobID || rec.State != outbox.StateSending {
-		t.Fatalf("RescueAbandoned after the owner died = %d; intent %+v", n, rec)
-	}
-	// The old job can no longer claim; the new one can, and its claim
-	// marks the intent uncertain (the dead owner may have sent it).
-	if _, ok, _ := sendstate.Claim(ctx, pool, req, claimOpts); ok {
-		t.Fatal("the superseded job claimed the intent")
-	}
-	c := claim(t, pool, "r:a")
-	if !c.Record.Uncertain || c.Record.Attempts != 2 {
-		t.Fatalf("claim after rescue: %+v", c.Record)
-	}
-}
-
 // Hole 3: a success recorded after another run parked the intent as failed
 // was dropped, and a later retry sent it again.
 func TestSentWinsOverFailed(t *testing.T) {
@@ -295,7 +243,7 @@ func TestMarkSentManyTellsOverriddenFailures(t *testing.T) {
 	claim(t, pool, "o:failed")
 	fail(t, pool, "o:failed", "gave up after 10 attempts", true)
 
-	overrode, err := sendstate.MarkSentMany(ctx, pool, []sendstate.Sent{
+	overrode, _, err := sendstate.MarkSentMany(ctx, pool, []sendstate.Sent{
 		{Key: "o:retried", MessageID: "msg_r"}, {Key: "o:failed", MessageID: "msg_f"},
 		{Key: "o:pending", MessageID: "msg_p"}, {Key: "o:missing", MessageID: "msg_m"}})
 	if err != nil || len(overrode) != 1 || overrode[0] != "o:failed" {
@@ -370,7 +318,7 @@ func TestClaimAndMarkFindRowsByKeyAfterStaleStatistics(t *testing.T) {
 	if claimed, err := sendstate.ClaimMany(ctx, conn, reqs, claimOpts); err != nil || len(claimed) != len(reqs) {
 		t.Fatalf("ClaimMany = %d claims, %v; want %d", len(claimed), err, len(reqs))
 	}
-	if _, err := sendstate.MarkSentMany(ctx, conn, sent); err != nil {
+	if _, _, err := sendstate.MarkSentMany(ctx, conn, sent); err != nil {
 		t.Fatal(err)
 	}
 	if n := scans() - before; n != 0 {

@@ -58,7 +58,10 @@ type ClaimRequest struct {
 
 // ClaimOptions are the claiming worker's identity and limits.
 type ClaimOptions struct {
-	// Owner is the claiming worker instance (its advisory lock id), or 0.
+	// Owner is the epoch of the claiming worker instance's lease (see
+	// Lease), recorded in claimed_by, or 0 for a send without a lease. A
+	// claim under a lease that has ended claims nothing and returns
+	// ErrLeaseLost.
 	Owner int32
 	// KeyFingerprint identifies the API key the send will use.
 	KeyFingerprint string
@@ -73,6 +76,9 @@ type Claimed struct {
 	// WindowLeft is what remains of the replay window, measured by the
 	// database's clock at the claim: zero or less when it has run out.
 	WindowLeft time.Duration
+	// Owner is the lease epoch the claim was made under (ClaimOptions.Owner):
+	// the records of this attempt carry it.
+	Owner int32
 }
 
 // ClaimMany marks the intents of many jobs as being sent in one statement:
@@ -93,6 +99,11 @@ type Claimed struct {
 // the unnested arrays, one unique-index probe each), so concurrent batches
 // lock their rows in one order; should two ever deadlock all the same,
 // PostgreSQL cancels one statement and its jobs run again.
+//
+// With an owner, the claim is made only while the owner's lease is held
+// (one more condition, evaluated once per statement); when it claimed fewer
+// intents than asked, it reads the lease, and returns ErrLeaseLost if it has
+// ended, so the jobs run again instead of taking their intents for settled.
 //
 // The first claim of an intent (no first attempt yet) looks its recipients
 // up on the suppression list and stores what it finds (NULL: none) with
@@ -133,6 +144,7 @@ func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOption
 		FROM unnest($1::text[], $2::bigint[]) AS r(req_key, req_job_id)
 		WHERE o.idempotency_key = r.req_key AND o.job_id = r.req_job_id AND (o.state IN ('pending', 'sending')) IS TRUE
 			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+			AND ($3::int4 IS NULL OR `+held("$3::int4")+`)
 		RETURNING `+claimColumns+`, extract(epoch FROM first_attempt_at + $5::float8 * interval '1 second' - now())::float8`,
 		keys, jobIDs, owner, opts.KeyFingerprint, opts.ReplayWindow.Seconds())
 	if err != nil {
@@ -146,10 +158,19 @@ func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOption
 		if err != nil {
 			return nil, fmt.Errorf("sendstate: claim: %w", err)
 		}
-		out[*rec.JobID] = &Claimed{Record: rec, WindowLeft: time.Duration(left * float64(time.Second))}
+		out[*rec.JobID] = &Claimed{Record: rec, WindowLeft: time.Duration(left * float64(time.Second)), Owner: opts.Owner}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sendstate: claim: %w", err)
+	}
+	if opts.Owner != 0 && len(out) < len(reqs) {
+		ok, err := LeaseHeld(ctx, db, opts.Owner)
+		if err != nil {
+			return nil, fmt.Errorf("sendstate: claim: %w", err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("sendstate: claim: %w", ErrLeaseLost)
+		}
 	}
 	return out, nil
 }
@@ -193,6 +214,9 @@ type Sent struct {
 	Key       string
 	MessageID string
 	Replayed  bool
+	// Owner is the lease epoch the attempt was claimed under (Claimed.Owner),
+	// or 0 for a send without a lease.
+	Owner int32
 }
 
 // MarkSentMany records the API's answers in one statement. A success is
@@ -200,6 +224,14 @@ type Sent struct {
 // holds the delivery, and a failed row would invite an operator to send it
 // again. It returns the keys that were failed before, so the caller can say
 // so.
+//
+// An answer with an owner is recorded only while the intent's claim is the
+// owner's and the owner's lease is held: a worker whose lease ended (paused
+// or cut off past it, while a sweeper handed its intents on) records
+// nothing over the intent's new owner. notOwned holds such answers' keys,
+// and any whose intent was settled already. A failed intent is the one
+// exception: its job has given up, no other send of it runs, and the
+// success is the truth about it.
 //
 // Like ClaimMany it is one UPDATE joined to the answers, in key order, with
 // its state check written so that no index can serve it. The form it
@@ -215,45 +247,58 @@ type Sent struct {
 // PostgreSQL 15's UPDATE cannot return a column's old value, so whether the
 // row was failed is read back from the last_error the SET list wrote: it is
 // set exactly when the row was failed, and NULL otherwise.
-func MarkSentMany(ctx context.Context, db DB, sent []Sent) (overrode []string, err error) {
+func MarkSentMany(ctx context.Context, db DB, sent []Sent) (overrode, notOwned []string, err error) {
 	sorted := slices.SortedFunc(slices.Values(sent), func(a, b Sent) int { return strings.Compare(a.Key, b.Key) })
 	keys := make([]string, len(sorted))
 	ids := make([]string, len(sorted))
 	replayed := make([]bool, len(sorted))
+	owners := make([]int32, len(sorted))
 	for i, s := range sorted {
-		keys[i], ids[i], replayed[i] = s.Key, s.MessageID, s.Replayed
+		keys[i], ids[i], replayed[i], owners[i] = s.Key, s.MessageID, s.Replayed, s.Owner
 	}
 	rows, err := db.Query(ctx, `UPDATE sendonce_outbox o
 		SET state = 'sent', message_id = m.message_id, replayed = m.replayed,
 			last_error = CASE WHEN o.state = 'failed'
 				THEN 'sent by an attempt that overlapped the one that parked it: ' || coalesce(o.last_error, '') END,
 			sent_at = now(), updated_at = now()
-		FROM unnest($1::text[], $2::text[], $3::bool[]) AS m(key, message_id, replayed)
+		FROM unnest($1::text[], $2::text[], $3::bool[], $4::int4[]) AS m(key, message_id, replayed, owner)
 		WHERE o.idempotency_key = m.key AND (o.state IN ('pending', 'sending', 'failed')) IS TRUE
-		RETURNING o.idempotency_key, o.last_error IS NOT NULL`, keys, ids, replayed)
+			AND (o.state = 'failed' OR `+owned("o", "m.owner")+`)
+		RETURNING o.idempotency_key, o.last_error IS NOT NULL`, keys, ids, replayed, owners)
 	if err != nil {
-		return nil, fmt.Errorf("sendstate: mark sent: %w", err)
+		return nil, nil, fmt.Errorf("sendstate: mark sent: %w", err)
 	}
 	defer rows.Close()
+	recorded := make(map[string]bool, len(sorted))
 	for rows.Next() {
 		var key string
 		var wasFailed bool
 		if err := rows.Scan(&key, &wasFailed); err != nil {
-			return nil, fmt.Errorf("sendstate: mark sent: %w", err)
+			return nil, nil, fmt.Errorf("sendstate: mark sent: %w", err)
 		}
+		recorded[key] = true
 		if wasFailed {
 			overrode = append(overrode, key)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sendstate: mark sent: %w", err)
+		return nil, nil, fmt.Errorf("sendstate: mark sent: %w", err)
 	}
-	return overrode, nil
+	for _, s := range sorted {
+		if s.Owner != 0 && !recorded[s.Key] {
+			notOwned = append(notOwned, s.Key)
+		}
+	}
+	return overrode, notOwned, nil
 }
 
-// MarkSent is MarkSentMany for one answer.
+// MarkSent is MarkSentMany for one answer. It returns ErrLeaseLost when
+// the answer, of an owner, was not recorded (see MarkSentMany).
 func MarkSent(ctx context.Context, db DB, s Sent) (overrode bool, err error) {
-	keys, err := MarkSentMany(ctx, db, []Sent{s})
+	keys, notOwned, err := MarkSentMany(ctx, db, []Sent{s})
+	if err == nil && len(notOwned) > 0 {
+		err = fmt.Errorf("sendstate: mark sent %q: %w", s.Key, ErrLeaseLost)
+	}
 	return len(keys) > 0, err
 }
 
@@ -267,25 +312,30 @@ type Outcome struct {
 	Uncertain bool
 	// Snoozed counts one more rate-limit snooze.
 	Snoozed bool
+	// Owner is the lease epoch the attempt was claimed under, or 0: with
+	// one, the outcome is recorded only while the claim is the owner's and
+	// its lease is held (see MarkSentMany).
+	Owner int32
 }
 
 // MarkFailed parks an intent as failed with the reason. Only the intent's
-// own job may.
+// own job may, and with an owner only under its lease (see MarkSentMany).
 func MarkFailed(ctx context.Context, db DB, o Outcome) error {
-	return update(ctx, db, "mark failed", `UPDATE sendonce_outbox
+	return update(ctx, db, "mark failed", `UPDATE sendonce_outbox o
 		SET state = 'failed', last_error = $3, uncertain = uncertain OR $4, updated_at = now()
-		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending')`,
-		o.Key, o.JobID, o.Reason, o.Uncertain)
+		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("o", "$5::int4"),
+		o.Key, o.JobID, o.Reason, o.Uncertain, o.Owner)
 }
 
 // MarkPending puts an intent back to pending after an attempt that will be
-// tried again, with what went wrong. Only the intent's own job may.
+// tried again, with what went wrong. Only the intent's own job may, and
+// with an owner only under its lease (see MarkSentMany).
 func MarkPending(ctx context.Context, db DB, o Outcome) error {
-	return update(ctx, db, "mark pending", `UPDATE sendonce_outbox
+	return update(ctx, db, "mark pending", `UPDATE sendonce_outbox o
 		SET state = 'pending', last_error = $3, uncertain = uncertain OR $4,
 			snoozes = snoozes + CASE WHEN $5 THEN 1 ELSE 0 END, updated_at = now()
-		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending')`,
-		o.Key, o.JobID, o.Reason, o.Uncertain, o.Snoozed)
+		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("o", "$6::int4"),
+		o.Key, o.JobID, o.Reason, o.Uncertain, o.Snoozed, o.Owner)
 }
 
 func update(ctx context.Context, db DB, op, sql string, args ...any) error {
@@ -300,13 +350,14 @@ func update(ctx context.Context, db DB, op, sql string, args ...any) error {
 // and why each is on the list. No attempt reached the API (the first
 // claim decided it), so the claim is undone: no attempts, no first attempt,
 // nothing uncertain; a retry after the address is taken off the list looks
-// the recipients up again. Only the intent's own job may.
+// the recipients up again. Only the intent's own job may, and
+// with an owner only under its lease (see MarkSentMany).
 func MarkSuppressed(ctx context.Context, db DB, o Outcome) error {
-	return update(ctx, db, "mark suppressed", `UPDATE sendonce_outbox
+	return update(ctx, db, "mark suppressed", `UPDATE sendonce_outbox o
 		SET state = 'suppressed', attempts = 0,
 			last_error = $3 || coalesce(': ' || (SELECT string_agg(s.address || ' (' || s.reason || ')', ', ' ORDER BY s.address)
 				FROM sendonce_suppression s WHERE s.address = ANY(suppressed_recipients)), ''), first_attempt_at = NULL, uncertain = false,
 			api_key_fingerprint = NULL, updated_at = now()
-		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending')`,
-		o.Key, o.JobID, o.Reason)
+		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("o", "$4::int4"),
+		o.Key, o.JobID, o.Reason, o.Owner)
 }

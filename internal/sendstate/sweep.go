@@ -46,35 +46,17 @@ func (o *Scheduler) sweepOnce(ctx context.Context) (int, error) {
 		WHERE job_id IS NULL AND state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, sweepBatch)
 }
 
-// OwnerLockClass is the first half of the advisory lock every worker
-// instance holds while it lives: (OwnerLockClass, its id). The id is what
-// a claim records in claimed_by.
-const OwnerLockClass int32 = 0x53454E44 // "SEND"
-
-// ownerAlive is the SQL condition that the owner recorded in claimed_by of
-// the row aliased alias is alive: a session holds its advisory lock
-// (OwnerLockClass as $3, id), granted, in this database. pg_locks lists the
-// whole server's locks, and advisory locks are per database, while worker
-// ids come from each database's own sequence: without the database, a live
-// worker 7 of another database on the server made a dead worker 7 here look
-// alive, and its intents waited minutes for River's rescuer instead of a
-// second (issue 22). The key space is sendonce's own: two int4 keys
-// (objsubid 2) with OwnerLockClass first, which no single-bigint lock
-// (objsubid 1) of the application can match.
-func ownerAlive(alias string) string {
-	return `EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-				AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-				AND l.classid = $3::int4::oid AND l.objid = ` + alias + `.claimed_by::oid AND l.objsubid = 2)`
-}
-
-// DefaultRestartGrace is how long after the database server started the
-// owners' locks are not trusted to be there: a restart drops every
-// session's locks, and live workers take theirs again as they reconnect.
+// DefaultRestartGrace is how long after the database server started no
+// lease is ended and nothing is rescued: heartbeats could not reach a
+// server that was down, and live workers renew their leases as they
+// reconnect.
 const DefaultRestartGrace = 5 * time.Second
 
 // RescueAbandoned gives a new River job to every intent left sending by a
-// worker instance that is gone: its owner's advisory lock was released when
-// its session ended, so the send was cut off by a crash. The intent stays
+// worker instance that is gone: the lease it was claimed under (claimed_by)
+// is not held, ended by ExpireLeases after it lapsed (the worker crashed, or
+// was paused or cut off past its lease) or released by a stopping worker,
+// so the send was cut off. The intent stays
 // sending (its next claim marks it uncertain) and its new job sends it again
 // with the same key at once, instead of after River's rescuer takes the old
 // job for stuck; its new job goes ahead of the queue. The old job, whenever it runs again, is no longer the
@@ -85,8 +67,8 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
 		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
-			AND NOT `+ownerAlive("o")+`
-		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds(), OwnerLockClass)
+			AND NOT `+held("o.claimed_by")+`
+		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds())
 }
 
 // Reconcile gives a new River job to every intent still to be sent
@@ -110,8 +92,8 @@ func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace tim
 	return o.rescheduleBatches(ctx, "rescue batches", sendjob.PriorityUrgent, `SELECT b.id, b.idempotency_key, b.queue, coalesce(b.run_key, '') FROM sendonce_batch b
 		WHERE b.state = 'sending' AND b.claimed_by IS NOT NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
-			AND NOT `+ownerAlive("b")+`
-		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds(), OwnerLockClass)
+			AND NOT `+held("b.claimed_by")+`
+		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds())
 }
 
 // ReconcileBatches is Reconcile for coalesced batches: an unsettled batch

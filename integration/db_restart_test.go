@@ -96,8 +96,11 @@ func dbRestart(t *testing.T, v variant) {
 
 	// New work after the restarts: the workers must have their
 	// connections, their River notifications and their sweeper back.
+	// The producers ask by their own route: a pooler answers its clients'
+	// first logins after the restart with an error of its own until it
+	// has logged in to the server again (PgBouncer's server_login_retry).
 	waitFor(t, 30*time.Second, "the database to answer again", func() (bool, string) {
-		err := pool.Ping(ctx)
+		err := producers.Ping(ctx)
 		return err == nil, fmt.Sprint(err)
 	})
 	enqueueSQL(t, producers, lateIntents[:late/2])

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,32 @@ func (v variant) route(t testing.TB, dbURL string, direct *pgxpool.Pool, srv *fa
 		t.Fatalf("connect through PgBouncer: %v", err)
 	}
 	t.Cleanup(producers.Close)
+	t.Cleanup(func() { checkNoPreparedStatementErrors(t) })
 	return e, producers
+}
+
+// checkNoPreparedStatementErrors fails the test when a sendonce process
+// of it printed an error of a prepared statement the pooler lost (26000)
+// or gave another client's (42P05): a statement that assumed a session of
+// its own. Errors of a database restart are expected; these never are.
+func checkNoPreparedStatementErrors(t testing.TB) {
+	t.Helper()
+	for _, c := range allCaptures() {
+		if !strings.HasPrefix(c.name, t.Name()+"/") {
+			continue
+		}
+		text := c.String()
+		if n := strings.Count(text, "(SQLSTATE 42P05)") + strings.Count(text, "(SQLSTATE 26000)"); n > 0 {
+			t.Errorf("%s: %d prepared-statement errors through the pooler, e.g. %s", c.name, n, firstLineWith(text, "SQLSTATE"))
+		}
+	}
+}
+
+func firstLineWith(text, s string) string {
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, s) {
+			return tail(strings.TrimSpace(line), 300)
+		}
+	}
+	return ""
 }

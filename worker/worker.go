@@ -56,7 +56,9 @@ type Config struct {
 	// RescueAfter is how long a job may stay running before River's
 	// rescuer takes it for dead (its worker crashed) and runs it again;
 	// it must exceed JobTimeout (default JobTimeout + 1 min). After a
-	// crash, this is how soon the interrupted sends are replayed.
+	// crash the interrupted sends are replayed sooner, once the dead
+	// worker's Lease ends; this is the bound for a job whose worker
+	// holds no lease (a River client of the application's own).
 	RescueAfter time.Duration
 	// FetchCooldown is the least time between two fetches of jobs (default
 	// 20 ms; River's own default of 100 ms caps throughput near

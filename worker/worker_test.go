@@ -132,6 +132,12 @@ func TestWorkerEndToEnd(t *testing.T) {
 	st, err := ob.Stats(ctx)
 	if err != nil || st.Counts[outbox.StateSent] != 18 {
 		t.Fatalf("stats %+v, %v", st, err)
+	}	// The graceful stop ended the worker's lease at once (issue 24): what
+	// it left sending would go to another worker at its next sweep.
+	var held, stoppedLeases int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE ended_at IS NULL), count(*) FILTER (WHERE end_reason = 'stopped')
+		FROM sendonce_worker`).Scan(&held, &stoppedLeases); err != nil || held != 0 || stoppedLeases != 1 {
+		t.Errorf("leases after Stop: %d held, %d stopped (%v); want 0 and 1", held, stoppedLeases, err)
 	}
 }
 

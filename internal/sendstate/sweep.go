@@ -21,7 +21,17 @@ type Scheduler struct {
 	Pool  *pgxpool.Pool
 	River *river.Client[pgx.Tx]
 	Queue string
+	// ReconcileWindow is how many unsettled intents one statement of
+	// Reconcile reads (default DefaultReconcileWindow).
+	ReconcileWindow int
 }
+
+// DefaultReconcileWindow is how many unsettled intents one statement of
+// Reconcile reads: a few milliseconds' work, so that no statement of it
+// comes near a DBA's statement_timeout however large the backlog. Read in
+// one statement, 300,000 unsettled intents took 225 ms on the test machine,
+// and some millions would pass a 5 s statement_timeout.
+const DefaultReconcileWindow = 5000
 
 // sweepBatch bounds the rows one Sweep schedules.
 const sweepBatch = 1000
@@ -76,13 +86,48 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 // or cancelled in the River UI, discarded after its attempts ran out, or
 // discarded by a River client that does not know sendonce's job kind. It
 // returns how many it rescheduled.
+//
+// It reads every unsettled intent, in pieces: each state's intents in id
+// order, ReconcileWindow at a time (found through the partial index of
+// unsettled intents, the state a constant of each statement's text so that
+// a generic plan still uses it), so no statement's work grows with the
+// backlog. Each intent's job is looked up by its id (LIMIT 1 in a LATERAL
+// keeps the planner from hashing all of river_job for every piece: 49 ms a
+// piece against 300,000 jobs, where the lookups take a few).
 func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
-	return o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
-		LEFT JOIN river_job j ON j.id = o.job_id
-		WHERE o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
-			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
-			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
-		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`)
+	window := o.ReconcileWindow
+	if window <= 0 {
+		window = DefaultReconcileWindow
+	}
+	total := 0
+	for _, state := range []string{"pending", "sending"} {
+		for after := int64(0); ; {
+			var last *int64
+			var seen int
+			if err := o.Pool.QueryRow(ctx, `SELECT max(id), count(*) FROM (SELECT id FROM sendonce_outbox
+				WHERE state = '`+state+`' AND id > $1 ORDER BY state, id LIMIT $2) w`, after, window).Scan(&last, &seen); err != nil {
+				return total, fmt.Errorf("sendstate: reconcile: %w", err)
+			}
+			if last == nil {
+				break
+			}
+			n, err := o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
+				LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
+				WHERE o.state = '`+state+`' AND o.id > $2 AND o.id <= $3 AND o.job_id IS NOT NULL AND o.batch_key IS NULL
+					AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
+					AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+				ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, after, *last)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if seen < window {
+				break
+			}
+			after = *last
+		}
+	}
+	return total, nil
 }
 
 // RescueAbandonedBatches is RescueAbandoned for coalesced batches: a

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -52,4 +54,16 @@ func (m poolerMode) configure(cfg *pgxpool.Config, dsn string) error {
 	}
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	return nil
+}
+
+// hint is what an error of a prepared statement the server connection does
+// not have (26000) or has from another client (42P05) most likely means,
+// when no --pooler transaction was given: the connection goes through a
+// transaction-mode pooler.
+func (m poolerMode) hint(err error) string {
+	var pgErr *pgconn.PgError
+	if m == poolerTransaction || !errors.As(err, &pgErr) || (pgErr.Code != "26000" && pgErr.Code != "42P05") {
+		return ""
+	}
+	return " (through a transaction-mode pooler such as PgBouncer? give --pooler transaction, or SENDONCE_POOLER=transaction)"
 }

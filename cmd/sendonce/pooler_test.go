@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/pgbouncer"
 	"github.com/sendonce/sendonce/internal/pgtest"
@@ -127,4 +129,23 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// TestPoolerHint: an error of a prepared statement that a transaction
+// pooler lost or mixed up names the setting that avoids it, unless it is
+// already given.
+func TestPoolerHint(t *testing.T) {
+	lost := fmt.Errorf("cannot check migrations: %w", &pgconn.PgError{Code: "26000", Message: `prepared statement "stmtcache_1" does not exist`})
+	taken := &pgconn.PgError{Code: "42P05", Message: `prepared statement "stmtcache_1" already exists`}
+	for _, err := range []error{lost, taken} {
+		if h := poolerNone.hint(err); !strings.Contains(h, "--pooler transaction") || !strings.Contains(h, "SENDONCE_POOLER=transaction") {
+			t.Errorf("hint for %v: %q", err, h)
+		}
+		if h := poolerTransaction.hint(err); h != "" {
+			t.Errorf("with --pooler transaction, hint for %v: %q", err, h)
+		}
+	}
+	if h := poolerNone.hint(&pgconn.PgError{Code: "40001"}); h != "" {
+		t.Errorf("hint for a serialization failure: %q", h)
+	}
 }

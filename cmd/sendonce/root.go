@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "sendonce: %s\n", errorLine(err, dsnSecrets(a.databaseURL)...))
+		fmt.Fprintf(stderr, "sendonce: %s%s\n", errorLine(err, dsnSecrets(a.databaseURL)...), a.pooler.hint(err))
 	}
 	return exitCode(err)
 }

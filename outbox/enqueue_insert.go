@@ -42,8 +42,8 @@ import (
 // the database's clock where River takes the client's; metadata '{}', no
 // tags, no unique key. River has no trigger on river_job; its producers learn
 // of new jobs from the notification, which the statement sends as River's
-// PGNotifyMany does (see notifySQL). The tests compare the jobs with ones River inserts, and
-// have a River client work them.
+// PGNotifyMany does (see notifySQL). The tests compare the jobs with ones
+// River inserts, and have a River client work them.
 //
 // Each new row draws its job id from River's sequence; only the rows ON
 // CONFLICT lets in get a job, so a key already stored leaves no job behind.

@@ -244,11 +244,11 @@ func (b *Bouncer) URL(dbURL string) (string, error) {
 	return u.String(), nil
 }
 
-// Stop shuts PgBouncer down at once (SIGINT: its immediate shutdown) and
-// removes its directory.
+// Stop shuts PgBouncer down at once (SIGTERM: its immediate shutdown; SIGINT
+// would wait for every client's transaction) and removes its directory.
 func (b *Bouncer) Stop() error {
 	if b.cmd != nil && b.cmd.Process != nil {
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGINT)
+		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-b.done:
 		case <-time.After(10 * time.Second):

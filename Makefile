@@ -10,10 +10,10 @@ demo:
 
 ## test: every test, with the race detector, against a throwaway PostgreSQL.
 ## First installs what the tests take from the machine when it is missing
-## (PostgreSQL's server package, Chromium for the browser tests; see
-## internal/sysdeps), saying what it runs.
+## (PostgreSQL's server package, Chromium for the browser tests, PgBouncer for
+## the pooler tests; see internal/sysdeps), saying what it runs.
 test:
-	$(GO) run ./internal/cmd/sysdeps postgresql chromium
+	$(GO) run ./internal/cmd/sysdeps postgresql chromium pgbouncer
 	$(GO) vet ./...
 	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 20m ./...
 

@@ -122,9 +122,11 @@ func enqueueSQL(t testing.TB, pool *pgxpool.Pool, intents []intent) {
 			if in.TemplateID != "" {
 				tmpl = &in.TemplateID
 			}
+			// Exec mode: the producer's own statement names no prepared
+			// statement, so it works through a transaction pooler too.
 			if _, err := tx.Exec(ctx,
 				`INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id) VALUES ($1, $2, $3, $4)`,
-				in.Key, string(in.Kind), string(in.Payload), tmpl); err != nil {
+				pgx.QueryExecModeExec, in.Key, string(in.Kind), string(in.Payload), tmpl); err != nil {
 				return err
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/pgbouncer"
 	"github.com/sendonce/sendonce/internal/sendstate"
 )
 
@@ -24,16 +25,23 @@ type variant struct {
 	Coalesce int
 	// PollOnly runs the workers with --poll-only: no LISTEN/NOTIFY.
 	PollOnly bool
+	// Pooler puts a PgBouncer in this pool mode between the database and
+	// every producer and worker ("": none; see route).
+	Pooler pgbouncer.Mode
 }
 
-// variants runs a scenario three times, as subtests: "single", every
+// variants runs a scenario five times, as subtests: "single", every
 // intent sent alone (coalesce 0); "coalesce", email intents coalesced into
-// batch requests (--coalesce 100); and "poll-only", sent alone by workers
-// that never LISTEN (--poll-only, as behind PgBouncer).
+// batch requests (--coalesce 100); "poll-only", sent alone by workers
+// that never LISTEN (--poll-only); and "pgbouncer-transaction" and
+// "pgbouncer-session", sent alone with every connection of the producers
+// and workers through PgBouncer in that pool mode (see route).
 func variants(t *testing.T, scenario func(t *testing.T, v variant)) {
 	t.Run("single", func(t *testing.T) { scenario(t, variant{}) })
 	t.Run("coalesce", func(t *testing.T) { scenario(t, variant{Coalesce: coalesceAll}) })
 	t.Run("poll-only", func(t *testing.T) { scenario(t, variant{PollOnly: true}) })
+	t.Run("pgbouncer-transaction", func(t *testing.T) { scenario(t, variant{Pooler: pgbouncer.Transaction}) })
+	t.Run("pgbouncer-session", func(t *testing.T) { scenario(t, variant{Pooler: pgbouncer.Session}) })
 }
 
 // variantName is the scenario's name in summaries and random streams: the
@@ -44,6 +52,8 @@ func variantName(scenario string, v variant) string {
 		return scenario + "/coalesce"
 	case v.PollOnly:
 		return scenario + "/poll-only"
+	case v.Pooler != "":
+		return scenario + "/pgbouncer-" + string(v.Pooler)
 	}
 	return scenario
 }
@@ -212,10 +222,12 @@ func checkListeners(t testing.TB, pool *pgxpool.Pool, v variant) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A transaction pooler implies --poll-only (SENDONCE_POOLER).
+	pollOnly := v.PollOnly || v.Pooler == pgbouncer.Transaction
 	switch {
-	case v.PollOnly && n > 0:
+	case pollOnly && n > 0:
 		t.Errorf("%d sessions of --poll-only workers LISTEN", n)
-	case !v.PollOnly && n == 0:
+	case !pollOnly && n == 0:
 		t.Errorf("no worker session LISTENs: the check cannot tell poll-only from the default")
 	}
 }

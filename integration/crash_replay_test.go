@@ -41,16 +41,19 @@ func crashReplay(t *testing.T, v variant) {
 	if v.PollOnly {
 		label, prefix = label+"_poll", fmt.Sprintf("crashpoll-%d", suite.seed)
 	}
+	if v.Pooler != "" {
+		label, prefix = label+"_"+v.poolerTag(), prefix+"-"+v.poolerTag()
+	}
 	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), label)
-	e := processEnv(dbURL, srv)
+	e, producers := v.route(t, dbURL, pool, srv)
 
 	// Producers of all three kinds: the command line, plain SQL (no River
 	// job: the sweeper schedules them) and the Go API.
 	intents := makeIntents(rng, prefix, n)
 	nCLI, nSQL := 5, n/10
 	enqueueCLI(t, e, intents[:nCLI])
-	enqueueSQL(t, pool, intents[nCLI:nCLI+nSQL])
-	enqueueGo(t, pool, intents[nCLI+nSQL:])
+	enqueueSQL(t, producers, intents[nCLI:nCLI+nSQL])
+	enqueueGo(t, producers, intents[nCLI+nSQL:])
 	recipients := 0
 	for _, in := range intents {
 		recipients += len(in.Recipients)

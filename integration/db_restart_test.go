@@ -45,12 +45,15 @@ func dbRestart(t *testing.T, v variant) {
 	if v.PollOnly {
 		label, prefix = label+"_poll", fmt.Sprintf("dbrpoll-%d", suite.seed)
 	}
+	if v.Pooler != "" {
+		label, prefix = label+"_"+v.poolerTag(), prefix+"-"+v.poolerTag()
+	}
 	dbURL, pool := newDatabase(t, cluster.URL, label)
-	e := processEnv(dbURL, srv)
+	e, producers := v.route(t, dbURL, pool, srv)
 
 	intents := makeIntents(rng, prefix, n+late)
 	early, lateIntents := intents[:n], intents[n:]
-	enqueueGo(t, pool, early)
+	enqueueGo(t, producers, early)
 	recipients := 0
 	for _, in := range early {
 		recipients += len(in.Recipients)
@@ -93,12 +96,15 @@ func dbRestart(t *testing.T, v variant) {
 
 	// New work after the restarts: the workers must have their
 	// connections, their River notifications and their sweeper back.
+	// The producers ask by their own route: a pooler answers its clients'
+	// first logins after the restart with an error of its own until it
+	// has logged in to the server again (PgBouncer's server_login_retry).
 	waitFor(t, 30*time.Second, "the database to answer again", func() (bool, string) {
-		err := pool.Ping(ctx)
+		err := producers.Ping(ctx)
 		return err == nil, fmt.Sprint(err)
 	})
-	enqueueSQL(t, pool, lateIntents[:late/2])
-	enqueueGo(t, pool, lateIntents[late/2:])
+	enqueueSQL(t, producers, lateIntents[:late/2])
+	enqueueGo(t, producers, lateIntents[late/2:])
 
 	waitAllSent(t, pool, n+late, 3*time.Minute, func() string {
 		return fmt.Sprintf("fake: %d delivered", len(srv.Deliveries()))

@@ -8,7 +8,7 @@
 //
 // # Running it
 //
-//	go test -race -count=1 ./integration/            # about 5 minutes on 2 cores (TestSystem: about a minute)
+//	go test -race -count=1 ./integration/            # about 6 minutes on 2 cores (TestSystem: about a minute)
 //	go test -race -count=1 ./integration/ -v         # with every step logged
 //	go test ./integration/ -run TestFaults -seed 42  # one scenario, one seed
 //	SENDONCE_SOAK=1 go test -timeout 60m ./integration/   # a longer soak
@@ -44,10 +44,15 @@
 // # The scenarios
 //
 // One file each. Three of them (crash replay, database restart, many
-// workers) run three times, as subtests: "single", every intent sent alone;
+// workers) run five times, as subtests: "single", every intent sent alone;
 // "poll-only", sent alone by workers run with --poll-only (no LISTEN: River
-// and the sweeper poll, as behind PgBouncer; the crash replay checks that
-// no session LISTENs); and "coalesce", the workers run with --coalesce 100
+// and the sweeper poll; the crash replay checks that no session LISTENs);
+// "pgbouncer-transaction" and "pgbouncer-session", sent alone with every
+// connection of the producers and workers through a PgBouncer of the
+// test's own in that pool mode (SENDONCE_POOLER tells the processes; a
+// process printing a prepared-statement error fails the run; the rescue
+// time scenario runs directly and through both too; pooler_test.go);
+// and "coalesce", the workers run with --coalesce 100
 // (and a concurrency of 50,
 // since each member job holds a slot while its batch gathers), so email
 // intents go out in batch requests (POST /emails/batch) under batch keys

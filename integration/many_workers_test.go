@@ -38,8 +38,11 @@ func manyWorkers(t *testing.T, v variant) {
 	if v.PollOnly {
 		label, prefix = label+"_poll", fmt.Sprintf("manypoll-%d", suite.seed)
 	}
+	if v.Pooler != "" {
+		label, prefix = label+"_"+v.poolerTag(), prefix+"-"+v.poolerTag()
+	}
 	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), label)
-	e := processEnv(dbURL, srv)
+	e, producers := v.route(t, dbURL, pool, srv)
 
 	opts := workerOptions{Concurrency: 4}
 	if coalesce > 0 {
@@ -62,8 +65,8 @@ func manyWorkers(t *testing.T, v variant) {
 	for wave := range 3 {
 		part := intents[wave*n/3 : (wave+1)*n/3]
 		half := len(part) / 2
-		enqueueSQL(t, pool, part[:half])
-		enqueueGo(t, pool, part[half:])
+		enqueueSQL(t, producers, part[:half])
+		enqueueGo(t, producers, part[half:])
 	}
 	waitAllSent(t, pool, n, 2*time.Minute, nil)
 

@@ -50,6 +50,14 @@ type EnqueueResult struct {
 // On a database that was not migrated, or only in part, the error matches
 // migrations.ErrPending (errors.Is), and its text says to run `sendonce
 // migrate` or migrations.Up; the transaction is aborted.
+//
+// Through a connection pooler in transaction mode (PgBouncer), Enqueue's
+// own statements work whatever the pool's default query mode: behind a
+// pooler they name no prepared statement (the first call on a connection
+// asks the server which session it talks to). The caller's own statements
+// in tx run in the pool's mode, so through PgBouncer before 1.21 the pool
+// needs default_query_exec_mode=exec in its URL (or
+// pgx.QueryExecModeExec) for them.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueResult, error) {
 	res, err := o.EnqueueMany(ctx, tx, []Intent{in})
 	if err != nil {
@@ -98,7 +106,11 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 		}
 		prepared[i] = in
 	}
-	if err := sameAsFirst(ctx, tx, prepared, dups); err != nil {
+	ptx, err := forProducer(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if err := sameAsFirst(ctx, ptx, prepared, dups); err != nil {
 		return nil, schemaerr.Wrap("outbox: enqueue", err)
 	}
 
@@ -114,7 +126,7 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 	}
 	slices.SortFunc(fresh, func(a, b int) int { return strings.Compare(prepared[a].Key, prepared[b].Key) })
 	results := make([]*EnqueueResult, len(prepared))
-	if err := o.insert(ctx, tx, prepared, fresh, results); err != nil {
+	if err := o.insert(ctx, ptx, prepared, fresh, results); err != nil {
 		// A database without sendonce's schema (or River's) fails here; the
 		// error says so after the fact, so no call pays for a check first.
 		return nil, schemaerr.Wrap("outbox: enqueue", err)
@@ -137,7 +149,7 @@ type existingRecord struct {
 // findExisting loads the intents already stored under any of the keys, and
 // compares each with what is being enqueued. The comparison runs in SQL, so
 // that two JSON texts equal as jsonb (key order, spacing) count as the same.
-func (o *Outbox) findExisting(ctx context.Context, tx pgx.Tx, in []Intent, keys []string) (map[string]existingRecord, error) {
+func (o *Outbox) findExisting(ctx context.Context, tx producerTx, in []Intent, keys []string) (map[string]existingRecord, error) {
 	kinds, payloads, templates, _ := columnsOf(in)
 	rows, err := tx.Query(ctx, `
 		SELECT `+columns+`, same FROM (
@@ -185,7 +197,7 @@ func (o *Outbox) findExisting(ctx context.Context, tx pgx.Tx, in []Intent, keys 
 // findPruned answers keys whose intent was pruned from their tombstones:
 // the same intent (kind, template and payload hash alike) is the pruned one,
 // in its final state; another is a key reuse.
-func findPruned(ctx context.Context, tx pgx.Tx, in []Intent, keys []string, found map[string]existingRecord) error {
+func findPruned(ctx context.Context, tx producerTx, in []Intent, keys []string, found map[string]existingRecord) error {
 	kinds, payloads, templates, _ := columnsOf(in)
 	rows, err := tx.Query(ctx, `
 		SELECT i.key, t.state, t.pruned_at, t.intent_hash = sendonce_intent_hash(i.kind, i.template_id, i.payload)
@@ -228,7 +240,7 @@ func findPruned(ctx context.Context, tx pgx.Tx, in []Intent, keys []string, foun
 // concurrent transaction committed first), which got neither a row nor a
 // job: each answers with the stored intent when it is the same intent, or
 // a *KeyReuseError when it is not.
-func (o *Outbox) settleExisting(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, inserted map[string]*Record, results []*EnqueueResult) error {
+func (o *Outbox) settleExisting(ctx context.Context, tx producerTx, in []Intent, idx []int, inserted map[string]*Record, results []*EnqueueResult) error {
 	var lost []Intent
 	var lostKeys []string
 	for _, i := range idx {
@@ -292,7 +304,7 @@ func columnsOf(in []Intent) (kinds []string, payloads []string, templates []*str
 // same intent as its first one: the same kind and template, and payloads
 // equal as jsonb (key order and spacing aside), as for an intent already
 // stored.
-func sameAsFirst(ctx context.Context, tx pgx.Tx, in []Intent, dups [][2]int) error {
+func sameAsFirst(ctx context.Context, tx producerTx, in []Intent, dups [][2]int) error {
 	var firsts, laters []string
 	var idx []int
 	for _, d := range dups {

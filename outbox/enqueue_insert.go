@@ -13,10 +13,16 @@ import (
 )
 
 // How EnqueueMany writes (issue 15). One statement inserts the outbox rows
-// and their River jobs, and River's insert notification travels in the same
-// pipeline: one round trip per call however many intents it has. (A key
-// already stored costs one lookup more; a refused call two statements to
-// take back what it wrote.)
+// and their River jobs, and sends River's insert notification: one round
+// trip per call however many intents it has. (A key already stored costs
+// one lookup more; a refused call two statements to take back what it
+// wrote.)
+//
+// The statement sends the notification itself, rather than in a pipeline
+// beside it, because a pgx.Batch runs in the connection's default mode,
+// which behind a transaction-mode pooler may name prepared statements the
+// pooler loses (see producerTx); a statement of its own runs in the mode
+// producerTx gives it.
 //
 // It used to call River's InsertManyTx, then INSERT the rows: three round
 // trips, and for 1,000 intents about 45 ms, of which 15 ms in River's
@@ -35,9 +41,9 @@ import (
 // a non-zero ScheduledAt, even a past one); created_at and scheduled_at from
 // the database's clock where River takes the client's; metadata '{}', no
 // tags, no unique key. River has no trigger on river_job; its producers learn
-// of new jobs from the notification, which notifySQL sends as River's
-// PGNotifyMany does. The tests compare the jobs with ones River inserts, and
-// have a River client work them.
+// of new jobs from the notification, which the statement sends as River's
+// PGNotifyMany does (see notifySQL). The tests compare the jobs with ones
+// River inserts, and have a River client work them.
 //
 // Each new row draws its job id from River's sequence; only the rows ON
 // CONFLICT lets in get a job, so a key already stored leaves no job behind.
@@ -60,8 +66,11 @@ const insertSQL = `
 		SELECT i.job_id, i.args, now(), $7, $8, '{}', $9, $10, coalesce(i.send_at, now()),
 			CASE WHEN i.send_at IS NULL THEN 'available' ELSE 'scheduled' END::river_job_state, '{}'
 		FROM o JOIN i ON i.job_id = o.job_id
+	), notified AS MATERIALIZED (
+		SELECT ` + notifySQL + ` WHERE $14 <> '' AND EXISTS (SELECT 1 FROM o WHERE o.send_at IS NULL)
 	)
-	SELECT ` + columns + `, seen, current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') FROM o`
+	SELECT ` + columns + `, seen, current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted')
+	FROM o LEFT JOIN notified ON true`
 
 // The check of the tombstones in insertSQL is a NOT EXISTS on purpose,
 // measured against the alternatives (Enqueue ×100 per transaction,
@@ -83,12 +92,14 @@ const insertSQL = `
 const prunedSQL = `SELECT k FROM unnest($1::text[]) AS k
 	WHERE (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(k) LIMIT 1) IS NOT NULL`
 
-// notifySQL tells the workers of a queue, at commit, that jobs are
-// available, as River's PGNotifyMany does: topic "<schema>.river_insert",
-// payload {"queue": "<name>"}. River's client sends it at most once per
-// FetchCooldown and queue; the outbox's had the shortest, 1 ms, so once per
-// call is as often.
-const notifySQL = `SELECT pg_notify(concat(current_schema()::text, '.river_insert'), $1)`
+// notifySQL (in insertSQL) tells the workers of a queue, at commit, that
+// jobs are available, as River's PGNotifyMany does: topic
+// "<schema>.river_insert", payload {"queue": "<name>"} ($14). River's client
+// sends it at most once per FetchCooldown and queue; the outbox's had the
+// shortest, 1 ms, so once per call is as often. It goes when the call
+// inserted a row to send now. The CTE is referenced (LEFT JOIN ... ON
+// true), so PostgreSQL runs it, at most once.
+const notifySQL = `pg_notify(concat(current_schema()::text, '.river_insert'), $14)`
 
 // queueNameRE is River's rule for a queue name (validateQueueName): River
 // refused to insert a job into a queue no worker could be configured for,
@@ -97,7 +108,7 @@ var queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
 
 // insert inserts the rows of the intents at the given indexes, in that
 // order, with their River jobs, and fills in their results.
-func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, results []*EnqueueResult) error {
+func (o *Outbox) insert(ctx context.Context, tx producerTx, in []Intent, idx []int, results []*EnqueueResult) error {
 	// The intents of one call belong to one run, or to none (EnqueueRun).
 	run := in[idx[0]].run
 	opts := sendjob.InsertOpts(o.queue, time.Time{}, sendjob.PriorityFor(run))
@@ -119,17 +130,13 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 	}
 	kinds, payloads, templates, sendAts := columnsOf(batch)
 	parent, state := traceContext(ctx)
-	b := &pgx.Batch{}
-	b.Queue(insertSQL, keys, kinds, payloads, templates, sendAts, args,
-		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run, parent, state)
+	notify := ""
 	if available {
-		b.Queue(notifySQL, fmt.Sprintf(`{"queue": %q}`, opts.Queue))
+		notify = fmt.Sprintf(`{"queue": %q}`, opts.Queue)
 	}
-	br := tx.SendBatch(ctx, b)
-	inserted, seen, snapshot, err := scanInserted(br)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	inserted, seen, snapshot, err := scanInserted(tx.Query(ctx, insertSQL,
+		keys, kinds, payloads, templates, sendAts, args,
+		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run, parent, state, notify))
 	if err != nil {
 		if isSerializationFailure(err) {
 			// A row under one of the keys committed after the snapshot
@@ -158,8 +165,7 @@ func (o *Outbox) insert(ctx context.Context, tx pgx.Tx, in []Intent, idx []int, 
 // those whose statement saw a row under the key already (see raced), and
 // whether the transaction reads one snapshot throughout (REPEATABLE READ
 // or SERIALIZABLE; see snapshotCheck).
-func scanInserted(br pgx.BatchResults) (inserted map[string]*Record, seen []string, snapshot bool, err error) {
-	rows, err := br.Query()
+func scanInserted(rows pgx.Rows, err error) (inserted map[string]*Record, seen []string, snapshot bool, _ error) {
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -207,7 +213,7 @@ func (r rawJSON) Scan(dest ...any) error {
 // one that raced a prune or a delete) this costs nothing. A REPEATABLE READ
 // or SERIALIZABLE transaction has no new snapshot to look in: snapshotCheck
 // runs instead.
-func raced(ctx context.Context, tx pgx.Tx, inserted map[string]*Record, seen []string) error {
+func raced(ctx context.Context, tx producerTx, inserted map[string]*Record, seen []string) error {
 	if len(seen) == 0 {
 		return nil
 	}

@@ -56,8 +56,10 @@ const (
 // snapshotCheck fails the call with a serialization failure when a key it
 // inserted was pruned after the transaction's snapshot was taken (see
 // above). It costs a REPEATABLE READ or SERIALIZABLE transaction one round
-// trip per call that inserts; READ COMMITTED never runs it.
-func snapshotCheck(ctx context.Context, tx pgx.Tx, inserted map[string]*Record, seen []string) error {
+// trip per call that inserts (behind a pooler whose pool names prepared
+// statements, one per statement: two or three; see producerTx); READ
+// COMMITTED never runs it.
+func snapshotCheck(ctx context.Context, tx producerTx, inserted map[string]*Record, seen []string) error {
 	if len(inserted) == 0 {
 		return nil
 	}
@@ -73,7 +75,17 @@ func snapshotCheck(ctx context.Context, tx pgx.Tx, inserted map[string]*Record, 
 	}
 	b.Queue(probeSQL, keys)
 	b.Queue(unprobeSQL, keys)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	var err error
+	if tx.batches {
+		err = tx.SendBatch(ctx, b).Close()
+	} else {
+		for _, q := range b.QueuedQueries {
+			if _, err = tx.Exec(ctx, q.SQL, q.Arguments...); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
 		if !isSerializationFailure(err) {
 			return fmt.Errorf("outbox: look up keys pruned since the transaction's snapshot: %w", err)
 		}

@@ -105,6 +105,11 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	if !run.SendAt.IsZero() {
 		sendAt = &run.SendAt
 	}
+	ptx, err := forProducer(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	tx = ptx
 	res := &RunResult{}
 	var state RunState
 	// The run's row is read FOR SHARE, which conflicts with CancelRun's
@@ -113,7 +118,7 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	// went in pending after the cancel. Now a cancel under way is waited
 	// for and its state read; a cancel that comes later waits for this
 	// transaction and cancels its members with the others.
-	err := tx.QueryRow(ctx, `WITH i AS (
+	err = tx.QueryRow(ctx, `WITH i AS (
 			INSERT INTO sendonce_run (key, send_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING state)
 		SELECT true, state FROM i UNION ALL
 		SELECT false, state FROM (SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE) r WHERE NOT EXISTS (SELECT 1 FROM i)`,

@@ -133,7 +133,12 @@ type Config struct {
 	// (PgBouncer), where LISTEN does not work: River fetches jobs every
 	// FetchPollInterval, and the sweeper looks for rows inserted by SQL
 	// every SweepInterval. A send then starts up to FetchPollInterval
-	// after its commit instead of at once.
+	// after its commit instead of at once. Behind a transaction-mode
+	// pooler the pool given to New must also name no prepared statements
+	// (pgx.QueryExecModeExec as its ConnConfig.DefaultQueryExecMode, or
+	// default_query_exec_mode=exec in its URL): River's statements and the
+	// worker's run in the pool's mode (sendonce work --pooler transaction
+	// sets both).
 	PollOnly bool
 	// Send tunes the outcome mapping.
 	Send SendConfig

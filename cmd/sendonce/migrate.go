@@ -19,7 +19,10 @@ func (a *app) migrateCommand() *cobra.Command {
 		Long: `migrate applies River's migrations and then sendonce's to the database, each only
 if not already applied, under an advisory lock, so several processes starting
 at once migrate one at a time. Running it again is a no-op that prints
-"already up to date". "sendonce work" refuses to start until it has run.`,
+"already up to date". "sendonce work" refuses to start until it has run.
+It works directly and through a pooler such as PgBouncer, in session or
+transaction mode, with nothing set: behind a pooler its lock is held by a
+transaction of its own, and it needs two server connections at once.`,
 		Example: `  sendonce migrate --database-url postgres://app@localhost/app`,
 		Args:    noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {

@@ -28,6 +28,7 @@ type app struct {
 	stderr io.Writer
 
 	databaseURL string
+	pooler      poolerMode
 	logFormat   string
 	logLevel    string
 
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "sendonce: %s\n", errorLine(err, dsnSecrets(a.databaseURL)...))
+		fmt.Fprintf(stderr, "sendonce: %s%s\n", errorLine(err, dsnSecrets(a.databaseURL)...), a.pooler.hint(err))
 	}
 	return exitCode(err)
 }
@@ -105,6 +106,11 @@ func (a *app) rootCommand() *cobra.Command {
 	pf.StringVar(&a.databaseURL, "database-url", "",
 		"PostgreSQL connection URL, e.g. postgres://user@host/db (required except for demo)")
 	bindEnv(pf, "database-url", "DATABASE_URL")
+	a.pooler = poolerNone
+	pf.Var(&a.pooler, "pooler",
+		"the connection pooler between sendonce and the database, by its pool mode: none (a direct connection), session, "+
+			"or transaction (PgBouncer's transaction mode: no prepared statements, and work polls instead of LISTENing)")
+	bindEnv(pf, "pooler", "SENDONCE_POOLER")
 	pf.StringVar(&a.logFormat, "log-format", "auto",
 		"log format on stderr: auto (text on a terminal, JSON otherwise), text or json")
 	bindEnv(pf, "log-format", "SENDONCE_LOG_FORMAT")
@@ -246,6 +252,9 @@ func (a *app) connect(ctx context.Context, minConns int) (*pgxpool.Pool, error) 
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	if err := a.pooler.configure(cfg, a.databaseURL); err != nil {
+		return nil, err
 	}
 	if minConns > 0 && !strings.Contains(a.databaseURL, "pool_max_conns") {
 		cfg.MaxConns = max(cfg.MaxConns, int32(minConns))

@@ -114,9 +114,11 @@ than 30 days ago, every minute, one worker of the fleet at a time, keeping a
 tombstone of each key for --retain-keys (default 1y) so that enqueueing it
 again never sends twice (see "sendonce prune").
 
---poll-only never LISTENs (River and the sweeper poll), for a database behind
-a transaction-mode pooler such as PgBouncer: a send starts up to
---fetch-poll-interval after its commit instead of at once.
+--poll-only never LISTENs (River and the sweeper poll): a send starts up to
+--fetch-poll-interval after its commit instead of at once. Behind a
+transaction-mode pooler such as PgBouncer, give --pooler transaction
+(SENDONCE_POOLER), which implies --poll-only and runs every statement of
+sendonce and River without prepared statements (pgx's exec mode).
 
 Every flag can also be set by its environment variable (shown with the flag);
 a flag given on the command line wins.`
@@ -173,6 +175,14 @@ func (a *app) workCommand() *cobra.Command {
 		Args:    noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			o.uiTokenInArgs = cmd.Flags().Changed("ui-token")
+			if a.pooler == poolerTransaction {
+				// LISTEN takes a session, which transaction pooling
+				// does not give.
+				if cmd.Flags().Changed("poll-only") && !o.pollOnly {
+					return usagef("--pooler transaction needs --poll-only: LISTEN does not work through a transaction-mode pooler")
+				}
+				o.pollOnly = true
+			}
 			return a.work(cmd.Context(), o)
 		}),
 	}
@@ -219,7 +229,7 @@ func (a *app) workCommand() *cobra.Command {
 	f.Var(&o.retain, "retain", "delete settled intents settled longer ago than this, e.g. 30d (see sendonce prune); 0: keep for ever")
 	f.Var(&o.retainKeys, "retain-keys", "with --retain, keep pruned intents' key tombstones this long (0: for ever)")
 	f.BoolVar(&o.pollOnly, "poll-only", false,
-		"poll instead of LISTEN/NOTIFY, for a database behind a transaction-mode pooler (PgBouncer); sends start up to --fetch-poll-interval later")
+		"poll instead of LISTEN/NOTIFY (implied by --pooler transaction); sends start up to --fetch-poll-interval later")
 	for flag, env := range map[string]string{
 		"retain":              "SENDONCE_RETAIN",
 		"retain-keys":         "SENDONCE_RETAIN_KEYS",
@@ -530,8 +540,8 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 			retain = o.retain.String() + "/keys:forever"
 		}
 	}
-	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s retain=%s poll-only=%t\n",
-		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr, retain, o.pollOnly)
+	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s retain=%s poll-only=%t pooler=%s\n",
+		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr, retain, o.pollOnly, a.pooler)
 
 	var srvErr error
 	select {

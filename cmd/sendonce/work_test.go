@@ -51,7 +51,7 @@ func TestWorkSendsAndServesOperations(t *testing.T) {
 	}
 
 	w := startWork(t, env, fastArgs...)
-	if !regexp.MustCompile(`^sendonce work: queue=sendonce concurrency=100 http=http://127\.0\.0\.1:\d+ api=127\.0\.0\.1:\d+ api-rate=from-429s coalesce=off webhooks=off retain=off poll-only=false\n$`).MatchString(w.stdout.String()) {
+	if !regexp.MustCompile(`^sendonce work: queue=sendonce concurrency=100 http=http://127\.0\.0\.1:\d+ api=127\.0\.0\.1:\d+ api-rate=from-429s coalesce=off webhooks=off retain=off poll-only=false pooler=none\n$`).MatchString(w.stdout.String()) {
 		t.Errorf("startup line: %q", w.stdout.String())
 	}
 

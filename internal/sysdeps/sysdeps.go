@@ -1,9 +1,9 @@
 // Package sysdeps finds the programs that sendonce's commands and tests take
 // from the machine rather than from Go modules (PostgreSQL's server binaries
-// for the throwaway clusters, Chromium for the browser tests) and, when one
-// is missing, installs the distribution's package for it: apt-get on Debian
-// and its kin (as root, or through "sudo -n" when that needs no password),
-// Homebrew on macOS. It says what it will run before running it. Where it
+// for the throwaway clusters, Chromium for the browser tests, PgBouncer for
+// the pooler tests) and, when one is missing, installs the distribution's
+// package for it: apt-get on Debian and its kin (as root, or through
+// "sudo -n" when that needs no password), Homebrew on macOS. It says what it will run before running it. Where it
 // cannot install (no package manager it knows, no root and no sudo without
 // a password, or SENDONCE_NO_INSTALL set), it fails with the one command a
 // person should run.

@@ -3,10 +3,10 @@
 // that are missing (see package internal/sysdeps). `make test` runs it
 // first:
 //
-//	go run ./internal/cmd/sysdeps postgresql chromium
+//	go run ./internal/cmd/sysdeps postgresql chromium pgbouncer
 //
 // It exits 0 even when it cannot install one: the tests that need it then
-// fail (PostgreSQL) or skip (Chromium) with the same advice.
+// fail (PostgreSQL, PgBouncer) or skip (Chromium) with the same advice.
 package main
 
 import (
@@ -22,6 +22,7 @@ import (
 var deps = map[string]sysdeps.Dep{
 	"postgresql": pgcluster.Binaries,
 	"chromium":   sysdeps.Chromium,
+	"pgbouncer":  sysdeps.PgBouncer,
 }
 
 func main() {
@@ -30,7 +31,7 @@ func main() {
 	for _, name := range os.Args[1:] {
 		d, ok := deps[name]
 		if !ok {
-			fmt.Fprintf(os.Stderr, "sysdeps: unknown %q: want postgresql or chromium\n", name)
+			fmt.Fprintf(os.Stderr, "sysdeps: unknown %q: want postgresql, chromium or pgbouncer\n", name)
 			os.Exit(2)
 		}
 		if _, err := sysdeps.Ensure(ctx, d, os.Stderr); err != nil {

@@ -33,20 +33,23 @@ func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (buck
 		if err != nil {
 			return err
 		}
-		var sinceRefill, pausedFor, probeFor, sinceCut, sinceCeiling float64
+		var sinceRefill, pausedFor, probeFor, sinceCut, sinceCeiling, sinceRecent float64
 		err = tx.QueryRow(ctx, `SELECT coalesce(ceiling, 0), coalesce(rate, 0), tokens,
 				greatest(0, extract(epoch FROM t - refilled_at))::float8,
 				greatest(0, extract(epoch FROM paused_until - t))::float8,
 				greatest(0, extract(epoch FROM probe_until - t))::float8,
 				greatest(0, extract(epoch FROM t - decreased_at))::float8,
-				greatest(0, extract(epoch FROM t - ceiling_seen_at))::float8
+				greatest(0, extract(epoch FROM t - ceiling_seen_at))::float8,
+				throttles, recent_requests, recent_refusals,
+				least(3600, greatest(0, extract(epoch FROM t - recent_at)))::float8
 			FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
-			Scan(&b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling)
+			Scan(&b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling,
+				&b.throttles, &b.requests, &b.refusals, &sinceRecent)
 		if err != nil {
 			return err
 		}
 		b.sinceRefill, b.pausedFor, b.probeFor = seconds(sinceRefill), seconds(pausedFor), seconds(probeFor)
-		b.sinceCut, b.sinceCeiling = seconds(sinceCut), seconds(sinceCeiling)
+		b.sinceCut, b.sinceCeiling, b.sinceRecent = seconds(sinceCut), seconds(sinceCeiling), seconds(sinceRecent)
 		cut := fn(&b)
 		_, err = tx.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($2::float8, 0), rate = nullif($3::float8, 0), tokens = $4,
 				refilled_at = clock_timestamp() - $5 * interval '1 second',
@@ -54,10 +57,11 @@ func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (buck
 				probe_until = CASE WHEN $7::float8 > 0 THEN clock_timestamp() + $7::float8 * interval '1 second' ELSE 'epoch' END,
 				ceiling_seen_at = clock_timestamp() - $8 * interval '1 second',
 				decreased_at = CASE WHEN $9 THEN clock_timestamp() ELSE decreased_at END,
-				throttles = throttles + CASE WHEN $9 THEN 1 ELSE 0 END
+				throttles = $10, recent_requests = $11, recent_refusals = $12,
+				recent_at = clock_timestamp() - $13 * interval '1 second'
 			WHERE key_fingerprint = $1`,
 			s.fp, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), b.probeFor.Seconds(),
-			b.sinceCeiling.Seconds(), cut)
+			b.sinceCeiling.Seconds(), cut, b.throttles, b.requests, b.refusals, b.sinceRecent.Seconds())
 		return err
 	})
 	if err != nil {
@@ -74,8 +78,17 @@ func (s *store) lease(ctx context.Context, want int, ceiling float64, maxPause t
 	return granted, wait, b, err
 }
 
-func (s *store) throttle(ctx context.Context, pause time.Duration, observed float64, maxPause time.Duration) (bucket, error) {
-	return s.change(ctx, func(b *bucket) bool { return b.throttle(pause, observed, maxPause) })
+func (s *store) throttle(ctx context.Context, pause time.Duration, maxPause time.Duration) (bucket, error) {
+	return s.change(ctx, func(b *bucket) bool { return b.throttle(pause, -1, maxPause) })
+}
+
+func (s *store) refused(ctx context.Context, pause, tokenAge, maxPause time.Duration) (signal bool, b bucket, err error) {
+	b, err = s.change(ctx, func(b *bucket) bool {
+		var cut bool
+		signal, cut = b.refused(pause, tokenAge, maxPause)
+		return cut
+	})
+	return signal, b, err
 }
 
 // endProbe ends the fleet's probing: the API served a request. A pause
@@ -99,7 +112,7 @@ type Status struct {
 	// generous of the workers that leased in the last minute; 0 when the
 	// fleet finds the limit from 429s.
 	Ceiling float64 `json:"ceiling"`
-	// Rate is the rate the fleet sends at now; 0 while unlimited.
+	// Rate is the rate the fleet sends at now; 0 before the first lease.
 	Rate float64 `json:"rate"`
 	// PausedFor is how much longer the fleet waits (a Retry-After, at
 	// most the workers' max pause).
@@ -119,9 +132,11 @@ func (b Status) Describe() string {
 	var s string
 	switch {
 	case b.Rate == 0:
-		s = "unlimited: no limit configured, no 429 met yet"
+		s = "no send yet"
 	case b.Ceiling > 0:
 		s = fmt.Sprintf("%.4g/s of the configured %.4g/s", b.Rate, b.Ceiling)
+	case b.Throttles == 0:
+		s = fmt.Sprintf("%.4g/s and rising: slow start, no limit configured and none met yet", b.Rate)
 	default:
 		s = fmt.Sprintf("%.4g/s, found from 429s", b.Rate)
 	}

@@ -552,8 +552,12 @@ func (a *attempt) windowReason(wait time.Duration) string {
 		return fmt.Sprintf("replay window exceeded while the send waited for the fleet's rate limit: first attempt at %s, window %s; "+
 			"parked rather than risk a second delivery", first, a.w.cfg.ReplayWindow)
 	}
-	return fmt.Sprintf("replay window ends in %s, before the fleet's rate limit lets this send go again (in %s): first attempt at %s, "+
-		"window %s; parked rather than risk a second delivery", max(a.left(), 0).Round(time.Second), wait.Round(time.Second), first, a.w.cfg.ReplayWindow)
+	why := "the fleet's rate limit lets this send go again"
+	if !a.fleetSignal && a.w.budget != nil {
+		why = fmt.Sprintf("this send may go again after %d 429s in a row (it backs off on its own; the fleet sends on)", a.rateLimited)
+	}
+	return fmt.Sprintf("replay window ends in %s, before %s (in %s): first attempt at %s, "+
+		"window %s; parked rather than risk a second delivery", max(a.left(), 0).Round(time.Second), why, wait.Round(time.Second), first, a.w.cfg.ReplayWindow)
 }
 
 // markPending records an attempt that will be tried again.

@@ -58,7 +58,10 @@ type SendConfig struct {
 	// before it is parked as failed. A rate limit (429) never parks an
 	// intent. Default 20.
 	MaxSnoozes int
-	// RateLimitWait is the snooze after a 429 that named no wait. Default 30 s.
+	// RateLimitWait caps an intent's own backoff after 429s that were not
+	// a fleet signal (RetryBase, doubling, jittered; a longer Retry-After
+	// is honoured, MaxPause at most); without a budget it is the snooze
+	// after a 429 that named no wait. Default 30 s.
 	RateLimitWait time.Duration
 	// MaxPause bounds how long a 429's Retry-After pauses the fleet (its
 	// budget): past it the fleet probes with single requests until the API

@@ -5,7 +5,7 @@
 // the row is touched a few times a second, not once per send. A send waits
 // for its token before it claims its intent, so waiting is not an attempt.
 // A lease that finds the bucket empty takes the next tokens due (within a
-// quarter second) and the worker sleeps until they are due, without
+// tenth of a second) and the worker sleeps until they are due, without
 // reading the row again.
 //
 // With a configured rate (--api-rate) the bucket refills at that rate: the
@@ -16,8 +16,8 @@
 // its rate with use (slow start) until the API's first fleet signal.
 //
 // A 429 lowers the fleet's rate only when it is a fleet signal (see
-// fleetSignal): the 429s of intents that had not met one before are more
-// than one and at least 2% of the fleet's recent requests. Then the rate is
+// fleetSignal): the 429s of intents that had not met one before are at
+// least 1% of the fleet's recent requests. Then the rate is
 // cut (multiplicative decrease, once a second at most, or again at once
 // when a request leased after the cut is refused), and a Retry-After
 // pauses the fleet for MaxPause at most: past it the fleet probes with

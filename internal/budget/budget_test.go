@@ -127,7 +127,7 @@ func TestDiscovery(t *testing.T) {
 	b := budget.New(pool, "sha256:discover", budget.Config{})
 	for range 1000 {
 		if ok, _, err := b.Wait(ctx, time.Second); !ok || err != nil {
-			t.Fatal("unlimited budget refused a token", err)
+			t.Fatal("a slow-starting budget refused a token", err)
 		}
 	}
 	if err := b.Throttle(ctx, 0); err != nil {

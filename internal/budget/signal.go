@@ -11,15 +11,19 @@ import (
 // intents slowed a thousand others 22×, as every 429 cut the fleet's
 // rate). The row keeps, decaying by half every signalHalfLife, the
 // requests the fleet was given tokens for and the 429s of intents that
-// had not met one before; a 429 is a fleet signal when those are more
-// than one and at least signalShare of the requests. An intent that met a
-// 429 before is its own trouble: it backs off on its own (the worker's
-// exponential backoff) and its 429s are not counted again, so however
-// long it keeps meeting them, the fleet sends on.
+// had not met one before; a 429 is a fleet signal when those are at least
+// signalShare of the requests. An intent that met a 429 before is its own
+// trouble: it backs off on its own (the worker's exponential backoff) and
+// its 429s are not counted again, so however long it keeps meeting them,
+// the fleet sends on. One intent's first 429 among the requests of a fast
+// fleet is no signal (two poison intents among a drain of 300 a second
+// are 0.3% of its recent requests); at 20 a second, where one 429 in two
+// seconds is 1.7% of them, it is, as it must be for the fleet to keep to
+// a limit that refuses a request now and then: an intent's first 429
+// cuts the fleet's rate once at most.
 const (
 	signalHalfLife = 2 * time.Second
-	signalRefusals = 1.5 // more than one 429, of two intents at least
-	signalShare    = 0.02
+	signalShare = 0.01
 )
 
 // fleetSignal decides whether a 429 is evidence that the fleet is over the
@@ -30,7 +34,7 @@ func fleetSignal(repeat bool, refusals, requests float64) bool {
 	if repeat {
 		return false
 	}
-	return refusals >= signalRefusals && refusals >= signalShare*math.Max(requests, refusals)
+	return refusals > 0 && refusals >= signalShare*math.Max(requests, refusals)
 }
 
 // decay ages the recent counts to now.

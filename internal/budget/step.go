@@ -43,12 +43,13 @@ const (
 // and, until the first cut, a fleet that uses its whole rate doubles it
 // every slowStartDouble (every fastStartDouble above fastStartFrom, where
 // few APIs put a limit). The first second of a
-// fleet with no --api-rate is 10 requests, not all it can send (issue 23:
-// 11% of three workers' first requests were refused); a fleet that meets
-// no limit reaches a thousand a second within two seconds.
+// fleet with no --api-rate is about 20 requests, not all it can send
+// (issue 23: three workers' first second was 30% refused by an API at
+// 20/s); a fleet that meets no limit reaches a thousand a second in about
+// two and a half seconds.
 const (
 	slowStartRate   = 10.0
-	slowStartDouble = 250 * time.Millisecond
+	slowStartDouble = 500 * time.Millisecond
 	fastStartFrom   = 100.0
 	fastStartDouble = 100 * time.Millisecond
 )
@@ -58,7 +59,7 @@ const (
 // within reserveAhead and sleeps until it is due, instead of reading the
 // row again (issue 23: three workers polling the row cost 5.5 ms of
 // database CPU per intent).
-const reserveAhead = 250 * time.Millisecond
+const reserveAhead = 100 * time.Millisecond
 
 const (
 	// ceilingTTL is how long a worker's configured rate stays the fleet's

@@ -7,9 +7,9 @@
 --                  recent_at).
 -- recent_refusals: the 429s of intents that had not met one before, the
 --                  same way. A 429 is a fleet signal when the refusals are
---                  more than one and at least 2% of the requests; an intent
---                  that keeps meeting 429 while others pass backs off on
---                  its own and is not counted again.
+--                  at least 1% of the requests; an intent that keeps
+--                  meeting 429 while others pass backs off on its own and
+--                  is not counted again.
 --
 -- Columns with a constant default are added without rewriting the table.
 ALTER TABLE sendonce_rate_budget

@@ -23,7 +23,7 @@ import (
 // cuts the fleet's rate once at most.
 const (
 	signalHalfLife = 2 * time.Second
-	signalShare = 0.01
+	signalShare    = 0.01
 )
 
 // fleetSignal decides whether a 429 is evidence that the fleet is over the

@@ -55,11 +55,15 @@ const (
 )
 
 // reserveAhead is how far ahead of time a lease hands out tokens: a
-// worker whose lease finds the bucket empty takes the next token due
-// within reserveAhead and sleeps until it is due, instead of reading the
-// row again (issue 23: three workers polling the row cost 5.5 ms of
+// worker whose lease finds the bucket empty takes the tokens due within
+// reserveAhead (or the next one, within reserveMax) and sleeps until they
+// are due, instead of reading the row again (issue 23: three workers polling the row cost 5.5 ms of
 // database CPU per intent).
 const reserveAhead = 100 * time.Millisecond
+
+// reserveMax is how far ahead a lease hands out a single token when none
+// is due within reserveAhead.
+const reserveMax = time.Second
 
 const (
 	// ceilingTTL is how long a worker's configured rate stays the fleet's
@@ -175,7 +179,17 @@ func (b *bucket) lease(want int, ceiling float64, maxPause time.Duration) (grant
 	ahead := b.tokens + b.rate*reserveAhead.Seconds()
 	granted = max(0, min(want, int(ahead)))
 	if granted == 0 {
-		return 0, seconds((1 - ahead) / b.rate)
+		// One token more, however far ahead (within reserveMax): the
+		// worker sleeps until it is due instead of leasing again and
+		// again while the others take what comes (issue 23: three workers
+		// at 20/s made nearly three leases a send). A worker holds one
+		// such token at a time, so the rate a cut lowers is overshot by
+		// one request a worker at most.
+		due := seconds((1 - b.tokens) / b.rate)
+		if due > reserveMax {
+			return 0, due - reserveMax
+		}
+		granted = 1
 	}
 	b.tokens -= float64(granted)
 	b.count(granted)

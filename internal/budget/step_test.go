@@ -13,21 +13,24 @@ func TestLeaseAtTheConfiguredRate(t *testing.T) {
 	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 11 || wait != 100*time.Millisecond {
 		t.Fatalf("first lease got %d due in %s, want the bucket's 10 and 1 more due in 100ms", got, wait)
 	}
-	// Empty and leased ahead: nothing more until a token is due within
-	// reserveAhead.
+	// Empty and leased ahead: the next token, due in 200ms.
 	got, wait := b.lease(1, 10, DefaultMaxPause)
-	if got != 0 || wait != 100*time.Millisecond {
-		t.Fatalf("empty bucket: got %d, wait %s; want 0 and 100ms", got, wait)
+	if got != 1 || wait != 200*time.Millisecond {
+		t.Fatalf("empty bucket: got %d, wait %s; want the next token, due in 200ms", got, wait)
 	}
-	// Then the next token due is leased now and said to be due then.
 	b.sinceRefill = 100 * time.Millisecond
-	if got, wait := b.lease(1, 10, DefaultMaxPause); got != 1 || wait != 100*time.Millisecond {
-		t.Fatalf("after 100ms: got %d due in %s, want 1 due in 100ms", got, wait)
+	if got, wait := b.lease(5, 10, DefaultMaxPause); got != 1 || wait != 200*time.Millisecond {
+		t.Fatalf("after 100ms: got %d due in %s, want 1 due in 200ms", got, wait)
 	}
-	// 650ms later 6.5 tokens have come: 5 now, and 1 due soon.
+	// 650ms later 6.5 tokens have come: 4 now, and 1 due soon.
 	b.sinceRefill = 650 * time.Millisecond
-	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 6 || wait != 50*time.Millisecond {
-		t.Fatalf("after 650ms got %d due in %s, want 6 due in 50ms", got, wait)
+	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 5 || wait != 50*time.Millisecond {
+		t.Fatalf("after 650ms got %d due in %s, want 5 due in 50ms", got, wait)
+	}
+	// Nothing is handed out further ahead than reserveMax.
+	deep := &bucket{rate: 10, ceiling: 10, tokens: -20}
+	if got, wait := deep.lease(1, 10, DefaultMaxPause); got != 0 || wait != 1100*time.Millisecond {
+		t.Fatalf("20 tokens spoken for at 10/s: got %d, wait %s; want none for 1.1s", got, wait)
 	}
 	// An idle minute refills one second's worth, not a minute's.
 	b.sinceRefill = time.Minute

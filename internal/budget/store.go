@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,32 +10,34 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// store reads and writes one API key's budget row, each change in a
-// transaction of its own that holds the row locked, on the database's
-// clock. It reads clock_timestamp(), not now(): now() is when the
-// transaction began, before it waited for the row's lock, and would make
-// time run backwards between two workers' changes.
+// store reads and writes one API key's budget row, on the database's
+// clock. A change is two statements and no transaction: it reads the row
+// with its version (xmin) and clock_timestamp(), lets fn change it, and
+// writes it back only if no other worker wrote it meanwhile, or reads it
+// again. A lock held across a transaction cost five round trips and a
+// wait for the lock for every lease (issue 23: three workers waiting at
+// 20/s spent 5.5 ms of database CPU per intent). Times are read as of t,
+// the read's clock_timestamp(), and written as of t too, so a change takes
+// effect as of the instant it read: two workers' changes cannot interleave
+// (the second one's write finds the version changed and reads again).
 type store struct {
 	pool *pgxpool.Pool
 	fp   string
 }
 
-// change locks the row (making it first if need be), lets fn change it,
+// maxConflicts bounds the reads again of a change whose write found the
+// row changed by another worker.
+const maxConflicts = 50
+
+// change reads the row (making it first if need be), lets fn change it,
 // and writes it back.
 func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (bucket, error) {
-	var b bucket
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Lock the row; the key's first worker makes it.
-		tag, err := tx.Exec(ctx, `SELECT 1 FROM sendonce_rate_budget WHERE key_fingerprint = $1 FOR UPDATE`, s.fp)
-		if err == nil && tag.RowsAffected() == 0 {
-			_, err = tx.Exec(ctx, `INSERT INTO sendonce_rate_budget (key_fingerprint) VALUES ($1)
-				ON CONFLICT (key_fingerprint) DO UPDATE SET key_fingerprint = excluded.key_fingerprint`, s.fp)
-		}
-		if err != nil {
-			return err
-		}
+	for range maxConflicts {
+		var b bucket
+		var version string
+		var t time.Time
 		var sinceRefill, pausedFor, probeFor, sinceCut, sinceCeiling, sinceRecent float64
-		err = tx.QueryRow(ctx, `SELECT coalesce(ceiling, 0), coalesce(rate, 0), tokens,
+		err := s.pool.QueryRow(ctx, `SELECT xmin::text, t, coalesce(ceiling, 0), coalesce(rate, 0), tokens,
 				greatest(0, extract(epoch FROM t - refilled_at))::float8,
 				greatest(0, extract(epoch FROM paused_until - t))::float8,
 				greatest(0, extract(epoch FROM probe_until - t))::float8,
@@ -43,31 +46,42 @@ func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (buck
 				throttles, recent_requests, recent_refusals,
 				least(3600, greatest(0, extract(epoch FROM t - recent_at)))::float8
 			FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
-			Scan(&b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling,
+			Scan(&version, &t, &b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling,
 				&b.throttles, &b.requests, &b.refusals, &sinceRecent)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The key's first worker makes the row.
+			_, err = s.pool.Exec(ctx, `INSERT INTO sendonce_rate_budget (key_fingerprint) VALUES ($1) ON CONFLICT DO NOTHING`, s.fp)
+			if err != nil {
+				return bucket{}, fmt.Errorf("budget: %w", err)
+			}
+			continue
+		}
 		if err != nil {
-			return err
+			return bucket{}, fmt.Errorf("budget: %w", err)
 		}
 		b.sinceRefill, b.pausedFor, b.probeFor = seconds(sinceRefill), seconds(pausedFor), seconds(probeFor)
 		b.sinceCut, b.sinceCeiling, b.sinceRecent = seconds(sinceCut), seconds(sinceCeiling), seconds(sinceRecent)
 		cut := fn(&b)
-		_, err = tx.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($2::float8, 0), rate = nullif($3::float8, 0), tokens = $4,
-				refilled_at = clock_timestamp() - $5 * interval '1 second',
-				paused_until = clock_timestamp() + $6 * interval '1 second',
-				probe_until = CASE WHEN $7::float8 > 0 THEN clock_timestamp() + $7::float8 * interval '1 second' ELSE 'epoch' END,
-				ceiling_seen_at = clock_timestamp() - $8 * interval '1 second',
-				decreased_at = CASE WHEN $9 THEN clock_timestamp() ELSE decreased_at END,
-				throttles = $10, recent_requests = $11, recent_refusals = $12,
-				recent_at = clock_timestamp() - $13 * interval '1 second'
-			WHERE key_fingerprint = $1`,
-			s.fp, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), b.probeFor.Seconds(),
-			b.sinceCeiling.Seconds(), cut, b.throttles, b.requests, b.refusals, b.sinceRecent.Seconds())
-		return err
-	})
-	if err != nil {
-		return bucket{}, fmt.Errorf("budget: %w", err)
+		tag, err := s.pool.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($3::float8, 0), rate = nullif($4::float8, 0), tokens = $5,
+				refilled_at = $2::timestamptz - $6 * interval '1 second',
+				paused_until = $2::timestamptz + $7 * interval '1 second',
+				probe_until = CASE WHEN $8::float8 > 0 THEN $2::timestamptz + $8::float8 * interval '1 second' ELSE 'epoch' END,
+				ceiling_seen_at = $2::timestamptz - $9 * interval '1 second',
+				decreased_at = CASE WHEN $10 THEN $2::timestamptz ELSE decreased_at END,
+				throttles = $11, recent_requests = $12, recent_refusals = $13,
+				recent_at = $2::timestamptz - $14 * interval '1 second'
+			WHERE key_fingerprint = $1 AND xmin::text = $15`,
+			s.fp, t, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), b.probeFor.Seconds(),
+			b.sinceCeiling.Seconds(), cut, b.throttles, b.requests, b.refusals, b.sinceRecent.Seconds(), version)
+		if err != nil {
+			return bucket{}, fmt.Errorf("budget: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return b, nil
+		}
+		// Another worker wrote the row since it was read: read it again.
 	}
-	return b, nil
+	return bucket{}, errors.New("budget: the budget row kept changing under this worker's writes")
 }
 
 func (s *store) lease(ctx context.Context, want int, ceiling float64, maxPause time.Duration) (granted int, wait time.Duration, b bucket, err error) {

@@ -24,12 +24,13 @@ func (h *harness) withBudget() *harness {
 }
 
 // A 429 with a year-long Retry-After (issue 22, hole 15) parks nothing and
-// leaves no job further out than MaxPause. Met by one intent only, it is
-// that intent's own wait (issue 23): its job comes back within MaxPause
-// and the fleet sends the others meanwhile. Met by two intents, it is a
-// fleet signal: the fleet pauses for MaxPause at most, and the job of an
-// intent that waits for the budget comes back within MaxPause too, so
-// clearing the pause by hand leaves no job a year away.
+// leaves no job further out than MaxPause. Met by one intent in a fleet
+// that sends a lot, it is that intent's own wait (issue 23): its job comes
+// back within MaxPause and the fleet sends the others meanwhile. Met where
+// it is a fleet signal (a fleet that sent little lately), the fleet pauses
+// for MaxPause at most, and the job of an intent that waits for the budget
+// comes back within MaxPause too, so clearing the pause by hand leaves no
+// job a year away.
 func TestYearLongRetryAfter(t *testing.T) {
 	t.Parallel()
 	for _, withBudget := range []bool{true, false} {
@@ -54,6 +55,11 @@ func TestYearLongRetryAfter(t *testing.T) {
 					t.Fatalf("%s: %+v; want pending, no snooze counted", what, rec)
 				}
 			}
+			if withBudget {
+				// A fleet that sent 1,000 requests lately.
+				pgtest.Exec(t, h.pool, `INSERT INTO sendonce_rate_budget (key_fingerprint, recent_requests, recent_at)
+					VALUES ($1, 1000, now())`, h.client.KeyFingerprint())
+			}
 			snoozedWithin("k:first", "after a 429 asking for a year")
 			if !withBudget {
 				return
@@ -62,7 +68,9 @@ func TestYearLongRetryAfter(t *testing.T) {
 			if res, err := h.work("k:third", 1); err != nil || !completed(res) {
 				t.Fatalf("another intent after one intent's 429: %s; want it sent (no fleet pause)", show(res, err))
 			}
-			// A second intent's: a fleet signal, the fleet pauses.
+			// A fleet that has sent little lately: a second intent's 429
+			// is a fleet signal, and the fleet pauses.
+			pgtest.Exec(t, h.pool, `UPDATE sendonce_rate_budget SET recent_requests = 0`)
 			snoozedWithin("k:second", "a second intent's 429 asking for a year")
 			snoozedWithin("k:fourth", "another intent waiting for the paused budget")
 			if n := len(h.fake.Requests()); n != 3 {
@@ -118,6 +126,10 @@ func TestPoisonIntentBacksOffAlone(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, SendConfig{}, fakeapi.Fault{Kind: fakeapi.FaultRateLimit, Key: "k:poison"}).withBudget()
 	h.enqueue(outbox.Intent{Key: "k:poison", Payload: emailBody("poison@example.com")})
+	// A fleet that sent 1,000 requests lately: the poison intent's first
+	// 429 is no fleet signal either.
+	pgtest.Exec(t, h.pool, `INSERT INTO sendonce_rate_budget (key_fingerprint, recent_requests, recent_at) VALUES ($1, 1000, now())`,
+		h.client.KeyFingerprint())
 	var waits []time.Duration
 	for i := range 8 {
 		other := fmt.Sprintf("k:other%d", i)

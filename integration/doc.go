@@ -85,8 +85,16 @@
 //     request log must show the same key on every attempt, backoff retry n
 //     after [cap/2, cap] with cap = min(0.5s·2^(n-1), 8s), Retry-After
 //     honoured exactly, no retry within the call after a bare 429 (the next
-//     request comes from the snoozed job, after --rate-limit-wait), and an
-//     outbox attempt count that matches the River-level retries seen.
+//     request comes after the fleet's budget gives a token, or from the
+//     snoozed job after the intent's own backoff), and an outbox attempt
+//     count that matches the River-level retries seen.
+//   - rate_trouble_test.go (issue 23): 1,000 intents beside 2 the fake
+//     refuses with 429 forever drain in at most 1.5× the time without them,
+//     and the two stay pending; three workers with no --api-rate against
+//     an API at 20/s (1,500 intents) use at least 90% of the budget with at
+//     most 3% of requests refused, none of the first second's; SIGTERM
+//     while 500 sends wait for the budget exits 0 within --shutdown-grace
+//     with no attempt spent (outbox, River, the fake's log).
 //   - db_restart_test.go: PostgreSQL (durable: fsync on) is stopped with
 //     `pg_ctl stop -m immediate` twice while two workers drain, and started
 //     again on its port. The same processes must reconnect by themselves,

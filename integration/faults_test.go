@@ -34,8 +34,8 @@ type faultClass struct {
 // request log against the retry contract: the same key on every attempt,
 // backoff retry n after [cap/2, cap] with cap = min(0.5s·2^(n-1), 8s),
 // Retry-After honoured exactly; after a 429 that named no wait the call
-// ends, and the worker sends again in the same attempt once the fleet's
-// budget gives it a token.
+// ends, and the worker sends again once the fleet's budget gives it a
+// token or the intent's own backoff is over.
 func TestFaults(t *testing.T) {
 	setup(t)
 	start := time.Now()
@@ -168,8 +168,8 @@ func (s *gapStats) add(o gapStats) {
 // 408/500/502/503/504 it backs off, retry n waiting in [cap/2, cap] with cap
 // = min(0.5s·2^(n-1), 8s); after a Retry-After of up to a minute it waits
 // exactly that. A 429 without Retry-After ends the call at once: the worker
-// slows the fleet's budget and sends again, in the same attempt, when the
-// budget hands it a token. A call that spent its retries ends too: River tries again
+// tells the fleet's budget and sends again when the budget hands it a
+// token (a fleet signal) or when the intent's own backoff is over. A call that spent its retries ends too: River tries again
 // after the worker's RetryBase·2^(attempt-1), less up to 10 %.
 func (m retryModel) check(rs []fakeapi.RequestRecord) gapStats {
 	var st gapStats
@@ -224,9 +224,11 @@ func (m retryModel) check(rs []fakeapi.RequestRecord) gapStats {
 
 		case prev.Status == http.StatusTooManyRequests:
 			// No wait named: the client's call ends at once; the worker
-			// tells the fleet's budget, which slows every worker down, and
-			// sends again in the same attempt once the budget gives it a
-			// token (no new claim, so no attempt counted).
+			// tells the fleet's budget. A fleet signal slows every worker
+			// down and the send goes again in the same attempt once the
+			// budget gives it a token; any other 429 backs the intent off
+			// on its own (a snooze, 1 s at first). Neither has a bound the
+			// contract names.
 			st.budgetResends++
 			retry = 1
 

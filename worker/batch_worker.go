@@ -43,7 +43,8 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 	ctx, span := w.tracer.Start(ctx, spanSendBatch, trace.WithAttributes(attrBatchKey.String(job.Args.Key), attrJobID.Int64(job.ID)))
 	defer func() { endSend(span, err) }()
 	bulk := job.Args.RunKey != ""
-	if err := w.waitForBudget(ctx, bulk); err != nil {
+	leasedAt, err := w.waitForBudget(ctx, bulk)
+	if err != nil {
 		return err
 	}
 	cctx, cspan := w.startClaim(ctx)
@@ -87,7 +88,7 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		log.Warn("batch span not linked to its members' traces", "error", err)
 	}
 	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(),
-		windowLeft: b.WindowLeft, batch: true, bulk: bulk, span: span, owner: b.Owner}
+		windowLeft: b.WindowLeft, batch: true, bulk: bulk, span: span, owner: b.Owner, leasedAt: leasedAt, rateLimited: rateLimitedBefore(job.JobRow)}
 	if err := a.check(ctx); err != nil {
 		return err
 	}

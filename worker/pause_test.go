@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -22,46 +23,69 @@ func (h *harness) withBudget() *harness {
 	return h
 }
 
-// A 429 with a year-long Retry-After (issue 22, hole 15) pauses the fleet
-// for MaxPause at most: the intent that met it stays pending and its job
-// comes back within MaxPause, and so does the job of another intent that
-// waits for the budget, so clearing the pause by hand leaves no job a year
-// away.
+// A 429 with a year-long Retry-After (issue 22, hole 15) parks nothing and
+// leaves no job further out than MaxPause. Met by one intent in a fleet
+// that sends a lot, it is that intent's own wait (issue 23): its job comes
+// back within MaxPause and the fleet sends the others meanwhile. Met where
+// it is a fleet signal (a fleet that sent little lately), the fleet pauses
+// for MaxPause at most, and the job of an intent that waits for the budget
+// comes back within MaxPause too, so clearing the pause by hand leaves no
+// job a year away.
 func TestYearLongRetryAfter(t *testing.T) {
 	t.Parallel()
 	for _, withBudget := range []bool{true, false} {
 		t.Run(fmt.Sprintf("budget=%t", withBudget), func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, SendConfig{}, fakeapi.Fault{Kind: fakeapi.FaultRetryAfter, RetryAfter: yearRetryAfter, Key: "k:first"})
+			h := newHarness(t, SendConfig{},
+				fakeapi.Fault{Kind: fakeapi.FaultRetryAfter, RetryAfter: yearRetryAfter, Key: "k:first"},
+				fakeapi.Fault{Kind: fakeapi.FaultRetryAfter, RetryAfter: yearRetryAfter, Key: "k:second"})
 			if withBudget {
 				h.withBudget()
 			}
-			h.enqueue(outbox.Intent{Key: "k:first", Payload: emailBody("ada@example.com")})
-			h.enqueue(outbox.Intent{Key: "k:second", Payload: emailBody("grace@example.com")})
-
-			res, err := h.work("k:first", 1)
-			if latest := time.Now().Add(DefaultMaxPause); err != nil || !snoozed(res, 1) || res.Job.ScheduledAt.After(latest) {
-				t.Fatalf("after a 429 asking for a year: %s; want a snooze of at most the max pause, %s", show(res, err), DefaultMaxPause)
+			for _, key := range []string{"k:first", "k:second", "k:third", "k:fourth"} {
+				h.enqueue(outbox.Intent{Key: key, Payload: emailBody(strings.TrimPrefix(key, "k:") + "@example.com")})
 			}
-			if rec := h.get("k:first"); rec.State != outbox.StatePending || rec.Snoozes != 0 {
-				t.Fatalf("after a 429 asking for a year: %+v; want pending, no snooze counted", rec)
+			snoozedWithin := func(key, what string) {
+				t.Helper()
+				res, err := h.work(key, 1)
+				if latest := time.Now().Add(DefaultMaxPause); err != nil || !snoozed(res, 1) || res.Job.ScheduledAt.After(latest) {
+					t.Fatalf("%s: %s; want a snooze of at most the max pause, %s", what, show(res, err), DefaultMaxPause)
+				}
+				if rec := h.get(key); rec.State != outbox.StatePending || rec.Snoozes != 0 {
+					t.Fatalf("%s: %+v; want pending, no snooze counted", what, rec)
+				}
 			}
+			if withBudget {
+				// A fleet that sent 1,000 requests lately.
+				pgtest.Exec(t, h.pool, `INSERT INTO sendonce_rate_budget (key_fingerprint, recent_requests, recent_at)
+					VALUES ($1, 1000, now())`, h.client.KeyFingerprint())
+			}
+			snoozedWithin("k:first", "after a 429 asking for a year")
 			if !withBudget {
 				return
 			}
-			res, err = h.work("k:second", 1)
-			if latest := time.Now().Add(DefaultMaxPause); err != nil || !snoozed(res, 1) || res.Job.ScheduledAt.After(latest) {
-				t.Fatalf("another intent waiting for the paused budget: %s; want a snooze of at most the max pause, %s", show(res, err), DefaultMaxPause)
+			// One intent's 429: no fleet pause, the next intent sends.
+			if res, err := h.work("k:third", 1); err != nil || !completed(res) {
+				t.Fatalf("another intent after one intent's 429: %s; want it sent (no fleet pause)", show(res, err))
 			}
-			if n := len(h.fake.Requests()); n != 1 {
-				t.Fatalf("%d requests, want the one that met the 429", n)
+			// A fleet that has sent little lately: a second intent's 429
+			// is a fleet signal, and the fleet pauses.
+			pgtest.Exec(t, h.pool, `UPDATE sendonce_rate_budget SET recent_requests = 0`)
+			snoozedWithin("k:second", "a second intent's 429 asking for a year")
+			snoozedWithin("k:fourth", "another intent waiting for the paused budget")
+			if n := len(h.fake.Requests()); n != 3 {
+				t.Fatalf("%d requests, want the two that met the 429 and the one sent before", n)
+			}
+			st, err := budget.Read(context.Background(), h.pool)
+			if err != nil || len(st) != 1 || st[0].PausedFor > DefaultMaxPause || st[0].PausedFor < DefaultMaxPause-time.Minute {
+				t.Fatalf("the fleet's budget %+v, %v: want it paused for the max pause, %s", st, err, DefaultMaxPause)
 			}
 
 			// The pause cleared by hand (as the README says) and the limit
 			// lifted: each job sends when it next runs.
 			pgtest.Exec(t, h.pool, `UPDATE sendonce_rate_budget SET paused_until = 'epoch', probe_until = 'epoch'`)
 			h.fake.SetFaults()
-			for _, key := range []string{"k:first", "k:second"} {
+			for _, key := range []string{"k:first", "k:second", "k:fourth"} {
 				if res, err := h.work(key, 1); err != nil || !completed(res) {
 					t.Fatalf("%s after the pause was cleared: %s", key, show(res, err))
 				}
@@ -90,5 +114,76 @@ func TestRateLimitEndsOnlyWithTheReplayWindow(t *testing.T) {
 	}
 	if got := fmt.Sprint(h.results()); got != "[budget_token rate_limited expired]" {
 		t.Fatalf("outcomes %s, want [budget_token rate_limited expired]", got)
+	}
+}
+
+// An intent the API keeps answering 429 while it takes the others' (issue
+// 23: a poison intent) backs off on its own: each try is snoozed, longer
+// each time up to RateLimitWait, never parked; its job's 429s in a row
+// carry over in the job's metadata; and the fleet's rate is never cut, so
+// the other intents send on at once.
+func TestPoisonIntentBacksOffAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, SendConfig{}, fakeapi.Fault{Kind: fakeapi.FaultRateLimit, Key: "k:poison"}).withBudget()
+	h.enqueue(outbox.Intent{Key: "k:poison", Payload: emailBody("poison@example.com")})
+	// A fleet that sent 1,000 requests lately: the poison intent's first
+	// 429 is no fleet signal either.
+	pgtest.Exec(t, h.pool, `INSERT INTO sendonce_rate_budget (key_fingerprint, recent_requests, recent_at) VALUES ($1, 1000, now())`,
+		h.client.KeyFingerprint())
+	var waits []time.Duration
+	for i := range 8 {
+		other := fmt.Sprintf("k:other%d", i)
+		h.enqueue(outbox.Intent{Key: other, Payload: emailBody("ada@example.com")})
+		before := time.Now()
+		res, err := h.work("k:poison", 1)
+		if err != nil || !snoozed(res, 1) {
+			t.Fatalf("try %d of the poison intent: %s; want a snooze", i+1, show(res, err))
+		}
+		waits = append(waits, res.Job.ScheduledAt.Sub(before).Round(time.Second))
+		if got := rateLimitedBefore(res.Job); got != i+1 {
+			t.Fatalf("try %d: the job's metadata counts %d 429s in a row, want %d", i+1, got, i+1)
+		}
+		if rec := h.get("k:poison"); rec.State != outbox.StatePending {
+			t.Fatalf("try %d: the poison intent is %s (%s), want pending", i+1, rec.State, rec.LastError)
+		}
+		if res, err := h.work(other, 1); err != nil || !completed(res) {
+			t.Fatalf("%s after the poison intent's try %d: %s; want it sent", other, i+1, show(res, err))
+		}
+	}
+	for i, w := range waits {
+		limit := min(DefaultRetryBase<<i, DefaultRateLimitWait)
+		if w < max(limit/2, time.Second)-time.Second || w > limit+time.Second {
+			t.Fatalf("the poison intent's waits %v: try %d waited %s, want %s to %s (exponential from %s, capped at %s, jittered)",
+				waits, i+1, w, limit/2, limit, DefaultRetryBase, DefaultRateLimitWait)
+		}
+	}
+	st, err := budget.Read(context.Background(), h.pool)
+	if err != nil || len(st) != 1 || st[0].Throttles != 0 || st[0].PausedFor != 0 {
+		t.Fatalf("the fleet's budget %+v, %v: want it never cut nor paused by one intent's 429s", st, err)
+	}
+}
+
+// rateLimitBackoff doubles from the base up to the limit, jitters the
+// upper half, and honours a longer Retry-After.
+func TestRateLimitBackoff(t *testing.T) {
+	for _, tt := range []struct {
+		n          int
+		retryAfter time.Duration
+		r          float64
+		want       time.Duration
+	}{
+		{1, 0, 0, 500 * time.Millisecond},
+		{1, 0, 0.999999, time.Second - time.Microsecond},
+		{2, 0, 0, time.Second},
+		{3, 0, 0.5, 3 * time.Second},
+		{6, 0, 0, 15 * time.Second},
+		{50, 0, 0.999999, 30*time.Second - 15*time.Microsecond},
+		{1, time.Minute, 0.5, time.Minute},
+		{6, 7 * time.Second, 0, 15 * time.Second},
+	} {
+		got := rateLimitBackoff(tt.n, tt.retryAfter, time.Second, 30*time.Second, tt.r)
+		if got.Round(time.Millisecond) != tt.want.Round(time.Millisecond) {
+			t.Errorf("rateLimitBackoff(%d, %s, r=%v) = %s, want %s", tt.n, tt.retryAfter, tt.r, got, tt.want)
+		}
 	}
 }

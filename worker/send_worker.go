@@ -58,7 +58,10 @@ type SendConfig struct {
 	// before it is parked as failed. A rate limit (429) never parks an
 	// intent. Default 20.
 	MaxSnoozes int
-	// RateLimitWait is the snooze after a 429 that named no wait. Default 30 s.
+	// RateLimitWait caps an intent's own backoff after 429s that were not
+	// a fleet signal (RetryBase, doubling, jittered; a longer Retry-After
+	// is honoured, MaxPause at most); without a budget it is the snooze
+	// after a 429 that named no wait. Default 30 s.
 	RateLimitWait time.Duration
 	// MaxPause bounds how long a 429's Retry-After pauses the fleet (its
 	// budget): past it the fleet probes with single requests until the API
@@ -214,7 +217,8 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (er
 	// Wait for the fleet's budget before claiming: waiting is not an
 	// attempt, starts no replay window and counts against no limit.
 	bulk := job.Args.RunKey != ""
-	if err := w.waitForBudget(ctx, bulk); err != nil {
+	leasedAt, err := w.waitForBudget(ctx, bulk)
+	if err != nil {
 		return err
 	}
 	cctx, cspan := w.startClaim(ctx)
@@ -240,7 +244,8 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (er
 	}
 	span.SetAttributes(attrAttempt.Int(rec.Attempts))
 	log := w.cfg.Logger.With("key", key, "kind", string(rec.Kind), "attempt", rec.Attempts, "job_id", job.ID)
-	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft, bulk: bulk, span: span, owner: c.Owner}
+	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft,
+		bulk: bulk, span: span, owner: c.Owner, leasedAt: leasedAt, rateLimited: rateLimitedBefore(job.JobRow)}
 	if err := a.check(ctx); err != nil {
 		return err
 	}
@@ -331,8 +336,13 @@ func (a *attempt) suppress(ctx context.Context) (parked bool, err error) {
 	return true, nil
 }
 
-// sendPaced makes the call, and again after each 429 for as long as the
-// fleet's budget gives a token soon: a 429 slows the whole fleet.
+// sendPaced makes the call and tells the fleet's budget of a 429. A 429
+// that is a fleet signal (the budget decides: see budget.Refused) slows
+// the fleet, and the send waits for a token and goes again. Any other 429
+// is this intent's own trouble (issue 23: two intents the API kept
+// refusing slowed a thousand others 22×): the loop ends and failed backs
+// the intent off on its own, outside its River slot. So does a 429 of an
+// intent that met one before, which the fleet is not told of at all.
 func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResult, error)) (sendResult, error) {
 	w := a.w
 	call = a.answering(ctx, call) // the budget hears every answer: rate headers, quotas
@@ -341,18 +351,25 @@ func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResul
 		var apiErr *client.APIError
 		errors.As(err, &apiErr)
 		w.cfg.Observer.Observe(Outcome{Kind: a.rec.Kind, Result: ResultRateLimited})
-		if terr := w.budget.Throttle(ctx, apiErr.RetryAfter); terr != nil {
-			a.log.Warn("cannot tell the fleet of a 429", "error", terr)
-		}
-		wait := w.budget.Wait
-		if a.bulk {
-			wait = w.budget.WaitBulk
-		}
-		ok, retryIn, werr := wait(sendCtx, w.budgetWaitBound(sendCtx))
-		if werr != nil || !ok {
-			a.budgetRetryIn = retryIn
+		repeat := a.rateLimited > 0
+		a.rateLimited++
+		if repeat {
 			break
 		}
+		fleet, terr := w.budget.Refused(ctx, apiErr.RetryAfter, a.leasedAt)
+		if terr != nil {
+			a.log.Warn("cannot tell the fleet of a 429", "error", terr)
+		}
+		if !fleet {
+			break
+		}
+		a.fleetSignal = true
+		t, werr := w.budget.Acquire(sendCtx, w.budgetWaitBound(sendCtx), a.bulk)
+		if werr != nil || !t.OK {
+			a.budgetRetryIn = t.RetryIn
+			break
+		}
+		a.leasedAt = t.LeasedAt
 		res, err = call()
 	}
 	if w.budget != nil && served(err) {
@@ -384,6 +401,15 @@ type attempt struct {
 	// budgetRetryIn is when the fleet's budget expects a token, after a
 	// 429 this attempt could not wait out.
 	budgetRetryIn time.Duration
+	// leasedAt is when the budget leased the token of the request in
+	// flight (zero: no budget, or unknown).
+	leasedAt time.Time
+	// rateLimited counts the intent's 429s in a row: those of its job's
+	// earlier tries (kept in the job's metadata), then this attempt's.
+	rateLimited int
+	// fleetSignal is set when a 429 of this attempt was a fleet signal:
+	// it waits for the fleet's budget, not on its own.
+	fleetSignal bool
 
 	// batch is set when the attempt sends a coalesced batch: outcomes
 	// other than the API's answer are recorded on the batch and all its
@@ -491,18 +517,8 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		rateLimited := apiErr.Status == 429
 		wait := apiErr.RetryAfter
 		if rateLimited {
-			// A 429 waits for the fleet's budget, which its Retry-After
-			// paused for MaxPause at most: the job comes back when the
-			// budget expects a token and never later than MaxPause, so a
-			// year-long Retry-After (issue 22), or a pause cleared by
-			// hand, leaves no job a year away.
-			switch {
-			case a.budgetRetryIn > 0:
-				wait = a.budgetRetryIn
-			case wait <= 0:
-				wait = w.cfg.RateLimitWait
-			}
-			wait = min(max(wait, time.Second), w.cfg.MaxPause)
+			wait = a.rateLimitWait(apiErr.RetryAfter)
+			w.setRateLimited(ctx, a.rateLimited)
 		}
 		uncertain := apiErr.Status >= 500 || apiErr.Uncertain
 		// A rate limit never parks an intent: it waits, bounded only by the
@@ -538,6 +554,9 @@ func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed ti
 		if err := a.markPending(ctx, a.outcome(reason, true, false)); err != nil {
 			return err
 		}
+		if a.rateLimited > 0 {
+			w.setRateLimited(ctx, 0) // the 429s in a row are over
+		}
 		a.note("pending", attrUncertain.Bool(true), attrReason.String(reason))
 		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
 		a.log.Warn("send failed, will retry", "reason", reason)
@@ -563,8 +582,12 @@ func (a *attempt) windowReason(wait time.Duration) string {
 		return fmt.Sprintf("replay window exceeded while the send waited for the fleet's rate limit: first attempt at %s, window %s; "+
 			"parked rather than risk a second delivery", first, a.w.cfg.ReplayWindow)
 	}
-	return fmt.Sprintf("replay window ends in %s, before the fleet's rate limit lets this send go again (in %s): first attempt at %s, "+
-		"window %s; parked rather than risk a second delivery", max(a.left(), 0).Round(time.Second), wait.Round(time.Second), first, a.w.cfg.ReplayWindow)
+	why := "the fleet's rate limit lets this send go again"
+	if !a.fleetSignal && a.w.budget != nil {
+		why = fmt.Sprintf("this send may go again after %d 429s in a row (it backs off on its own; the fleet sends on)", a.rateLimited)
+	}
+	return fmt.Sprintf("replay window ends in %s, before %s (in %s): first attempt at %s, "+
+		"window %s; parked rather than risk a second delivery", max(a.left(), 0).Round(time.Second), why, wait.Round(time.Second), first, a.w.cfg.ReplayWindow)
 }
 
 // markPending records an attempt that will be tried again.
@@ -630,31 +653,30 @@ const maxBudgetWait = 30 * time.Second
 
 // waitForBudget waits for a token, or returns the snooze that gives the
 // job's slot back until one is due. A bulk send (of a run) yields to the
-// others.
-func (w *sendWorker) waitForBudget(ctx context.Context, bulk bool) error {
+// others. It returns when the token was leased (zero without a budget).
+// A worker that stops closes the budget: every send waiting in it is
+// snoozed at once, before its claim, so a stop is prompt however many wait
+// and a wait cut short is no attempt.
+func (w *sendWorker) waitForBudget(ctx context.Context, bulk bool) (leasedAt time.Time, err error) {
 	if w.budget == nil {
-		return nil
+		return time.Time{}, nil
 	}
 	start := time.Now()
-	wait := w.budget.Wait
-	if bulk {
-		wait = w.budget.WaitBulk
-	}
-	ok, retryIn, err := wait(ctx, w.budgetWaitBound(ctx))
+	t, err := w.budget.Acquire(ctx, w.budgetWaitBound(ctx), bulk)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Shutdown: back to the queue, no attempt counted.
-		return fmt.Errorf("waiting for the send budget: %w", ctx.Err())
+		return time.Time{}, fmt.Errorf("waiting for the send budget: %w", ctx.Err())
 	case err != nil:
-		return err
-	case !ok:
+		return time.Time{}, err
+	case !t.OK:
 		w.cfg.Observer.Observe(Outcome{Result: ResultBudgetSnoozed, BudgetWait: time.Since(start)})
 		// Back when a token is due, and within MaxPause at the latest,
 		// whatever the budget expects (the budget bounds it too).
-		return river.JobSnooze(min(max(retryIn, time.Second), w.cfg.MaxPause))
+		return time.Time{}, river.JobSnooze(min(max(t.RetryIn, time.Second), w.cfg.MaxPause))
 	}
 	w.cfg.Observer.Observe(Outcome{Result: ResultBudgetToken, BudgetWait: time.Since(start)})
-	return nil
+	return t.LeasedAt, nil
 }
 
 // budgetWaitBound is how long a send may wait for a token: maxBudgetWait,

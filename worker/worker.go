@@ -79,8 +79,8 @@ type Config struct {
 	// the same database and API key shares one budget that keeps them all,
 	// at the most generous rate configured on a worker that leased in the
 	// last minute; a worker given lower limits paces only its own sends.
-	// Empty: the fleet sends unlimited until the API answers 429, then
-	// finds the limit from 429s.
+	// Empty: the fleet starts slow (10/s) and ramps up until the API's
+	// 429s say it is over the limit, then finds the limit from them.
 	RateLimits []RateLimit
 	// QuotaZone is the time zone whose calendar days and months the quotas
 	// of RateLimits count in (default UTC, where the email APIs we know
@@ -419,6 +419,12 @@ func (w *Worker) Start(ctx context.Context) error {
 // ends the instance's lease at once: whatever it left sending goes to
 // other workers at their next sweep.
 func (w *Worker) Stop(ctx context.Context) error {
+	// Sends waiting for the budget give their slots back at once (snoozed,
+	// before their claim: no attempt), so the stop waits only for sends
+	// on the wire, however many wait.
+	if w.sendWorker.budget != nil {
+		w.sendWorker.budget.Close()
+	}
 	err := w.river.Stop(ctx)
 	if err != nil && ctx.Err() != nil {
 		hardCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -43,8 +43,10 @@ database needs migrating (run "sendonce migrate").
 
 Every worker that uses the same database and API key shares one send budget:
 --api-rate 10/s (or 600/m, 36000/h, or several: 10/s,500/m) paces them all
-together, and a 429 slows them all down. Without --api-rate they send
-unlimited until the API's first 429, then find its limit from 429s. A worker
+together, and a 429 that is a fleet signal (first 429s of intents that are 1%
+of the fleet's recent requests) slows them all down; any other 429 backs that one
+intent off on its own (1s doubling to --rate-limit-wait, jittered). Without
+--api-rate they start at 10/s and ramp up, then find the limit from 429s. A worker
 given a lower --api-rate than the others paces only its own sends (and logs
 the mismatch once). A Retry-After pauses the fleet for --max-pause at most
 (5m); past it the fleet probes with single requests until the API serves one.
@@ -64,9 +66,10 @@ first claimed, before any API call: an intent with no recipient left is parked
 as suppressed; one partly suppressed is sent to the others, or parked with
 --partly-suppressed park.
 
-On SIGINT or SIGTERM, work stops fetching, lets the sends in flight finish for
-up to --shutdown-grace (cutting off the rest, whose jobs go back to the queue
-and are retried with the same key), and exits 0. A second signal kills it.
+On SIGINT or SIGTERM, work stops fetching, gives the sends waiting for the
+budget back to the queue at once (no attempt), lets the sends in flight finish
+for up to --shutdown-grace (cutting off the rest, whose jobs go back to the
+queue and are retried with the same key), and exits 0. A second signal kills it.
 
 An HTTP listener on --http-addr (loopback by default; empty disables it)
 serves:
@@ -205,7 +208,7 @@ func (a *app) workCommand() *cobra.Command {
 	f.DurationVar(&o.coalesceWait, "coalesce-wait", worker.DefaultCoalesceWait,
 		"how long a partial batch waits to fill; no intent is held longer")
 	f.IntVar(&o.maxSnoozes, "max-snoozes", worker.DefaultMaxSnoozes, "rate-limit snoozes before an intent is parked as failed")
-	f.DurationVar(&o.rateLimitWait, "rate-limit-wait", worker.DefaultRateLimitWait, "snooze after a 429 that named no wait")
+	f.DurationVar(&o.rateLimitWait, "rate-limit-wait", worker.DefaultRateLimitWait, "longest an intent backs off on its own after 429s that are not a fleet signal (from 1s, doubling)")
 	f.DurationVar(&o.maxPause, "max-pause", worker.DefaultMaxPause,
 		"longest a 429's Retry-After pauses the fleet; past it the fleet probes with single requests, and no job waits longer for the budget")
 	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")

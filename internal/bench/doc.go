@@ -37,7 +37,9 @@
 //	enqueue.go   3. Enqueue / EnqueueMany vs plain INSERT
 //	e2e.go       4. commit → delivered latency at a steady rate
 //	memory.go    5. peak RSS of `sendonce work` at concurrency 500
-//	ratelimit.go 6. three `sendonce work` under a 20/s API limit: budget used, 429s
+//	ratelimit.go 6. three `sendonce work` under a 20/s API limit: budget used, 429s, DB CPU
+//	coalesce.go  7. a coalesced billing run under a 10/s limit
+//	trouble.go   8. a provider that misbehaves: poison intents, DB CPU of waiting workers
 //
 // The machinery they share: env.go (the database: a throwaway durable
 // cluster unless BENCH_DATABASE_URL or DATABASE_URL names a server, and a

@@ -55,6 +55,7 @@ type rateCell struct {
 	row     *Row
 
 	requests, refused, span, failed, duplicates *Figure
+	dbPerIntent, dbPerSecond                    *Figure // database CPU, µs
 	cpuDB, cpuWorkers                           Samples // µs per intent
 }
 
@@ -71,8 +72,8 @@ func NewRateLimited(quick bool, binary string) *RateLimited {
 		budget, share            float64
 		noDuplicates             bool
 	}{
-		{"configured", rate, "`--api-rate " + rate + "`", "budget used ≥ 90%, 429s ≤ 2%, 0 failed, 0 duplicates", 0.9, 0.02, true},
-		{"discovered", "", "no `--api-rate` (limit found from 429s)", "budget used ≥ 70%, 429s ≤ 10%, 0 failed", 0.7, 0.1, false},
+		{"configured", rate, "`--api-rate " + rate + "`", "budget used ≥ 90%, 429s ≤ 2%, 0 failed, 0 duplicates, DB CPU/intent ≤ 1 ms", 0.9, 0.02, true},
+		{"discovered", "", "no `--api-rate` (limit found from 429s)", "budget used ≥ 70%, 429s ≤ 10%, 0 failed, DB CPU/intent ≤ 1 ms", 0.7, 0.1, false},
 	} {
 		cell := &rateCell{
 			name:       c.name,
@@ -82,8 +83,13 @@ func NewRateLimited(quick bool, binary string) *RateLimited {
 			span:       &Figure{Name: "span", Unit: Seconds},
 			failed:     &Figure{Name: "failed", Unit: Count},
 			duplicates: &Figure{Name: "duplicates", Unit: Count},
+			// Issue 23: 5.5 ms per intent when three workers polled the
+			// budget's row while they waited.
+			dbPerIntent: &Figure{Name: "DB CPU/intent", Unit: Micros},
+			dbPerSecond: &Figure{Name: "DB CPU/s", Unit: Micros},
 		}
-		checks := []func(*Row) bool{RatioAtLeast(c.budget), cell.refused.AtMost(c.share), cell.failed.AtMost(0)}
+		checks := []func(*Row) bool{RatioAtLeast(c.budget), cell.refused.AtMost(c.share), cell.failed.AtMost(0),
+			atMostWhenRead(cell.dbPerIntent, 1000)}
 		if c.noDuplicates {
 			checks = append(checks, cell.duplicates.AtMost(0))
 		}
@@ -95,7 +101,7 @@ func NewRateLimited(quick bool, binary string) *RateLimited {
 			Baseline:     fmt.Sprintf("budget (%d × span + %d)", s.limit, s.limit),
 			BaselineUnit: Count,
 			RatioUnit:    Percent,
-			Also:         []*Figure{cell.requests, cell.refused, cell.span, cell.failed, cell.duplicates},
+			Also:         []*Figure{cell.requests, cell.refused, cell.span, cell.failed, cell.duplicates, cell.dbPerIntent, cell.dbPerSecond},
 			Goal:         Goal{Text: c.goal, Check: All(checks...)},
 		}
 		s.cells = append(s.cells, cell)
@@ -240,7 +246,7 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 		100*float64(accepted)/budget, accepted, budget, failed, led.duplicates,
 		(cpu.DB / time.Duration(s.n)).Round(time.Microsecond), (workersCPU / time.Duration(s.n)).Round(time.Microsecond))
 	env.Logf("ratelimit %s: per 10 s from the first request, accepted/refused: %s", c.name, paceTrace(reqs, first, 10*time.Second))
-	env.Logf("ratelimit %s: the fleet's budget every %s (rate/s, 0 while unlimited; 429s that cut it so far): %s",
+	env.Logf("ratelimit %s: the fleet's budget every %s (rate/s, 0 before the first lease; 429s that cut it so far): %s",
 		c.name, rateSampleEvery, strings.Join(rates, " "))
 	env.Logf("ratelimit %s: the fleet's logs: %s", c.name, fleetTrace(fleet))
 
@@ -254,6 +260,8 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 	c.duplicates.Value.Add(float64(led.duplicates))
 	if cpu.DB > 0 {
 		c.cpuDB.Add(float64(cpu.DB.Microseconds()) / float64(s.n))
+		c.dbPerIntent.Value.Add(float64(cpu.DB.Microseconds()) / float64(s.n))
+		c.dbPerSecond.Value.Add(float64(cpu.DB.Microseconds()) / elapsed.Seconds())
 	}
 	c.cpuWorkers.Add(float64(workersCPU.Microseconds()) / float64(s.n))
 	if !c.row.Goal.Check(c.row) {
@@ -569,13 +577,15 @@ func (s *RateLimited) Notes() []string {
 		"--concurrency %d --http-addr \"\"` processes, with the command's default timings, drain them through the "+
 		"in-process fake API, which allows %d requests a second per API key (a token bucket of %d that starts full) "+
 		"and answers 429 with no Retry-After beyond that. Configured: `--api-rate %d/s`; discovered: no `--api-rate`, "+
-		"so the fleet sends unlimited until the first 429 and finds the limit from there. From the fake's request "+
+		"so the fleet starts slow (10/s, doubling with use) and finds the limit from the 429s. From the fake's request "+
 		"log: the span from the first request to the last; budget = %d × span + %d; budget used = accepted requests "+
 		"(all but the 429s) ÷ budget; 429s = refused ÷ requests. Failed = intents parked `failed`. Every intent marked "+
 		"sent must have been delivered exactly once under its key: a duplicate, a loss or a stray delivery turns the "+
 		"row into an error. CPU per intent while draining (database backends, read just before the workers stop; the "+
-		"workers' own from their rusage, start-up included): configured %s; discovered %s. It includes the idle "+
-		"polling of three workers that spend most of the span waiting for the budget.",
+		"workers' own from their rusage, start-up included): configured %s; discovered %s. Three workers spend most "+
+		"of the span waiting for the budget: a lease that finds the bucket empty takes the next tokens due and the "+
+		"worker sleeps until they are (issue 23: 5.5 ms of database CPU per intent when they polled the row). DB CPU/s "+
+		"is the database's CPU over the drain's wall-clock time.",
 		s.limit, Thousands(float64(s.n/s.limit)), Thousands(float64(s.n)), s.workers, s.concurrency,
 		s.limit, s.limit, s.limit, s.limit, s.limit, cpu(s.cells[0]), cpu(s.cells[1]))}
 }
@@ -586,4 +596,10 @@ func (s *RateLimited) Close() error {
 		return os.RemoveAll(s.tmpDir)
 	}
 	return nil
+}
+
+// atMostWhenRead is f.AtMost(v), met also when f could not be read (the
+// database's backends are not on this machine).
+func atMostWhenRead(f *Figure, v float64) func(*Row) bool {
+	return func(r *Row) bool { return f.Value.Len() == 0 || f.AtMost(v)(r) }
 }

@@ -4,17 +4,27 @@
 // each worker leases a few tokens at a time for the sends waiting in it, so
 // the row is touched a few times a second, not once per send. A send waits
 // for its token before it claims its intent, so waiting is not an attempt.
+// A lease that finds the bucket empty takes the next tokens due (within a
+// tenth of a second) and the worker sleeps until they are due, without
+// reading the row again.
 //
 // With a configured rate (--api-rate) the bucket refills at that rate: the
 // most generous rate configured on a worker that leased in the last
 // minute. A worker configured lower paces its own sends at its own rate
 // (a limiter in memory) and never lowers the rate the others lease from.
-// A 429 lowers the fleet's rate (multiplicative decrease, once a second at
-// most) and pauses it for a Retry-After, for MaxPause at most: past it the
-// fleet probes with single requests until the API serves one or the asked
-// wait is over. The rate grows back while there is demand (additive
-// increase). With no configured rate the fleet sends unlimited until the
-// first 429 and then finds the limit the same way.
+// With none the fleet starts slow, at 10 requests a second, and doubles
+// its rate with use (slow start) until the API's first fleet signal.
+//
+// A 429 lowers the fleet's rate only when it is a fleet signal (see
+// fleetSignal): the 429s of intents that had not met one before are at
+// least 1% of the fleet's recent requests. Then the rate is
+// cut (multiplicative decrease, once a second at most, or again at once
+// when a request leased after the cut is refused), and a Retry-After
+// pauses the fleet for MaxPause at most: past it the fleet probes with
+// single requests until the API serves one or the asked wait is over. The
+// rate grows back while there is demand (additive increase). A 429 that is
+// not a fleet signal is the intent's own trouble: the worker backs that
+// intent off on its own, and the fleet sends on.
 package budget
 
 import (
@@ -34,9 +44,6 @@ const (
 	// tokenTTL drops leased tokens no send took in time: they would
 	// otherwise be spent later as a burst.
 	tokenTTL = time.Second
-	// recheck is how long an unlimited worker goes without asking whether
-	// the fleet has met a limit (a 429 of its own asks at once).
-	recheck = time.Second
 )
 
 // DefaultMaxPause is Config.MaxPause when none is given: five minutes. A
@@ -80,18 +87,20 @@ type Budget struct {
 	maxPause time.Duration
 	logger   *slog.Logger
 
+	closed    chan struct{} // closed by Close: every wait returns at once
+	closeOnce sync.Once
+
 	mu             sync.Mutex
 	own            pace // this worker's sends at its own configured rate
 	tokens         int
-	leasedAt       time.Time
-	unlimitedUntil time.Time
+	leasedAt       time.Time // when the lease of tokens began
+	readyAt        time.Time // when tokens are due
 	rate           float64
 	probing        bool          // the last lease found the fleet probing
 	mismatchLogged bool          // a fleet's rate other than this worker's was logged
 	leasing        chan struct{} // closed when the lease in flight is done
 	waiting        int
-	urgent         int         // waiting sends that are not bulk (WaitBulk yields to them)
-	taken          []time.Time // recent takes, for the observed rate
+	urgent         int // waiting sends that are not bulk (WaitBulk yields to them)
 }
 
 // New returns the budget of the API key with the given fingerprint.
@@ -109,29 +118,67 @@ func New(pool *pgxpool.Pool, keyFingerprint string, cfg Config) *Budget {
 		zone = time.UTC
 	}
 	q := &quotas{configured: cfg.Quotas, zone: zone, now: cfg.Now, logger: logger}
+	q.counting.Store(len(cfg.Quotas) > 0)
 	return &Budget{store: store{pool: pool, fp: keyFingerprint, quota: q}, ceiling: cfg.Rate, maxPause: maxPause, logger: logger,
-		own: newPace(cfg.Rate, time.Now())}
+		own: newPace(cfg.Rate, time.Now()), closed: make(chan struct{})}
+}
+
+// Close ends every wait for a token, at once and from now on: they return
+// no token (ok false) and the expected wait, so that a worker that stops
+// gives its waiting sends back without an attempt, however many wait
+// (issue 23: a stop is prompt). A Budget is not used again after Close.
+func (b *Budget) Close() { b.closeOnce.Do(func() { close(b.closed) }) }
+
+// isClosed reports whether Close was called.
+func (b *Budget) isClosed() bool {
+	select {
+	case <-b.closed:
+		return true
+	default:
+		return false
+	}
 }
 
 // Wait takes a token for one send, waiting at most max for it. When none
-// comes in time it returns ok false and how long the fleet expects the
-// next one to take, at most MaxPause, so the caller can give its slot back
-// and come again.
+// comes in time (or the Budget is closed) it returns ok false and how long
+// the fleet expects the next one to take, at most MaxPause, so the caller
+// can give its slot back and come again.
 func (b *Budget) Wait(ctx context.Context, max time.Duration) (ok bool, retryIn time.Duration, err error) {
-	return b.wait(ctx, max, false)
+	t, err := b.Acquire(ctx, max, false)
+	return t.OK, t.RetryIn, err
 }
 
 // WaitBulk is Wait for a send of a run (a campaign, a billing run): it
 // takes a token only when no other send of this worker is waiting for
 // one, so a lone transactional email never queues behind a campaign.
 func (b *Budget) WaitBulk(ctx context.Context, max time.Duration) (ok bool, retryIn time.Duration, err error) {
-	return b.wait(ctx, max, true)
+	t, err := b.Acquire(ctx, max, true)
+	return t.OK, t.RetryIn, err
+}
+
+// Token is what Acquire answers.
+type Token struct {
+	// OK is set when the send has its token.
+	OK bool
+	// RetryIn, when not OK, is when the fleet expects a token, at most
+	// MaxPause.
+	RetryIn time.Duration
+	// LeasedAt is when the token's lease began (by this process's
+	// clock): Refused tells a 429 of a request sent at a rate the fleet
+	// has cut since from one at the cut rate.
+	LeasedAt time.Time
+}
+
+// Acquire is Wait (bulk: WaitBulk) that also says when the token was
+// leased.
+func (b *Budget) Acquire(ctx context.Context, max time.Duration, bulk bool) (Token, error) {
+	return b.wait(ctx, max, bulk)
 }
 
 // bulkYield is how long a bulk send steps aside for another.
 const bulkYield = 5 * time.Millisecond
 
-func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (ok bool, retryIn time.Duration, err error) {
+func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token, error) {
 	deadline := time.Now().Add(max)
 	b.mu.Lock()
 	b.waiting++
@@ -145,17 +192,31 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (ok boo
 		}
 		b.mu.Unlock()
 	}()
+	// nap sleeps for d (at most until the deadline), ch closing, Close or
+	// ctx ending, without the lock; it reports whether to give up.
+	nap := func(d time.Duration, ch chan struct{}) (Token, bool, error) {
+		b.mu.Unlock()
+		err := sleep(ctx, ch, b.closed, min(d, time.Until(deadline)))
+		b.mu.Lock()
+		switch {
+		case err != nil:
+			return Token{}, true, err
+		case b.isClosed() || time.Now().After(deadline):
+			return Token{RetryIn: b.expectedWait()}, true, nil
+		}
+		return Token{}, false, nil
+	}
 	for {
 		now := time.Now()
+		if b.isClosed() {
+			return Token{RetryIn: b.expectedWait()}, nil
+		}
 		if bulk && b.urgent > 0 {
 			if now.After(deadline) {
-				return false, b.expectedWait(), nil
+				return Token{RetryIn: b.expectedWait()}, nil
 			}
-			b.mu.Unlock()
-			err := sleep(ctx, nil, bulkYield)
-			b.mu.Lock()
-			if err != nil {
-				return false, 0, err
+			if t, stop, err := nap(bulkYield, nil); stop {
+				return t, err
 			}
 			continue
 		}
@@ -163,47 +224,45 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (ok boo
 		// fleet waits here, without touching the fleet's row.
 		if d := b.own.wait(now); d > 0 {
 			if now.Add(d).After(deadline) {
-				return false, b.capped(d), nil
+				return Token{RetryIn: b.capped(d)}, nil
 			}
-			b.mu.Unlock()
-			err := sleep(ctx, nil, d)
-			b.mu.Lock()
-			if err != nil {
-				return false, 0, err
+			if t, stop, err := nap(d, nil); stop {
+				return t, err
 			}
 			continue
 		}
-		if b.tokens > 0 && now.Sub(b.leasedAt) < tokenTTL {
+		if b.tokens > 0 && now.Sub(b.readyAt) < tokenTTL {
+			if d := b.readyAt.Sub(now); d > 0 {
+				// Leased ahead: sleep until the tokens are due.
+				if b.readyAt.After(deadline) {
+					return Token{RetryIn: b.capped(d)}, nil
+				}
+				if t, stop, err := nap(d, nil); stop {
+					return t, err
+				}
+				continue
+			}
 			b.tokens--
-			b.took(now)
-			return true, 0, nil
-		}
-		if now.Before(b.unlimitedUntil) {
-			b.took(now)
-			return true, 0, nil
+			b.own.take()
+			return Token{OK: true, LeasedAt: b.leasedAt}, nil
 		}
 		if ch := b.leasing; ch != nil {
-			b.mu.Unlock()
-			err := sleep(ctx, ch, time.Until(deadline))
-			b.mu.Lock()
-			if err != nil {
-				return false, 0, err
-			}
-			if time.Now().After(deadline) {
-				return false, b.expectedWait(), nil
+			if t, stop, err := nap(time.Until(deadline), ch); stop {
+				return t, err
 			}
 			continue
 		}
 		wait, err := b.lease(ctx, deadline)
 		if err != nil || wait > 0 {
-			return false, b.capped(wait), err
+			return Token{RetryIn: b.capped(wait)}, err
 		}
 	}
 }
 
 // lease leases tokens for the waiting sends, called with mu held; it keeps
-// the lease to itself (others wait on leasing) until it has some, ctx ends,
-// or the deadline passes (then it returns the expected wait).
+// the lease to itself (others wait on leasing) until it has some (due now
+// or soon: readyAt), ctx ends, the Budget is closed, or the deadline
+// passes (then it returns the expected wait).
 func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Duration, err error) {
 	ch := make(chan struct{})
 	b.leasing = ch
@@ -214,7 +273,8 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 		b.tokens = 0
 	}
 	for {
-		want := max(1, min(b.waiting, int(b.rate*leaseShare.Seconds()), b.own.available(time.Now())))
+		start := time.Now()
+		want := max(1, min(b.waiting, int(b.rate*leaseShare.Seconds()), b.own.available(start)))
 		b.mu.Unlock()
 		granted, next, bk, err := b.store.lease(ctx, want, b.ceiling, b.maxPause)
 		b.mu.Lock()
@@ -224,22 +284,21 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 		now := time.Now()
 		b.rate, b.probing = bk.rate, bk.probeFor > 0 && bk.pausedFor == 0
 		b.checkCeiling(bk.ceiling)
-		if bk.rate == 0 && !b.store.quota.counting.Load() {
-			b.unlimitedUntil = now.Add(recheck)
-			return 0, nil
-		}
 		if granted > 0 {
-			b.tokens, b.leasedAt = granted, now
+			b.tokens, b.leasedAt, b.readyAt = granted, start, now.Add(next)
 			return 0, nil
 		}
 		if now.Add(next).After(deadline) {
 			return next, nil
 		}
 		b.mu.Unlock()
-		err = sleep(ctx, nil, next)
+		err = sleep(ctx, nil, b.closed, next)
 		b.mu.Lock()
 		if err != nil {
 			return 0, err
+		}
+		if b.isClosed() {
+			return b.expectedWait(), nil
 		}
 	}
 }
@@ -257,32 +316,71 @@ func (b *Budget) checkCeiling(fleet float64) {
 		"worker_rate", b.ceiling, "fleet_rate", fleet)
 }
 
-// Throttle tells the fleet the API answered 429: the rate is lowered (or,
-// when none was known, set from this worker's observed rate), the fleet
-// pauses for retryAfter (at most MaxPause; it probes for the rest), and
-// this worker's leased tokens are dropped.
+// Throttle tells the fleet the API answered 429 in a way that concerns
+// the whole fleet (a Refused that was a fleet signal, or an answer that
+// says so itself): the rate is lowered, the fleet pauses for retryAfter
+// (at most MaxPause; it probes for the rest), and this worker's leased
+// tokens are dropped.
 func (b *Budget) Throttle(ctx context.Context, retryAfter time.Duration) error {
 	if b.store.quota.quotaHit.Swap(false) {
 		// The 429 was the quota's (Answered paused the fleet until it
 		// resets): no evidence about the rate, which stays.
 		return nil
 	}
-	b.mu.Lock()
-	b.store.quota.refund.Add(int64(b.tokens))
-	b.tokens, b.unlimitedUntil = 0, time.Time{}
-	observed := b.observed(time.Now())
-	b.mu.Unlock()
-	bk, err := b.store.throttle(ctx, retryAfter, observed, b.maxPause)
+	b.dropTokens()
+	bk, err := b.store.throttle(ctx, retryAfter, b.maxPause)
 	if err != nil {
 		return err
 	}
+	b.logThrottle(bk, retryAfter)
+	return nil
+}
+
+// Refused tells the fleet the API answered 429 to a request of an intent
+// that had not met one before (an intent that had backs off on its own;
+// the fleet is not told). leasedAt is the request's Token.LeasedAt (zero:
+// unknown). When the fleet's recent 429s make it a fleet signal, Refused
+// does what Throttle does and reports fleet true; the send then waits for
+// the budget. Otherwise the 429 is the intent's own trouble: nothing
+// changes for the fleet, and retryAfter is for the caller to honour for
+// that intent alone.
+func (b *Budget) Refused(ctx context.Context, retryAfter time.Duration, leasedAt time.Time) (fleet bool, err error) {
+	age := time.Duration(-1)
+	if !leasedAt.IsZero() {
+		age = time.Since(leasedAt)
+	}
+	if b.store.quota.quotaHit.Swap(false) {
+		// The quota's 429 (Answered paused the fleet until it resets): the
+		// send waits for the budget, and the rate stays.
+		b.dropTokens()
+		return true, nil
+	}
+	signal, bk, err := b.store.refused(ctx, retryAfter, age, b.maxPause)
+	if err != nil || !signal {
+		return false, err
+	}
+	b.dropTokens()
+	b.logThrottle(bk, retryAfter)
+	return true, nil
+}
+
+// dropTokens drops this worker's leased tokens, off the quotas' count.
+func (b *Budget) dropTokens() {
+	b.mu.Lock()
+	if b.tokens > 0 {
+		b.store.quota.refund.Add(int64(b.tokens))
+	}
+	b.tokens = 0
+	b.mu.Unlock()
+}
+
+func (b *Budget) logThrottle(bk bucket, retryAfter time.Duration) {
 	if retryAfter > b.maxPause {
 		b.logger.Warn("budget: the API answered 429 asking for a wait longer than the max pause; the fleet pauses for the max pause, then probes with single requests",
 			"rate", round(bk.rate), "retry_after", retryAfter, "paused_for", bk.pausedFor, "probing_for", bk.probeFor-bk.pausedFor)
-		return nil
+		return
 	}
 	b.logger.Info("budget: the API answered 429; the fleet slows down", "rate", round(bk.rate), "paused_for", bk.pausedFor)
-	return nil
 }
 
 // Served tells the fleet the API answered a send with something other
@@ -305,23 +403,6 @@ func (b *Budget) Served(ctx context.Context) error {
 	return nil
 }
 
-func (b *Budget) took(now time.Time) {
-	b.own.take()
-	if len(b.taken) >= 4096 {
-		b.taken = b.taken[len(b.taken)/2:]
-	}
-	b.taken = append(b.taken, now)
-}
-
-// observed is this worker's sends in the last second.
-func (b *Budget) observed(now time.Time) float64 {
-	n := 0
-	for i := len(b.taken) - 1; i >= 0 && now.Sub(b.taken[i]) < time.Second; i-- {
-		n++
-	}
-	return float64(n)
-}
-
 func (b *Budget) expectedWait() time.Duration {
 	if b.rate <= 0 {
 		return 0
@@ -334,8 +415,8 @@ func (b *Budget) expectedWait() time.Duration {
 // misconfigured rate schedules it further out.
 func (b *Budget) capped(d time.Duration) time.Duration { return min(d, b.maxPause) }
 
-// sleep waits for d, ch closing, or ctx ending (its error).
-func sleep(ctx context.Context, ch chan struct{}, d time.Duration) error {
+// sleep waits for d, ch or stop closing, or ctx ending (its error).
+func sleep(ctx context.Context, ch, stop chan struct{}, d time.Duration) error {
 	if d <= 0 {
 		d = time.Millisecond
 	}
@@ -345,6 +426,7 @@ func sleep(ctx context.Context, ch chan struct{}, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-ch:
+	case <-stop:
 	case <-t.C:
 	}
 	return nil

@@ -117,8 +117,8 @@ func TestPauseAndResume(t *testing.T) {
 	}
 }
 
-// With no configured rate the fleet is unlimited until a 429, then paced
-// from the rate the throttled worker saw.
+// With no configured rate the fleet starts slow and ramps up with use
+// (slow start), until a 429 cuts the rate; from then it is a limit.
 func TestDiscovery(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewDB(t)
@@ -127,7 +127,7 @@ func TestDiscovery(t *testing.T) {
 	b := budget.New(pool, "sha256:discover", budget.Config{})
 	for range 1000 {
 		if ok, _, err := b.Wait(ctx, time.Second); !ok || err != nil {
-			t.Fatal("unlimited budget refused a token", err)
+			t.Fatal("a slow-starting budget refused a token", err)
 		}
 	}
 	if err := b.Throttle(ctx, 0); err != nil {
@@ -142,5 +142,41 @@ func TestDiscovery(t *testing.T) {
 	n := drain(ctx, t, []*budget.Budget{b}, 5)
 	if got := rateOver(n, 2*time.Second); got > limit*1.5+5 {
 		t.Fatalf("after the 429 the fleet sent %.1f/s, from a limit of %.1f/s", got, limit)
+	}
+}
+
+// Close ends every wait at once, however many send wait (issue 23: a stop
+// is prompt): each returns no token, and no error, so that its job is
+// snoozed before its claim and no attempt is spent.
+func TestCloseEndsEveryWait(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	b := budget.New(pool, "sha256:close", budget.Config{Rate: 1.0 / 3600})
+	if ok, _, err := b.Wait(ctx, time.Second); !ok || err != nil {
+		t.Fatal("the first token:", ok, err)
+	}
+	const waiting = 500
+	var started, done sync.WaitGroup
+	var got atomic.Int64
+	for range waiting {
+		started.Add(1)
+		done.Go(func() {
+			started.Done()
+			ok, retryIn, err := b.Wait(ctx, time.Hour)
+			if ok || err != nil || retryIn <= 0 {
+				t.Errorf("a wait cut short by Close: ok %v, retry in %s, %v; want no token, a retry later, no error", ok, retryIn, err)
+			}
+			got.Add(1)
+		})
+	}
+	started.Wait()
+	b.Close()
+	done.Wait()
+	if got.Load() != waiting {
+		t.Fatalf("%d waits returned, want %d", got.Load(), waiting)
+	}
+	if ok, _, err := b.Wait(ctx, time.Hour); ok || err != nil {
+		t.Fatalf("a wait after Close: ok %v, %v; want no token at once", ok, err)
 	}
 }

@@ -88,12 +88,7 @@ func (b *Budget) Answered(ctx context.Context, a Answer) error {
 	q := b.store.quota
 	if a.Quota != "" {
 		q.quotaHit.Store(a.Status == 429)
-		b.mu.Lock()
-		if b.tokens > 0 {
-			q.refund.Add(int64(b.tokens))
-		}
-		b.tokens, b.unlimitedUntil = 0, time.Time{}
-		b.mu.Unlock()
+		b.dropTokens()
 		until, err := q.exhausted(ctx, &b.store, a.Quota, a.QuotaReset)
 		if err != nil {
 			return err
@@ -115,9 +110,6 @@ func (b *Budget) Answered(ctx context.Context, a Answer) error {
 	}
 	if a.Limit > 0 && a.Window > 0 && a.Window < 24*time.Hour {
 		b.store.apiRate.set(float64(a.Limit)/a.Window.Seconds(), now)
-		b.mu.Lock()
-		b.unlimitedUntil = time.Time{} // the next send leases, at the API's rate
-		b.mu.Unlock()
 	}
 	if !a.HasRemaining || a.Remaining > 0 {
 		return nil
@@ -125,12 +117,7 @@ func (b *Budget) Answered(ctx context.Context, a Answer) error {
 	if b.store.apiRate.get(now) > 0 || a.Reset <= 0 {
 		// The rate is known: the fleet paces at it; this worker's tokens,
 		// leased before the API ran out, would each meet a 429.
-		b.mu.Lock()
-		if b.tokens > 0 {
-			q.refund.Add(int64(b.tokens))
-		}
-		b.tokens = 0
-		b.mu.Unlock()
+		b.dropTokens()
 		return nil
 	}
 	b.store.apiRate.mu.Lock()
@@ -142,12 +129,7 @@ func (b *Budget) Answered(ctx context.Context, a Answer) error {
 	if skip {
 		return nil
 	}
-	b.mu.Lock()
-	if b.tokens > 0 {
-		q.refund.Add(int64(b.tokens))
-	}
-	b.tokens, b.unlimitedUntil = 0, time.Time{}
-	b.mu.Unlock()
+	b.dropTokens()
 	pause := min(a.Reset, b.maxPause)
 	_, err := b.store.change(ctx, func(bk *bucket) bool {
 		if bk.rate == 0 && a.Limit > 0 {

@@ -46,6 +46,10 @@ type Quota struct {
 	Per   Period
 }
 
+// quotaRecheck is how often a worker that knows of no quota looks for
+// one the API reported to another worker of the key.
+const quotaRecheck = 10 * time.Second
+
 // quotaProbeEvery spaces the probes of an exhausted quota, fleet-wide.
 const quotaProbeEvery = time.Minute
 
@@ -75,9 +79,12 @@ type quotas struct {
 	// token must be counted (no unlimited sends).
 	counting atomic.Bool
 	// probe: the last lease granted the fleet's probe of an exhausted quota.
-	probe  atomic.Bool
-	state  quotaState // owned by the lease in flight
-	logger *slog.Logger
+	probe atomic.Bool
+	state quotaState // owned by the lease in flight
+	// checkedAt is when a lease last read the quota rows (owned by the
+	// lease in flight).
+	checkedAt time.Time
+	logger    *slog.Logger
 }
 
 func (q *quotas) clock(ctx context.Context, tx pgx.Tx) (time.Time, error) {

@@ -1,55 +1,99 @@
 package budget
 
 import (
+	"math"
 	"testing"
 	"time"
 )
 
 func TestLeaseAtTheConfiguredRate(t *testing.T) {
 	b := &bucket{}
-	// A new bucket starts full: one second of the rate.
-	if got, _ := b.lease(100, 10, DefaultMaxPause); got != 10 {
-		t.Fatalf("first lease got %d, want the bucket's 10", got)
+	// A new bucket starts full: one second of the rate, and the token due
+	// within reserveAhead (100ms), said to be due then.
+	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 11 || wait != 100*time.Millisecond {
+		t.Fatalf("first lease got %d due in %s, want the bucket's 10 and 1 more due in 100ms", got, wait)
 	}
+	// Empty and leased ahead: the next token, due in 200ms.
 	got, wait := b.lease(1, 10, DefaultMaxPause)
-	if got != 0 || wait != 100*time.Millisecond {
-		t.Fatalf("empty bucket: got %d, wait %s; want 0 and 100ms", got, wait)
+	if got != 1 || wait != 200*time.Millisecond {
+		t.Fatalf("empty bucket: got %d, wait %s; want the next token, due in 200ms", got, wait)
 	}
-	// Half a second later five tokens have come, no more.
-	b.sinceRefill = 500 * time.Millisecond
-	if got, _ := b.lease(100, 10, DefaultMaxPause); got != 5 {
-		t.Fatalf("after 500ms got %d, want 5", got)
+	b.sinceRefill = 100 * time.Millisecond
+	if got, wait := b.lease(5, 10, DefaultMaxPause); got != 1 || wait != 200*time.Millisecond {
+		t.Fatalf("after 100ms: got %d due in %s, want 1 due in 200ms", got, wait)
+	}
+	// 650ms later 6.5 tokens have come: 4 now, and 1 due soon.
+	b.sinceRefill = 650 * time.Millisecond
+	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 5 || wait != 50*time.Millisecond {
+		t.Fatalf("after 650ms got %d due in %s, want 5 due in 50ms", got, wait)
+	}
+	// Nothing is handed out further ahead than reserveMax.
+	deep := &bucket{rate: 10, ceiling: 10, tokens: -20}
+	if got, wait := deep.lease(1, 10, DefaultMaxPause); got != 0 || wait != 1100*time.Millisecond {
+		t.Fatalf("20 tokens spoken for at 10/s: got %d, wait %s; want none for 1.1s", got, wait)
 	}
 	// An idle minute refills one second's worth, not a minute's.
 	b.sinceRefill = time.Minute
-	if got, _ := b.lease(1000, 10, DefaultMaxPause); got != 10 {
-		t.Fatalf("after a minute got %d, want 10", got)
+	if got, wait := b.lease(1000, 10, DefaultMaxPause); got != 11 || wait != 100*time.Millisecond {
+		t.Fatalf("after a minute got %d due in %s, want 10 now and 1 due in 100ms", got, wait)
 	}
 }
 
-func TestLeaseUnlimitedUntilALimitIsMet(t *testing.T) {
+// With no configured rate a new fleet starts at slowStartRate and doubles
+// its rate with use until the first cut (issue 23: no burst in the first
+// second), then cuts it in half.
+func TestSlowStart(t *testing.T) {
 	b := &bucket{}
-	if got, wait := b.lease(500, 0, DefaultMaxPause); got != 500 || wait != 0 {
-		t.Fatalf("unlimited lease: %d, %s", got, wait)
+	got, _ := b.lease(500, 0, DefaultMaxPause)
+	if got != 2 || b.rate != slowStartRate {
+		t.Fatalf("first lease: %d tokens, rate %v; want 2 (1 now, 1 due within %s) at %v/s", got, b.rate, reserveAhead, slowStartRate)
 	}
-	// The first 429 sets the rate from what the sender saw.
-	if !b.throttle(0, 40, DefaultMaxPause) || b.rate != 40 {
-		t.Fatalf("after a 429: rate %v, want 40", b.rate)
+	// Full use for slowStartDouble doubles the rate.
+	for range 50 {
+		b.sinceRefill = 10 * time.Millisecond
+		b.lease(1000, 0, DefaultMaxPause)
 	}
-	if got, _ := b.lease(500, 0, DefaultMaxPause); got != 0 {
-		t.Fatalf("right after the 429: got %d tokens, want none", got)
+	if b.rate < 1.9*slowStartRate || b.rate > 2.1*slowStartRate {
+		t.Fatalf("after %s of full use: rate %v, want twice %v", slowStartDouble, b.rate, slowStartRate)
+	}
+	// 1.5 s more: over fastStartFrom it doubles every fastStartDouble.
+	for range 150 {
+		b.sinceRefill = 10 * time.Millisecond
+		b.lease(100000, 0, DefaultMaxPause)
+	}
+	if b.rate < 500 || b.rate > 10000 {
+		t.Fatalf("after 2 s of full use: rate %v, want about a thousand", b.rate)
+	}
+	// Idle: the bucket fills, the rate grows only for the time it was
+	// spoken for.
+	before := b.rate
+	b.sinceRefill = 10 * time.Second
+	b.lease(1, 0, DefaultMaxPause)
+	if b.rate > 2*before*math.Exp2(reserveAhead.Seconds()/fastStartDouble.Seconds()) {
+		t.Fatalf("an idle 10 s raised the rate from %v to %v", before, b.rate)
+	}
+	// The first fleet signal ends slow start, halving the rate.
+	b.sinceCut = time.Hour
+	rate := b.rate
+	if !b.throttle(0, -1, DefaultMaxPause) || b.rate != rate*cutSlowStart || b.slowStart() {
+		t.Fatalf("after the first cut: rate %v (was %v), slow start %v", b.rate, rate, b.slowStart())
 	}
 }
 
 func TestThrottleCutsOncePerSecondAndGrowsBack(t *testing.T) {
-	b := &bucket{rate: 20, sinceCut: time.Hour}
-	if !b.throttle(0, 0, DefaultMaxPause) || b.rate != 20*cutDiscovered {
+	b := &bucket{rate: 20, sinceCut: time.Hour, throttles: 1}
+	if !b.throttle(0, -1, DefaultMaxPause) || b.rate != 20*cutDiscovered {
 		t.Fatalf("first 429: rate %v", b.rate)
 	}
-	// The rest of the same burst of 429s does not cut again.
+	// The rest of the same burst of 429s does not cut again: their
+	// tokens were leased before the cut, or when is unknown.
 	b.sinceCut = 300 * time.Millisecond
-	if b.throttle(0, 0, DefaultMaxPause) || b.rate != 20*cutDiscovered {
+	if b.throttle(0, -1, DefaultMaxPause) || b.throttle(0, 400*time.Millisecond, DefaultMaxPause) || b.rate != 20*cutDiscovered {
 		t.Fatalf("second 429 within a second cut again: rate %v", b.rate)
+	}
+	// A 429 of a token leased after the cut: the cut was not enough.
+	if !b.throttle(0, 200*time.Millisecond, DefaultMaxPause) || b.rate != 20*cutDiscovered*cutSlowStart {
+		t.Fatalf("a 429 of a token leased after the cut: rate %v, want %v", b.rate, 20*cutDiscovered*cutSlowStart)
 	}
 	// Demand raises it again, a second at a time at most.
 	before := b.rate
@@ -63,7 +107,7 @@ func TestThrottleCutsOncePerSecondAndGrowsBack(t *testing.T) {
 func TestConfiguredRateIsACeiling(t *testing.T) {
 	b := &bucket{sinceCut: time.Hour} // a new row was never cut
 	b.lease(1, 10, DefaultMaxPause)
-	b.throttle(0, 0, DefaultMaxPause)
+	b.throttle(0, -1, DefaultMaxPause)
 	if b.rate != 10*cutConfigured {
 		t.Fatalf("after a 429: %v", b.rate)
 	}
@@ -79,7 +123,7 @@ func TestConfiguredRateIsACeiling(t *testing.T) {
 func TestPauseHandsOutNothing(t *testing.T) {
 	b := &bucket{}
 	b.lease(1, 10, DefaultMaxPause)
-	b.throttle(2*time.Second, 0, DefaultMaxPause)
+	b.throttle(2*time.Second, -1, DefaultMaxPause)
 	b.sinceRefill = time.Second
 	if got, wait := b.lease(5, 10, DefaultMaxPause); got != 0 || wait != 2*time.Second {
 		t.Fatalf("paused: got %d, wait %s; want 0 and 2s", got, wait)
@@ -92,7 +136,7 @@ func TestPauseHandsOutNothing(t *testing.T) {
 func TestLongPauseProbesWithSingleRequests(t *testing.T) {
 	b := &bucket{}
 	b.lease(1, 20, time.Minute)
-	b.throttle(365*24*time.Hour, 0, time.Minute)
+	b.throttle(365*24*time.Hour, -1, time.Minute)
 	if b.pausedFor != time.Minute || b.probeFor != 365*24*time.Hour {
 		t.Fatalf("paused for %s, probing for %s; want a minute, then probes for the year", b.pausedFor, b.probeFor)
 	}
@@ -108,7 +152,7 @@ func TestLongPauseProbesWithSingleRequests(t *testing.T) {
 		t.Fatalf("a probe later: got %d tokens, want 1", got)
 	}
 	// A probe that meets another long Retry-After pauses the fleet again.
-	b.throttle(365*24*time.Hour, 0, time.Minute)
+	b.throttle(365*24*time.Hour, -1, time.Minute)
 	if got, wait := b.lease(20, 20, time.Minute); got != 0 || wait != time.Minute {
 		t.Fatalf("after a probe's 429: got %d, wait %s; want a pause of a minute", got, wait)
 	}
@@ -160,7 +204,7 @@ func TestCeilingIsTheMostGenerousRecentRate(t *testing.T) {
 	}
 	// A rate cut by 429s stays cut when the ceiling rises: it grows back.
 	b.sinceCut = time.Hour
-	b.throttle(0, 0, time.Minute)
+	b.throttle(0, -1, time.Minute)
 	b.lease(1, 40, time.Minute)
 	if b.ceiling != 40 || b.rate != 20*cutConfigured {
 		t.Fatalf("a cut rate under a raised ceiling: ceiling %v, rate %v; want 40 and %v", b.ceiling, b.rate, 20*cutConfigured)
@@ -185,5 +229,59 @@ func TestPace(t *testing.T) {
 	none := newPace(0, start)
 	if none.wait(start) != 0 || none.available(start) < 1<<30 {
 		t.Fatal("no rate of its own: the pace must not hold a send")
+	}
+}
+
+// fleetSignal tells a fleet over the limit (429s of several intents, a
+// share of the fleet's requests) from one intent's trouble (an intent
+// that met 429 before, or a lone 429 among many requests served).
+func TestFleetSignal(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		repeat             bool
+		refusals, requests float64
+		want               bool
+	}{
+		{"a first 429 among few requests", false, 1, 5, true},
+		{"a first 429 among 58 (20/s, decayed)", false, 1, 58, true},
+		{"a first 429 among a fast drain's requests", false, 1, 300, false},
+		{"two poison intents among a fast drain's requests", false, 2, 600, false},
+		{"a burst of 429s at the end of slow start", false, 30, 200, true},
+		{"an intent that met 429 before, the fleet over the limit", true, 30, 200, false},
+		{"an intent that met 429 before, nothing else refused", true, 1, 1000, false},
+		{"429s with no requests counted (an older row)", false, 2, 0, true},
+	} {
+		if got := fleetSignal(tt.repeat, tt.refusals, tt.requests); got != tt.want {
+			t.Errorf("%s: fleetSignal(%v, %v, %v) = %v, want %v", tt.name, tt.repeat, tt.refusals, tt.requests, got, tt.want)
+		}
+	}
+}
+
+// The row counts the fleet's requests and first 429s, decaying: two 429s
+// half a second apart in a fast drain are no fleet signal, one at a slow
+// rate is, and a signal cuts the rate.
+func TestRefusedCountsTheFleetsRecentRequests(t *testing.T) {
+	b := &bucket{rate: 300, throttles: 1, sinceCut: time.Hour}
+	for range 30 {
+		b.sinceRefill, b.sinceRecent = 100*time.Millisecond, 100*time.Millisecond
+		b.lease(30, 0, DefaultMaxPause)
+	}
+	if signal, _ := b.refused(0, -1, DefaultMaxPause); signal {
+		t.Fatalf("a first 429 among %.0f recent requests: a fleet signal", b.requests)
+	}
+	b.sinceRecent = 500 * time.Millisecond
+	if signal, cut := b.refused(0, -1, DefaultMaxPause); signal || cut || b.rate < 300 {
+		t.Fatalf("a second 429 among %.0f recent requests: signal %v, cut %v, rate %v; want none", b.requests, signal, cut, b.rate)
+	}
+	// Twenty seconds on, the fleet at 20/s: a 429 is 1.7% of its recent
+	// requests.
+	b = &bucket{rate: 20, throttles: 1, sinceCut: time.Hour, requests: b.requests, refusals: b.refusals, sinceRecent: 20 * time.Second}
+	b.decay()
+	for range 20 {
+		b.sinceRefill, b.sinceRecent = 100*time.Millisecond, 100*time.Millisecond
+		b.lease(2, 0, DefaultMaxPause)
+	}
+	if signal, cut := b.refused(0, -1, DefaultMaxPause); !signal || !cut || b.rate >= 20 {
+		t.Fatalf("a first 429 at 20/s: signal %v, cut %v, rate %v; want a cut", signal, cut, b.rate)
 	}
 }

@@ -2,18 +2,25 @@ package budget
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// store reads and writes one API key's budget row, each change in a
-// transaction of its own that holds the row locked, on the database's
-// clock. It reads clock_timestamp(), not now(): now() is when the
-// transaction began, before it waited for the row's lock, and would make
-// time run backwards between two workers' changes.
+// store reads and writes one API key's budget row, on the database's
+// clock. A change is two statements and no transaction: it reads the row
+// with its version (xmin) and clock_timestamp(), lets fn change it, and
+// writes it back only if no other worker wrote it meanwhile, or reads it
+// again. A lock held across a transaction cost five round trips and a
+// wait for the lock for every lease (issue 23: three workers waiting at
+// 20/s spent 5.5 ms of database CPU per intent). Times are read as of t,
+// the read's clock_timestamp(), and written as of t too, so a change takes
+// effect as of the instant it read: two workers' changes cannot interleave
+// (the second one's write finds the version changed and reads again).
 type store struct {
 	pool *pgxpool.Pool
 	fp   string
@@ -25,57 +32,102 @@ type store struct {
 	last    bucket // as of the last lease, for leases answered from memory
 }
 
-// change locks the row (making it first if need be), lets fn change it,
-// and writes it back.
+// maxConflicts bounds the reads again of a change whose write found the
+// row changed by another worker.
+const maxConflicts = 50
+
+// change reads the row (making it first if need be), lets fn change it,
+// and writes it back, in two statements and no transaction.
 func (s *store) change(ctx context.Context, fn func(b *bucket) (cut bool)) (bucket, error) {
-	return s.changeTx(ctx, func(_ pgx.Tx, b *bucket) (bool, error) { return fn(b), nil })
+	return s.changeTx(ctx, false, func(_ pgx.Tx, b *bucket) (bool, error) { return fn(b), nil })
 }
 
-// changeTx is change with fn given the transaction, for the quotas.
-func (s *store) changeTx(ctx context.Context, fn func(tx pgx.Tx, b *bucket) (cut bool, err error)) (bucket, error) {
+// errChanged is a write that found the row changed since it was read.
+var errChanged = errors.New("budget: the row changed")
+
+// changeTx is change with, when inTx, both statements and fn's own (the
+// quotas' count) in one transaction, which a conflicting write rolls back
+// before the change is read again; fn's tx is nil otherwise.
+func (s *store) changeTx(ctx context.Context, inTx bool, fn func(tx pgx.Tx, b *bucket) (cut bool, err error)) (bucket, error) {
+	for range maxConflicts {
+		var b bucket
+		var err error
+		if inTx {
+			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				var terr error
+				b, terr = s.try(ctx, tx, tx, fn)
+				return terr
+			})
+		} else {
+			b, err = s.try(ctx, s.pool, nil, fn)
+		}
+		if errors.Is(err, errChanged) {
+			continue // another worker wrote the row since it was read
+		}
+		if err != nil {
+			return bucket{}, fmt.Errorf("budget: %w", err)
+		}
+		return b, nil
+	}
+	return bucket{}, errors.New("budget: the budget row kept changing under this worker's writes")
+}
+
+// querier is the pool, or a change's transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// try is one read, change and conditional write of the row: errChanged
+// when another worker wrote it in between (or made it first).
+func (s *store) try(ctx context.Context, db querier, tx pgx.Tx, fn func(tx pgx.Tx, b *bucket) (bool, error)) (bucket, error) {
 	var b bucket
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Lock the row; the key's first worker makes it.
-		tag, err := tx.Exec(ctx, `SELECT 1 FROM sendonce_rate_budget WHERE key_fingerprint = $1 FOR UPDATE`, s.fp)
-		if err == nil && tag.RowsAffected() == 0 {
-			_, err = tx.Exec(ctx, `INSERT INTO sendonce_rate_budget (key_fingerprint) VALUES ($1)
-				ON CONFLICT (key_fingerprint) DO UPDATE SET key_fingerprint = excluded.key_fingerprint`, s.fp)
+	var version string
+	var t time.Time
+	var sinceRefill, pausedFor, probeFor, sinceCut, sinceCeiling, sinceRecent float64
+	err := db.QueryRow(ctx, `SELECT xmin::text, t, coalesce(ceiling, 0), coalesce(rate, 0), tokens,
+			greatest(0, extract(epoch FROM t - refilled_at))::float8,
+			greatest(0, extract(epoch FROM paused_until - t))::float8,
+			greatest(0, extract(epoch FROM probe_until - t))::float8,
+			greatest(0, extract(epoch FROM t - decreased_at))::float8,
+			greatest(0, extract(epoch FROM t - ceiling_seen_at))::float8,
+			throttles, recent_requests, recent_refusals,
+			least(3600, greatest(0, extract(epoch FROM t - recent_at)))::float8
+		FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
+		Scan(&version, &t, &b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling,
+			&b.throttles, &b.requests, &b.refusals, &sinceRecent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The key's first worker makes the row.
+		if _, err := db.Exec(ctx, `INSERT INTO sendonce_rate_budget (key_fingerprint) VALUES ($1) ON CONFLICT DO NOTHING`, s.fp); err != nil {
+			return bucket{}, err
 		}
-		if err != nil {
-			return err
-		}
-		var sinceRefill, pausedFor, probeFor, sinceCut, sinceCeiling float64
-		err = tx.QueryRow(ctx, `SELECT coalesce(ceiling, 0), coalesce(rate, 0), tokens,
-				greatest(0, extract(epoch FROM t - refilled_at))::float8,
-				greatest(0, extract(epoch FROM paused_until - t))::float8,
-				greatest(0, extract(epoch FROM probe_until - t))::float8,
-				greatest(0, extract(epoch FROM t - decreased_at))::float8,
-				greatest(0, extract(epoch FROM t - ceiling_seen_at))::float8
-			FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
-			Scan(&b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling)
-		if err != nil {
-			return err
-		}
-		b.sinceRefill, b.pausedFor, b.probeFor = seconds(sinceRefill), seconds(pausedFor), seconds(probeFor)
-		b.sinceCut, b.sinceCeiling = seconds(sinceCut), seconds(sinceCeiling)
-		cut, err := fn(tx, &b)
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($2::float8, 0), rate = nullif($3::float8, 0), tokens = $4,
-				refilled_at = clock_timestamp() - $5 * interval '1 second',
-				paused_until = clock_timestamp() + $6 * interval '1 second',
-				probe_until = CASE WHEN $7::float8 > 0 THEN clock_timestamp() + $7::float8 * interval '1 second' ELSE 'epoch' END,
-				ceiling_seen_at = clock_timestamp() - $8 * interval '1 second',
-				decreased_at = CASE WHEN $9 THEN clock_timestamp() ELSE decreased_at END,
-				throttles = throttles + CASE WHEN $9 THEN 1 ELSE 0 END
-			WHERE key_fingerprint = $1`,
-			s.fp, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), b.probeFor.Seconds(),
-			b.sinceCeiling.Seconds(), cut)
-		return err
-	})
+		return bucket{}, errChanged
+	}
 	if err != nil {
-		return bucket{}, fmt.Errorf("budget: %w", err)
+		return bucket{}, err
+	}
+	b.sinceRefill, b.pausedFor, b.probeFor = seconds(sinceRefill), seconds(pausedFor), seconds(probeFor)
+	b.sinceCut, b.sinceCeiling, b.sinceRecent = seconds(sinceCut), seconds(sinceCeiling), seconds(sinceRecent)
+	cut, err := fn(tx, &b)
+	if err != nil {
+		return bucket{}, err
+	}
+	tag, err := db.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($3::float8, 0), rate = nullif($4::float8, 0), tokens = $5,
+			refilled_at = $2::timestamptz - $6 * interval '1 second',
+			paused_until = $2::timestamptz + $7 * interval '1 second',
+			probe_until = CASE WHEN $8::float8 > 0 THEN $2::timestamptz + $8::float8 * interval '1 second' ELSE 'epoch' END,
+			ceiling_seen_at = $2::timestamptz - $9 * interval '1 second',
+			decreased_at = CASE WHEN $10 THEN $2::timestamptz ELSE decreased_at END,
+			throttles = $11, recent_requests = $12, recent_refusals = $13,
+			recent_at = $2::timestamptz - $14 * interval '1 second'
+		WHERE key_fingerprint = $1 AND xmin::text = $15`,
+		s.fp, t, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), b.probeFor.Seconds(),
+		b.sinceCeiling.Seconds(), cut, b.throttles, b.requests, b.refusals, b.sinceRecent.Seconds(), version)
+	if err != nil {
+		return bucket{}, err
+	}
+	if tag.RowsAffected() != 1 {
+		return bucket{}, errChanged
 	}
 	return b, nil
 }
@@ -84,18 +136,33 @@ func (s *store) lease(ctx context.Context, want int, ceiling float64, maxPause t
 	if wait, ok := s.quota.held(time.Now()); ok {
 		return 0, wait, s.last, nil
 	}
-	b, err = s.changeTx(ctx, func(tx pgx.Tx, b *bucket) (bool, error) {
-		ql, err := s.quota.begin(ctx, tx, s.fp, want)
-		if err != nil {
-			return false, err
+	// The quotas are counted in the lease's transaction while this worker
+	// knows of one (configured, or found in the rows); otherwise a lease
+	// is two statements, and looks for quotas the API reported to another
+	// worker every quotaRecheck.
+	counting := s.quota.counting.Load() || time.Since(s.quota.checkedAt) >= quotaRecheck
+	b, err = s.changeTx(ctx, counting, func(tx pgx.Tx, b *bucket) (bool, error) {
+		granted, wait = 0, 0
+		allow := want
+		var ql *quotaLease
+		if counting {
+			var err error
+			if ql, err = s.quota.begin(ctx, tx, s.fp, want); err != nil {
+				return false, err
+			}
+			allow = ql.allow
 		}
-		if ql.allow == 0 {
+		if allow == 0 {
 			wait = ql.wait
 		} else {
 			s.apiRate.cap(b, time.Now())
-			granted, wait = b.lease(ql.allow, ceiling, maxPause)
+			granted, wait = b.lease(allow, ceiling, maxPause)
 			s.apiRate.cap(b, time.Now())
 		}
+		if ql == nil {
+			return false, nil
+		}
+		s.quota.checkedAt = time.Now()
 		return false, ql.commit(ctx, tx, s.fp, granted)
 	})
 	if err == nil {
@@ -105,8 +172,17 @@ func (s *store) lease(ctx context.Context, want int, ceiling float64, maxPause t
 	return granted, wait, b, err
 }
 
-func (s *store) throttle(ctx context.Context, pause time.Duration, observed float64, maxPause time.Duration) (bucket, error) {
-	return s.change(ctx, func(b *bucket) bool { return b.throttle(pause, observed, maxPause) })
+func (s *store) throttle(ctx context.Context, pause time.Duration, maxPause time.Duration) (bucket, error) {
+	return s.change(ctx, func(b *bucket) bool { return b.throttle(pause, -1, maxPause) })
+}
+
+func (s *store) refused(ctx context.Context, pause, tokenAge, maxPause time.Duration) (signal bool, b bucket, err error) {
+	b, err = s.change(ctx, func(b *bucket) bool {
+		var cut bool
+		signal, cut = b.refused(pause, tokenAge, maxPause)
+		return cut
+	})
+	return signal, b, err
 }
 
 // endProbe ends the fleet's probing: the API served a request. A pause
@@ -130,7 +206,7 @@ type Status struct {
 	// generous of the workers that leased in the last minute; 0 when the
 	// fleet finds the limit from 429s.
 	Ceiling float64 `json:"ceiling"`
-	// Rate is the rate the fleet sends at now; 0 while unlimited.
+	// Rate is the rate the fleet sends at now; 0 before the first lease.
 	Rate float64 `json:"rate"`
 	// PausedFor is how much longer the fleet waits (a Retry-After, at
 	// most the workers' max pause).
@@ -152,9 +228,11 @@ func (b Status) Describe() string {
 	var s string
 	switch {
 	case b.Rate == 0:
-		s = "unlimited: no limit configured, no 429 met yet"
+		s = "no send yet"
 	case b.Ceiling > 0:
 		s = fmt.Sprintf("%.4g/s of the configured %.4g/s", b.Rate, b.Ceiling)
+	case b.Throttles == 0:
+		s = fmt.Sprintf("%.4g/s and rising: slow start, no limit configured and none met yet", b.Rate)
 	default:
 		s = fmt.Sprintf("%.4g/s, found from 429s", b.Rate)
 	}

@@ -73,7 +73,7 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 
 // WatchBudget registers a collector that reads the fleet's send budgets
 // from the database at scrape time: sendonce_budget_rate{key} (requests per
-// second the fleet sends at; 0 while unlimited), sendonce_budget_ceiling{key}
+// second the fleet sends at; 0 before the first lease), sendonce_budget_ceiling{key}
 // (the configured rate), sendonce_budget_paused_seconds{key} and
 // sendonce_budget_throttles_total{key}. key is the API key's fingerprint,
 // never the key.
@@ -89,7 +89,7 @@ type BudgetReader interface {
 
 var (
 	budgetRateDesc = prometheus.NewDesc(Namespace+"_budget_rate",
-		"Send requests per second the fleet sends at for the API key (0: unlimited, no limit met yet).", []string{"key"}, nil)
+		"Send requests per second the fleet sends at for the API key (0: no lease yet; rising in slow start until a limit is met).", []string{"key"}, nil)
 	budgetCeilingDesc = prometheus.NewDesc(Namespace+"_budget_ceiling",
 		"The configured rate limit in requests per second (0: found from 429s).", []string{"key"}, nil)
 	budgetPausedDesc = prometheus.NewDesc(Namespace+"_budget_paused_seconds",

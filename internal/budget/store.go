@@ -85,23 +85,27 @@ func (s *store) try(ctx context.Context, db querier, tx pgx.Tx, fn func(tx pgx.T
 	var version string
 	var t time.Time
 	var sinceRefill, pausedFor, probeFor, sinceCut, sinceCeiling, sinceRecent float64
-	err := db.QueryRow(ctx, `SELECT xmin::text, t, coalesce(ceiling, 0), coalesce(rate, 0), tokens,
-			greatest(0, extract(epoch FROM t - refilled_at))::float8,
-			greatest(0, extract(epoch FROM paused_until - t))::float8,
-			greatest(0, extract(epoch FROM probe_until - t))::float8,
-			greatest(0, extract(epoch FROM t - decreased_at))::float8,
-			greatest(0, extract(epoch FROM t - ceiling_seen_at))::float8,
-			throttles, recent_requests, recent_refusals,
-			least(3600, greatest(0, extract(epoch FROM t - recent_at)))::float8
-		FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
-		Scan(&version, &t, &b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling,
-			&b.throttles, &b.requests, &b.refusals, &sinceRecent)
+	read := func() error {
+		return db.QueryRow(ctx, `SELECT xmin::text, t, coalesce(ceiling, 0), coalesce(rate, 0), tokens,
+				greatest(0, extract(epoch FROM t - refilled_at))::float8,
+				greatest(0, extract(epoch FROM paused_until - t))::float8,
+				greatest(0, extract(epoch FROM probe_until - t))::float8,
+				greatest(0, extract(epoch FROM t - decreased_at))::float8,
+				greatest(0, extract(epoch FROM t - ceiling_seen_at))::float8,
+				throttles, recent_requests, recent_refusals,
+				least(3600, greatest(0, extract(epoch FROM t - recent_at)))::float8
+			FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
+			Scan(&version, &t, &b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling,
+				&b.throttles, &b.requests, &b.refusals, &sinceRecent)
+	}
+	err := read()
 	if errors.Is(err, pgx.ErrNoRows) {
-		// The key's first worker makes the row.
+		// The key's first worker makes the row (in the same transaction,
+		// when there is one: it must not be rolled back before the read).
 		if _, err := db.Exec(ctx, `INSERT INTO sendonce_rate_budget (key_fingerprint) VALUES ($1) ON CONFLICT DO NOTHING`, s.fp); err != nil {
 			return bucket{}, err
 		}
-		return bucket{}, errChanged
+		err = read()
 	}
 	if err != nil {
 		return bucket{}, err

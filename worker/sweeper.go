@@ -111,6 +111,8 @@ func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, expire, "expire leases", "ended the leases of workers that stopped renewing them; their intents go to other jobs")
 	rescue := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandoned(ctx, s.restartGrace) }
 	s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key")
+	stranded := func(ctx context.Context) (int, error) { return s.jobs.RescueStranded(ctx, s.restartGrace) }
+	s.do(ctx, stranded, "rescue stranded", "gave new jobs to pending intents whose jobs a crashed worker was running; they are sent at once")
 	rescueBatches := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandonedBatches(ctx, s.restartGrace) }
 	s.do(ctx, rescueBatches, "rescue batches", "rescued batches a crashed worker left sending; they are sent again whole, with the same key")
 	if s.sweeps%reconcileEvery == 0 {

@@ -81,6 +81,27 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds())
 }
 
+// RescueStranded gives a new River job to every pending intent whose job a
+// worker instance that is gone was running: the job had not claimed its
+// intent yet (it was waiting for the fleet's budget, backing off, or
+// gathering a batch) when the worker died, so no claim names the dead
+// lease and RescueAbandoned cannot see it, and River's rescuer would take
+// the job for stuck only after RescueAfter. It reads River's running jobs
+// (as many as the fleet has slots) and the River client that ran each last
+// (attempted_by), whose worker's lease has ended. The old job, whenever it
+// runs again, is no longer the intent's job and does nothing. It returns
+// how many it rescued.
+func (o *Scheduler) RescueStranded(ctx context.Context, restartGrace time.Duration) (int, error) {
+	return o.rescheduleAll(ctx, "rescue stranded", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM river_job j
+		JOIN sendonce_outbox o ON o.idempotency_key = j.args->>'key' AND o.job_id = j.id
+		WHERE j.state = 'running' AND j.kind = '`+(sendjob.Args{}).Kind()+`'
+			AND o.state = 'pending' AND o.batch_key IS NULL
+			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
+			AND EXISTS (SELECT 1 FROM sendonce_worker w
+				WHERE w.river_client_id = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.ended_at IS NOT NULL)
+		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds())
+}
+
 // Reconcile gives a new River job to every intent still to be sent
 // (pending or sending) whose job is gone or finished without it: deleted
 // or cancelled in the River UI, discarded after its attempts ran out, or

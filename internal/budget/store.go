@@ -55,11 +55,11 @@ func (s *store) changeTx(ctx context.Context, inTx bool, fn func(tx pgx.Tx, b *b
 		if inTx {
 			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 				var terr error
-				b, terr = s.try(ctx, tx, tx, fn)
+				b, terr = s.try(ctx, tx, tx, false, fn)
 				return terr
 			})
 		} else {
-			b, err = s.try(ctx, s.pool, nil, fn)
+			b, err = s.try(ctx, s.pool, nil, false, fn)
 		}
 		if errors.Is(err, errChanged) {
 			continue // another worker wrote the row since it was read
@@ -79,8 +79,9 @@ type querier interface {
 }
 
 // try is one read, change and conditional write of the row: errChanged
-// when another worker wrote it in between (or made it first).
-func (s *store) try(ctx context.Context, db querier, tx pgx.Tx, fn func(tx pgx.Tx, b *bucket) (bool, error)) (bucket, error) {
+// when another worker wrote it in between (or made it first). made is set
+// when try reads again the row it has just made in tx.
+func (s *store) try(ctx context.Context, db querier, tx pgx.Tx, made bool, fn func(tx pgx.Tx, b *bucket) (bool, error)) (bucket, error) {
 	var b bucket
 	var version string
 	var t time.Time
@@ -100,6 +101,12 @@ func (s *store) try(ctx context.Context, db querier, tx pgx.Tx, fn func(tx pgx.T
 		// The key's first worker makes the row.
 		if _, err := db.Exec(ctx, `INSERT INTO sendonce_rate_budget (key_fingerprint) VALUES ($1) ON CONFLICT DO NOTHING`, s.fp); err != nil {
 			return bucket{}, err
+		}
+		if tx != nil && !made {
+			// In the change's transaction, read it again there: the
+			// rollback errChanged causes would take the row away again,
+			// and no lease would ever find it.
+			return s.try(ctx, db, tx, true, fn)
 		}
 		return bucket{}, errChanged
 	}

@@ -105,7 +105,7 @@ func (s *Coalesced) drain(ctx context.Context, env *Env, bin string) error {
 			return err
 		}
 	}
-	failed, _, err := f.waitSettled(ctx, env, fleet)
+	failed, _, err := f.waitSettled(ctx, env, nil, fleet)
 	elapsed := time.Since(t0)
 	for _, p := range fleet {
 		_ = p.stop()

@@ -18,6 +18,7 @@ import (
 	"github.com/sendonce/sendonce/internal/budget"
 	"github.com/sendonce/sendonce/internal/syncbuf"
 	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/worker"
 )
 
 // RateLimited is scenario 6: a fleet of three `sendonce work` processes
@@ -41,6 +42,7 @@ type RateLimited struct {
 	concurrency int // --concurrency of each
 	limit       int // the fake's limit, requests per second per key
 	cells       []*rateCell
+	riverDB     *Figure  // the River baseline's database CPU per job, µs
 	extra       []string // more `sendonce work` flags for every worker
 	ran         bool
 	built       bool
@@ -62,7 +64,8 @@ type rateCell struct {
 // NewRateLimited returns scenario 6; quick drains 600 intents instead of
 // 3,000. binary is the sendonce binary to run; empty builds ./cmd/sendonce.
 func NewRateLimited(quick bool, binary string) *RateLimited {
-	s := &RateLimited{Binary: binary, n: 3_000, workers: 3, concurrency: 10, limit: 20}
+	s := &RateLimited{Binary: binary, n: 3_000, workers: 3, concurrency: 10, limit: 20,
+		riverDB: &Figure{Name: "River + limiter DB CPU/job", Unit: Micros}}
 	if quick {
 		s.n = 600
 	}
@@ -101,7 +104,7 @@ func NewRateLimited(quick bool, binary string) *RateLimited {
 			Baseline:     fmt.Sprintf("budget (%d × span + %d)", s.limit, s.limit),
 			BaselineUnit: Count,
 			RatioUnit:    Percent,
-			Also:         []*Figure{cell.requests, cell.refused, cell.span, cell.failed, cell.duplicates, cell.dbPerIntent, cell.dbPerSecond},
+			Also:         []*Figure{cell.requests, cell.refused, cell.span, cell.failed, cell.duplicates, cell.dbPerIntent, cell.dbPerSecond, s.riverDB},
 			Goal:         Goal{Text: c.goal, Check: All(checks...)},
 		}
 		s.cells = append(s.cells, cell)
@@ -141,6 +144,21 @@ func (s *RateLimited) Run(ctx context.Context, env *Env) error {
 			env.Logf("ratelimit %s: %v", c.name, err)
 			c.row.Err = err
 		}
+	}
+	// What is irreducible: the same work as plain River jobs paced in
+	// memory. A failure leaves the figure out, not the rows.
+	us, err := s.riverBaseline(ctx, env)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		env.Logf("ratelimit river baseline: %v", err)
+		return nil
+	}
+	env.Logf("ratelimit river baseline: %s jobs, %d River clients of %d, one in-memory limiter at %d/s: database CPU per job %s",
+		Thousands(float64(s.n)), s.workers, s.concurrency, s.limit, Micros.Format(us))
+	if us > 0 {
+		s.riverDB.Value.Add(us)
 	}
 	return nil
 }
@@ -193,6 +211,7 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 		return err
 	}
 
+	pgss := env.resetStatements(ctx)
 	cpu0, t0 := env.ReadCPU(), time.Now()
 	fleet := make([]*workProc, s.workers)
 	defer func() {
@@ -207,11 +226,14 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 			return err
 		}
 	}
-	failed, rates, waitErr := s.waitSettled(ctx, env, fleet)
+	failed, rates, waitErr := s.waitSettled(ctx, env, srv, fleet)
 	// The database's CPU is read before the workers stop: their backends
 	// end with them, and an ended backend's time can no longer be read.
 	cpu := env.ReadCPU().Sub(cpu0)
 	elapsed := time.Since(t0)
+	if pgss {
+		env.Logf("ratelimit %s: per intent, %s", c.name, env.topStatements(ctx, 25, float64(s.n)))
+	}
 	var workersCPU time.Duration
 	for i, p := range fleet {
 		if err := p.stop(); err != nil {
@@ -344,21 +366,27 @@ func (s *RateLimited) checkLedger(ctx context.Context, env *Env, srv *fakeapi.Se
 	return l, nil
 }
 
-// rateSampleEvery is how often waitSettled reads the fleet's budget.
-const rateSampleEvery = 10 * time.Second
+// rateSampleEvery is how often waitSettled reads the fleet's budget, and
+// settleCountEvery how often it counts the outbox before the fake has
+// delivered every intent.
+const (
+	rateSampleEvery  = 10 * time.Second
+	settleCountEvery = 5 * time.Second
+)
 
 // waitSettled waits until every intent is sent or failed and returns how
 // many failed, with the fleet's budget read every rateSampleEvery ("11.0
 // (9)": the rate, then the 429s that cut it so far) so that the progress
 // output shows how the rate moved. It gives up when a worker exits or
 // after four times the time the limit allows for the backlog.
-func (s *RateLimited) waitSettled(ctx context.Context, env *Env, fleet []*workProc) (failed int, rates []string, err error) {
+func (s *RateLimited) waitSettled(ctx context.Context, env *Env, srv *fakeapi.Server, fleet []*workProc) (failed int, rates []string, err error) {
 	limit := time.Duration(4*s.n/s.limit)*time.Second + time.Minute
 	deadline := time.After(limit)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	sample := time.NewTicker(rateSampleEvery)
 	defer sample.Stop()
+	counted := time.Now()
 	for {
 		select {
 		case <-deadline:
@@ -378,6 +406,14 @@ func (s *RateLimited) waitSettled(ctx context.Context, env *Env, fleet []*workPr
 			default:
 			}
 		}
+		// The outbox is counted (a scan of every intent, which the row's
+		// database CPU would include) only once the fake has delivered
+		// them all, or every settleCountEvery to see intents that failed
+		// (srv nil: every tick).
+		if srv != nil && len(srv.Deliveries()) < s.n && time.Since(counted) < settleCountEvery {
+			continue
+		}
+		counted = time.Now()
 		var sent int
 		err := env.Admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = $1), count(*) FILTER (WHERE state = $2)
 			FROM sendonce_outbox`, string(outbox.StateSent), string(outbox.StateFailed)).Scan(&sent, &failed)
@@ -585,9 +621,16 @@ func (s *RateLimited) Notes() []string {
 		"workers' own from their rusage, start-up included): configured %s; discovered %s. Three workers spend most "+
 		"of the span waiting for the budget: a lease that finds the bucket empty takes the next tokens due and the "+
 		"worker sleeps until they are (issue 23: 5.5 ms of database CPU per intent when they polled the row). DB CPU/s "+
-		"is the database's CPU over the drain's wall-clock time.",
+		"is the database's CPU over the drain's wall-clock time. The harness counts the outbox (a scan of every intent) only "+
+		"once the fake has delivered every intent, or every 5 s, so its own polling is not in the figure. River + limiter "+
+		"DB CPU/job is the same work without sendonce, measured once after both rows: %s River jobs on %d River clients "+
+		"of MaxWorkers %d (each its own pool, FetchCooldown %s), whose worker waits for one in-memory limiter at %d/s "+
+		"and calls the same client against the same fake: the database cost of River's fetch and completion alone, "+
+		"what no outbox can go below. With `pg_stat_statements` loaded in the server, the progress output lists the "+
+		"statements of each row with their calls per intent.",
 		s.limit, Thousands(float64(s.n/s.limit)), Thousands(float64(s.n)), s.workers, s.concurrency,
-		s.limit, s.limit, s.limit, s.limit, s.limit, cpu(s.cells[0]), cpu(s.cells[1]))}
+		s.limit, s.limit, s.limit, s.limit, s.limit, cpu(s.cells[0]), cpu(s.cells[1]),
+		Thousands(float64(s.n)), s.workers, s.concurrency, worker.DefaultFetchCooldown, s.limit)}
 }
 
 // Close removes the built binary.

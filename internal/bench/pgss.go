@@ -1,0 +1,53 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// statements is an opt-in diagnostic: when the server has
+// pg_stat_statements loaded (shared_preload_libraries), resetStatements
+// clears its counters and topStatements renders the statements of the
+// benchmark database that took the most time since, with calls per unit
+// of work, so a row's database CPU can be traced to its statements. On a
+// server without it both do nothing.
+func (e *Env) resetStatements(ctx context.Context) bool {
+	if _, err := e.Admin.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return false
+	}
+	_, err := e.Admin.Exec(ctx, "SELECT pg_stat_statements_reset()")
+	return err == nil
+}
+
+// topStatements renders the n statements of the benchmark database with
+// the most total execution time since resetStatements: total ms, calls
+// per unit (per intent, say), mean µs and the statement's first words.
+func (e *Env) topStatements(ctx context.Context, n int, units float64) string {
+	rows, err := e.Admin.Query(ctx, `SELECT total_exec_time, calls, query FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY total_exec_time DESC LIMIT $1`, n)
+	if err != nil {
+		return "pg_stat_statements not readable: " + err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	var total float64
+	var calls int64
+	for rows.Next() {
+		var ms float64
+		var c int64
+		var q string
+		if err := rows.Scan(&ms, &c, &q); err != nil {
+			return err.Error()
+		}
+		total += ms
+		calls += c
+		q = strings.Join(strings.Fields(q), " ")
+		if len(q) > 140 {
+			q = q[:140] + "…"
+		}
+		fmt.Fprintf(&b, "\n  %9.1f ms %8d calls %6.2f/unit %8.1f µs  %s", ms, c, float64(c)/units, 1000*ms/float64(max(c, 1)), q)
+	}
+	return fmt.Sprintf("top %d statements: %.1f ms, %d calls (%.2f per unit):%s", n, total, calls, float64(calls)/units, b.String())
+}

@@ -298,3 +298,55 @@ func TestWorkers(t *testing.T) {
 		t.Errorf("an ended lease listed first: %+v", ws[0])
 	}
 }
+
+// A worker that dies while its jobs wait before their claim (for the
+// fleet's budget, in a backoff) leaves their intents pending under River
+// jobs still running; once its lease is ended, RescueStranded gives those
+// intents new jobs. A live worker's running jobs, and pending intents no
+// job runs, are left alone.
+func TestRescueStranded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, jobs := setup(t, "str:dead", "str:live", "str:idle")
+	lease := func(name string) sendstate.Lease {
+		l, err := sendstate.TakeLease(ctx, pool, sendstate.Lease{}, sendstate.Holder{Host: name, PID: 1, RiverClientID: "client-" + name}, sendstate.DefaultLease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	dead, _ := lease("dead"), lease("live")
+	for _, name := range []string{"dead", "live"} {
+		pgtest.Exec(t, pool, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = ARRAY[$2]
+			WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = $1)`, "str:"+name, "client-"+name)
+	}
+	jobOf := func(key string) int64 {
+		return outboxtest.Value[int64](t, pool, `SELECT job_id FROM sendonce_outbox WHERE idempotency_key = $1`, key)
+	}
+	before := map[string]int64{"str:dead": jobOf("str:dead"), "str:live": jobOf("str:live"), "str:idle": jobOf("str:idle")}
+
+	if n, err := jobs.RescueStranded(ctx, 0); err != nil || n != 0 {
+		t.Fatalf("RescueStranded while every lease is held = %d, %v; want 0", n, err)
+	}
+	lapse(t, pool, dead)
+	if n, err := jobs.ExpireLeases(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("ExpireLeases = %d, %v; want 1", n, err)
+	}
+	if n, err := jobs.RescueStranded(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("RescueStranded after the lease ended = %d, %v; want 1", n, err)
+	}
+	if j := jobOf("str:dead"); j == before["str:dead"] {
+		t.Errorf("str:dead kept job %d, want a new one", j)
+	}
+	for _, k := range []string{"str:live", "str:idle"} {
+		if j := jobOf(k); j != before[k] {
+			t.Errorf("%s moved from job %d to %d, want it left alone", k, before[k], j)
+		}
+	}
+	if s := outboxtest.Value[string](t, pool, `SELECT state FROM sendonce_outbox WHERE idempotency_key = 'str:dead'`); s != "pending" {
+		t.Errorf("str:dead is %s, want pending", s)
+	}
+	if n, err := jobs.RescueStranded(ctx, 0); err != nil || n != 0 {
+		t.Errorf("RescueStranded again = %d, %v; want 0 (the new job is not running)", n, err)
+	}
+}

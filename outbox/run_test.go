@@ -155,32 +155,3 @@ func TestRescheduleRun(t *testing.T) {
 		t.Fatalf("%d members' jobs held until %s, want 2", got, at)
 	}
 }
-
-func TestParseSpec(t *testing.T) {
-	berlin, _ := time.LoadLocation("Europe/Berlin")
-	from := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) // a Tuesday
-	for _, c := range []struct {
-		spec string
-		want time.Time
-	}{
-		{"0 8 * * MON Europe/Berlin", time.Date(2026, 12, 7, 8, 0, 0, 0, berlin)},
-		{"0 8 * * MON", time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)},
-		{"0 8 * * MON-FRI UTC", time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)},
-		{"* * * * * *", from.Add(time.Second)},
-		{"@hourly", from.Add(time.Hour)},
-	} {
-		s, err := outbox.ParseSpec(c.spec)
-		if err != nil {
-			t.Errorf("%q: %v", c.spec, err)
-			continue
-		}
-		if got := s.Next(from); !got.Equal(c.want) {
-			t.Errorf("%q: next %s, want %s", c.spec, got, c.want)
-		}
-	}
-	for _, bad := range []string{"", "0 8 * *", "0 8 * * MON Mars/Olympus", "61 * * * *"} {
-		if _, err := outbox.ParseSpec(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/internal/cronspec"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -19,7 +20,7 @@ type Occurrence struct {
 	// Schedule is the schedule's name.
 	Schedule string
 	// RunKey is the key of the run the occurrence creates: the schedule's
-	// name and At in UTC (outbox.OccurrenceRunKey). Derive the members'
+	// name and At in UTC (cronspec.RunKey). Derive the members'
 	// keys from it.
 	RunKey string
 	// At is when the occurrence fell due.
@@ -179,7 +180,7 @@ func (t *ticker) recordApart(ctx context.Context, s due, now time.Time, cause er
 // or the policy skips it, and returns the run's key, the next occurrence
 // after now and whether the run was created.
 func (t *ticker) occur(ctx context.Context, tx pgx.Tx, s due, now time.Time) (runKey string, next time.Time, made bool, err error) {
-	sched, err := outbox.ParseSpec(s.spec)
+	sched, err := cronspec.Parse(s.spec)
 	if err != nil {
 		return "", time.Time{}, false, err
 	}
@@ -197,8 +198,8 @@ func (t *ticker) occur(ctx context.Context, tx pgx.Tx, s due, now time.Time) (ru
 		// Stored next_at would be the zero time, due for ever: a hot loop.
 		return "", time.Time{}, false, fmt.Errorf("spec %q has no occurrence after %s", s.spec, now.UTC().Format(time.RFC3339))
 	}
-	runKey = outbox.OccurrenceRunKey(s.name, at)
-	if s.missed == outbox.MissedLate || now.Sub(at) < outbox.MissedGrace {
+	runKey = cronspec.RunKey(s.name, at)
+	if s.missed == outbox.MissedLate || now.Sub(at) < cronspec.MissedGrace {
 		if made, err = t.create(ctx, tx, s.name, s.producer, s.statement, Occurrence{Schedule: s.name, RunKey: runKey, At: at}); err != nil {
 			return "", time.Time{}, false, fmt.Errorf("occurrence %s: %w", at.UTC().Format(time.RFC3339), err)
 		}

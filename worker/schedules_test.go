@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sendonce/sendonce/internal/cronspec"
 	"github.com/sendonce/sendonce/internal/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
@@ -64,7 +65,7 @@ func TestTickMissedOccurrences(t *testing.T) {
 			}
 			latest := time.Date(time.Now().UTC().Year(), 1, 1, 0, 0, 0, 0, time.UTC)
 			switch {
-			case missed == outbox.MissedLate && (len(runs) != 1 || runs[0].Key != outbox.OccurrenceRunKey("newyear", latest) || runs[0].Total != 3):
+			case missed == outbox.MissedLate && (len(runs) != 1 || runs[0].Key != cronspec.RunKey("newyear", latest) || runs[0].Total != 3):
 				t.Fatalf("late: runs %+v, want one run of the latest occurrence (%s) with 3 members", runs, latest)
 			case missed == outbox.MissedSkip && len(runs) != 0:
 				t.Fatalf("skip: runs %+v, want none", runs)
@@ -142,7 +143,7 @@ func TestTickAcrossDST(t *testing.T) {
 	if _, err := ob.SaveSchedule(ctx, outbox.Schedule{Name: "nightly", Spec: spec, Statement: digestSQL}); err != nil {
 		t.Fatal(err)
 	}
-	sched, err := outbox.ParseSpec(spec)
+	sched, err := cronspec.Parse(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sendonce/sendonce/internal/cronspec"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -278,7 +279,7 @@ func (a *app) scheduleCommand() *cobra.Command {
 				}
 				s.Statement = string(b)
 			}
-			if _, err := outbox.ParseSpec(spec); err != nil {
+			if _, err := cronspec.Parse(spec); err != nil {
 				return usagef("--spec: %v", err)
 			}
 			saved, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) (*outbox.Schedule, error) {

@@ -1,4 +1,4 @@
-package outbox_test
+package cronspec_test
 
 import (
 	"slices"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/internal/cronspec"
 )
 
 // occurrences lists a schedule's occurrences in [from, to), in UTC.
@@ -90,7 +90,7 @@ func TestOccurrencesAcrossDST(t *testing.T) {
 			[]string{"2026-10-02T15:00:00Z", "2026-10-03T15:00:00Z", "2026-10-04T14:30:00Z"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := outbox.ParseSpec(c.spec)
+			s, err := cronspec.Parse(c.spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func TestNextFromInsideTheRepeatedHour(t *testing.T) {
 		{"30 2 * * * Europe/Berlin", "2026-03-29T00:59:59Z", "2026-03-29T01:00:00Z"},
 		{"30 2 * * * Europe/Berlin", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"},
 	} {
-		s, err := outbox.ParseSpec(c.spec)
+		s, err := cronspec.Parse(c.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func TestOccurrencesOffTheChangesAreAsBefore(t *testing.T) {
 		{"15 1,2,3 * * *", "America/New_York"}, {"45 1 * * *", "Australia/Lord_Howe"},
 		{"0 7 1 * *", "UTC"}, {"*/10 * * * *", "UTC"}, {"@daily", "Europe/Berlin"},
 	} {
-		ours, err := outbox.ParseSpec(spec.cron + " " + spec.zone)
+		ours, err := cronspec.Parse(spec.cron + " " + spec.zone)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,6 +174,35 @@ func TestOccurrencesOffTheChangesAreAsBefore(t *testing.T) {
 		got, want := offChange(occurrences(t, ours, from, to)), offChange(occurrences(t, theirs, from, to))
 		if !slices.Equal(got, want) {
 			t.Errorf("%s %s: %d occurrences off the changes, want %d as before", spec.cron, spec.zone, len(got), len(want))
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	from := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) // a Tuesday
+	for _, c := range []struct {
+		spec string
+		want time.Time
+	}{
+		{"0 8 * * MON Europe/Berlin", time.Date(2026, 12, 7, 8, 0, 0, 0, berlin)},
+		{"0 8 * * MON", time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)},
+		{"0 8 * * MON-FRI UTC", time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)},
+		{"* * * * * *", from.Add(time.Second)},
+		{"@hourly", from.Add(time.Hour)},
+	} {
+		s, err := cronspec.Parse(c.spec)
+		if err != nil {
+			t.Errorf("%q: %v", c.spec, err)
+			continue
+		}
+		if got := s.Next(from); !got.Equal(c.want) {
+			t.Errorf("%q: next %s, want %s", c.spec, got, c.want)
+		}
+	}
+	for _, bad := range []string{"", "0 8 * *", "0 8 * * MON Mars/Olympus", "61 * * * *"} {
+		if _, err := cronspec.Parse(bad); err == nil {
+			t.Errorf("%q parsed", bad)
 		}
 	}
 }

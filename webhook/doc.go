@@ -16,8 +16,8 @@
 //
 // An event about a message whose send is not recorded yet (it can arrive
 // before the worker records the API's answer) is stored unmatched and
-// applied by MatchPending, which the workers' sweeper runs every second,
-// once the intent has that message id. Every change
+// applied by the workers' sweeper (every second) once the intent has that
+// message id. Every change
 // of an intent's delivery status is announced with
 // pg_notify('sendonce_delivery', '{"key": "<idempotency key>", "status":
 // "<status>"}') at commit: an application can LISTEN sendonce_delivery to

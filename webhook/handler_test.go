@@ -109,7 +109,7 @@ func (e *env) send(key, messageID string) {
 	if _, err := sendstate.MarkSent(context.Background(), e.pool, sendstate.Sent{Key: key, MessageID: messageID}); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := webhook.MatchPending(context.Background(), e.pool); err != nil {
+	if _, err := sendstate.MatchEvents(context.Background(), e.pool); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -429,7 +429,7 @@ func permutations(n int) [][]int {
 }
 
 // An event racing the record of its send is matched, whichever commits
-// first: at once, or by the sweeper's next MatchPending.
+// first: at once, or by the sweeper's next match of pending events.
 func TestRaceWithSend(t *testing.T) {
 	e := newEnv(t)
 	const n = 40
@@ -450,7 +450,7 @@ func TestRaceWithSend(t *testing.T) {
 	}
 	<-done
 	// What raced is matched by the sweeper's next pass.
-	if _, err := webhook.MatchPending(context.Background(), e.pool); err != nil {
+	if _, err := sendstate.MatchEvents(context.Background(), e.pool); err != nil {
 		t.Fatal(err)
 	}
 	if got := outboxtest.Value[int](t, e.pool, `SELECT count(*) FROM sendonce_outbox WHERE delivery_status = 'delivered'`); got != n {

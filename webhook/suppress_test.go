@@ -51,7 +51,7 @@ func TestEventsKeepTheSuppressionList(t *testing.T) {
 	if got := e.suppressions(); got != "bo@example.com bounced webhook d1" {
 		t.Fatalf("after the bounces: %q", got)
 	}
-	e.send("invoice:c", "em_c") // the sweeper's MatchPending matches it
+	e.send("invoice:c", "em_c") // the sweeper's sendstate.MatchEvents matches it
 	if got := e.suppressions(); got != "ada@example.com complained webhook d3; bo@example.com bounced webhook d1" {
 		t.Fatalf("after the complaint matched: %q", got)
 	}

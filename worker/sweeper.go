@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/sendstate"
-	"github.com/sendonce/sendonce/webhook"
 )
 
 // sweeper gives River jobs to rows inserted by plain SQL. It listens on the
@@ -104,7 +103,7 @@ func (s *sweeper) poll(ctx context.Context) {
 
 func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
-	matchEvents := func(ctx context.Context) (int, error) { return webhook.MatchPending(ctx, s.pool) }
+	matchEvents := func(ctx context.Context) (int, error) { return sendstate.MatchEvents(ctx, s.pool) }
 	s.do(ctx, matchEvents, "match events", "applied delivery events that came before their send was recorded")
 	s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
 	expire := func(ctx context.Context) (int, error) { return s.jobs.ExpireLeases(ctx, s.restartGrace) }

@@ -1,0 +1,22 @@
+package sendstate
+
+import (
+	"context"
+	"fmt"
+)
+
+// matchBatch bounds the events one MatchEvents call matches.
+const matchBatch = 1000
+
+// MatchEvents matches the stored delivery events that came before their
+// send was recorded (the API's webhook can beat the worker's record of the
+// answer) to their intents, and applies their statuses; it returns how many
+// it matched. The workers' sweeper calls it every second; with no unmatched
+// event it reads one empty index page.
+func MatchEvents(ctx context.Context, db DB) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, `SELECT sendonce_events_match_pending($1)`, matchBatch).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sendstate: match pending events: %w", err)
+	}
+	return n, nil
+}

@@ -2,13 +2,13 @@ package client
 
 import "net/http"
 
-// repeatableCalls holds the retry contract's verdict (retry-contract.md §2)
+// repeatableCalls holds the retry contract's verdict (its table, copied
+// verbatim in testdata/retry-contract-table.md)
 // for each write this package makes. true means a second identical request
 // cannot mean anything other than the first, so the client may retry it.
 // Reads (GET) are not listed: every GET is retried.
 //
-// TestRepeatableCallsMatchContract holds these entries against a verbatim
-// copy of the contract's table in testdata/.
+// TestRepeatableCallsMatchContract holds these entries against that copy.
 var repeatableCalls = map[string]bool{
 	// The idempotency key turns a repeat into a replay.
 	"emails.send":       true,

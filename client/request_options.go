@@ -42,7 +42,7 @@ func WithIdempotencyKey(key string) RequestOption {
 
 // Repeatable marks a raw request (Client.Do) as safe to send again, so a
 // non-GET is retried like a GET. Use it only when the retry contract's
-// table (retry-contract.md §2) says the call is retried: a second identical
+// table (client/testdata/retry-contract-table.md) says the call is retried: a second identical
 // request cannot mean anything other than the first. The wrapped calls
 // (c.Emails.Send and the rest) ignore it: their verdict is the contract's.
 func Repeatable() RequestOption {

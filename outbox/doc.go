@@ -3,8 +3,10 @@
 //
 // An application enqueues an intent in the same transaction as the business
 // data that causes it, so the invoice row and its email commit or roll back
-// together. Enqueue inserts the intent's row into sendonce_outbox and its
-// River job (InsertTx) in that transaction; River workers (package worker)
+// together. [Outbox.Enqueue] inserts the intent's row into sendonce_outbox
+// and its River job's row into river_job, in one statement in that
+// transaction (the comment at River's pin in go.mod says what this takes
+// from River's schema); River workers (package worker)
 // send it after commit, exactly once as far as the recipient can tell. The
 // database must be migrated first (migrations.Up, or `sendonce migrate`);
 // on one that is not, Enqueue fails with an error matching
@@ -55,7 +57,7 @@
 // A plain INSERT INTO sendonce_outbox (idempotency_key, kind, payload, ...)
 // works too: a trigger validates the row with the same rules (and refuses a
 // bad one with a message naming the problem) and notifies the workers, whose
-// sweeper gives the row a River job within about a second (see Sweep).
+// sweeper gives the row a River job within about a second.
 //
 // # States
 //

@@ -103,10 +103,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		if err != nil {
 			if ctx.Err() != nil {
 				// The caller's cancellation or deadline: never retried.
-				if !errors.Is(err, ctx.Err()) {
-					err = fmt.Errorf("%w: %w", ctx.Err(), err)
-				}
-				nerr := c.networkError(p.method, p.logURL, err)
+				nerr := c.canceled(ctx, p, err)
 				endAttempt(span, 0, nerr, false, 0)
 				return nil, nerr
 			}
@@ -132,13 +129,11 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		p.o.noteRate(rate)
 
 		if resp.status >= 200 && resp.status <= 299 {
-			if len(bytes.TrimSpace(resp.body)) > 0 && !json.Valid(resp.body) {
-				// The work may have been done; retrying cannot tell.
-				err := unrecognisedSuccess(resp.status, resp.header, resp.body)
-				endAttempt(span, resp.status, err, false, 0)
+			err := checkSuccess(resp)
+			endAttempt(span, resp.status, err, false, 0)
+			if err != nil {
 				return nil, err
 			}
-			endAttempt(span, resp.status, nil, false, 0)
 			return resp, nil
 		}
 
@@ -165,6 +160,24 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 			return nil, c.networkError(p.method, p.logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, apiErr.Error()))
 		}
 	}
+}
+
+// canceled is the error of an attempt cut off by the caller's cancellation
+// or deadline, which always names the context's error.
+func (c *Client) canceled(ctx context.Context, p *prepared, err error) *NetworkError {
+	if !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return c.networkError(p.method, p.logURL, err)
+}
+
+// checkSuccess refuses a 2xx whose body is not JSON: the work may have been
+// done, and retrying cannot tell.
+func checkSuccess(resp *response) error {
+	if len(bytes.TrimSpace(resp.body)) > 0 && !json.Valid(resp.body) {
+		return unrecognisedSuccess(resp.status, resp.header, resp.body)
+	}
+	return nil
 }
 
 // prepare makes r ready to go out: its options applied, its URL resolved

@@ -1,9 +1,11 @@
 package worker
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sendonce/sendonce/client"
@@ -148,6 +150,116 @@ type Config struct {
 	// now, when set (by tests), is the clock the budget counts quotas
 	// by, instead of the database's: a test moves it past midnight.
 	now func() time.Time
+}
+
+// withDefaults is cfg with every zero field that has a default set to it.
+// The Send settings keep their zeros, but for the Logger (SendConfig's own
+// withDefaults fills them), so validate sees what was asked.
+func (cfg *Config) withDefaults() Config {
+	out := *cfg
+	if out.Queue == "" {
+		out.Queue = outbox.DefaultQueue
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.JobTimeout <= 0 {
+		out.JobTimeout = DefaultJobTimeout
+	}
+	if out.RescueAfter <= 0 {
+		out.RescueAfter = out.JobTimeout + time.Minute
+	}
+	if out.Concurrency <= 0 {
+		out.Concurrency = DefaultConcurrency
+	}
+	if out.FetchCooldown <= 0 {
+		out.FetchCooldown = DefaultFetchCooldown
+	}
+	if out.SweepInterval <= 0 {
+		out.SweepInterval = DefaultSweepInterval
+	}
+	if out.RestartGrace <= 0 {
+		out.RestartGrace = sendstate.DefaultRestartGrace
+	}
+	if out.Lease == 0 {
+		out.Lease = DefaultLease
+	}
+	if out.Send.Logger == nil {
+		out.Send.Logger = out.Logger
+	}
+	if out.CoalesceWait == 0 {
+		out.CoalesceWait = DefaultCoalesceWait
+	}
+	if out.RetainKeys == 0 {
+		out.RetainKeys = DefaultRetainKeys
+	}
+	if out.PruneInterval <= 0 {
+		out.PruneInterval = DefaultPruneInterval
+	}
+	if out.TracerProvider == nil {
+		out.TracerProvider = otel.GetTracerProvider()
+	}
+	return out
+}
+
+// validate refuses a Config (with its defaults) that New cannot honour,
+// naming what was wrong.
+func (cfg *Config) validate() error {
+	if cfg.RescueAfter <= cfg.JobTimeout {
+		return fmt.Errorf("worker: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
+	}
+	if err := cfg.Send.validate(); err != nil {
+		return err
+	}
+	if cfg.Lease < 500*time.Millisecond {
+		return fmt.Errorf("worker: lease %s: want 500ms or more (0: the default, %s)", cfg.Lease, DefaultLease)
+	}
+	for _, l := range cfg.RateLimits {
+		if err := l.check(); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+	}
+	if cfg.Coalesce < 0 || cfg.Coalesce > MaxCoalesce {
+		return fmt.Errorf("worker: coalesce %d: want 0 (off) to %d, the API's batch limit", cfg.Coalesce, MaxCoalesce)
+	}
+	if cfg.CoalesceWait < 0 {
+		return fmt.Errorf("worker: coalesce wait %s: want a positive duration", cfg.CoalesceWait)
+	}
+	if cfg.Retain < 0 {
+		return fmt.Errorf("worker: retain %s: want a positive duration, or 0 for off", cfg.Retain)
+	}
+	if cfg.RetainKeys < 0 && cfg.RetainKeys != KeepKeysForever {
+		return fmt.Errorf("worker: retain keys %s: want a positive duration, 0 for the default or KeepKeysForever", cfg.RetainKeys)
+	}
+	for name, p := range cfg.Producers {
+		if p == nil {
+			return fmt.Errorf("worker: producer %q is nil", name)
+		}
+	}
+	return nil
+}
+
+// validate refuses SendConfig settings the worker cannot honour. Zeros
+// are the defaults (withDefaults).
+func (c *SendConfig) validate() error {
+	if c.MaxAttempts > MaxAttempts {
+		return fmt.Errorf("worker: max attempts %d: want at most %d, below the River job's own limit of %d",
+			c.MaxAttempts, MaxAttempts, sendjob.MaxAttempts)
+	}
+	if c.ReplayWindow > outbox.MaxReplayWindow {
+		return fmt.Errorf("worker: replay window %s: want at most %s, the time the API keeps an idempotency key",
+			c.ReplayWindow, outbox.MaxReplayWindow)
+	}
+	switch c.PartlySuppressed {
+	case "", PartlySuppressedSend, PartlySuppressedPark:
+	default:
+		return fmt.Errorf("worker: partly suppressed %q: want %q or %q",
+			c.PartlySuppressed, PartlySuppressedSend, PartlySuppressedPark)
+	}
+	if c.MaxPause < 0 {
+		return fmt.Errorf("worker: max pause %s: want a positive duration (0: the default, %s)", c.MaxPause, DefaultMaxPause)
+	}
+	return nil
 }
 
 // Defaults for SendConfig.

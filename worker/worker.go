@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -14,11 +13,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
-	"go.opentelemetry.io/otel"
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/internal/budget"
-	"github.com/sendonce/sendonce/internal/sendjob"
 	"github.com/sendonce/sendonce/internal/sendstate"
 	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/outbox"
@@ -66,115 +63,52 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: no Config.Client, and none from the environment: %w", err)
 		}
 	}
-	queue := cfg.Queue
-	if queue == "" {
-		queue = outbox.DefaultQueue
+	conf := cfg.withDefaults()
+	if err := conf.validate(); err != nil {
+		return nil, err
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	jobTimeout := cfg.JobTimeout
-	if jobTimeout <= 0 {
-		jobTimeout = DefaultJobTimeout
-	}
-	rescueAfter := cfg.RescueAfter
-	if rescueAfter <= 0 {
-		rescueAfter = jobTimeout + time.Minute
-	}
-	if rescueAfter <= jobTimeout {
-		return nil, fmt.Errorf("worker: rescue-after (%s) must exceed job-timeout (%s)", rescueAfter, jobTimeout)
-	}
-	concurrency := cfg.Concurrency
-	if concurrency <= 0 {
-		concurrency = DefaultConcurrency
-	}
-	cooldown := cfg.FetchCooldown
-	if cooldown <= 0 {
-		cooldown = DefaultFetchCooldown
-	}
-	sweepInterval := cfg.SweepInterval
-	if sweepInterval <= 0 {
-		sweepInterval = DefaultSweepInterval
-	}
-
-	if cfg.Send.MaxAttempts > MaxAttempts {
-		return nil, fmt.Errorf("worker: max attempts %d: want at most %d, below the River job's own limit of %d",
-			cfg.Send.MaxAttempts, MaxAttempts, sendjob.MaxAttempts)
-	}
-	if cfg.Send.ReplayWindow > outbox.MaxReplayWindow {
-		return nil, fmt.Errorf("worker: replay window %s: want at most %s, the time the API keeps an idempotency key",
-			cfg.Send.ReplayWindow, outbox.MaxReplayWindow)
-	}
-	switch cfg.Send.PartlySuppressed {
-	case "", PartlySuppressedSend, PartlySuppressedPark:
-	default:
-		return nil, fmt.Errorf("worker: partly suppressed %q: want %q or %q",
-			cfg.Send.PartlySuppressed, PartlySuppressedSend, PartlySuppressedPark)
-	}
-	restartGrace := cfg.RestartGrace
-	if restartGrace <= 0 {
-		restartGrace = sendstate.DefaultRestartGrace
-	}
-	if cfg.Lease < 0 || (cfg.Lease > 0 && cfg.Lease < 500*time.Millisecond) {
-		return nil, fmt.Errorf("worker: lease %s: want 500ms or more (0: the default, %s)", cfg.Lease, DefaultLease)
-	}
-	lease := cfg.Lease
-	if lease == 0 {
-		lease = DefaultLease
-	}
-	sendCfg := cfg.Send
-	if sendCfg.Logger == nil {
-		sendCfg.Logger = logger
-	}
-	if cfg.Send.MaxPause < 0 {
-		return nil, fmt.Errorf("worker: max pause %s: want a positive duration (0: the default, %s)", cfg.Send.MaxPause, DefaultMaxPause)
-	}
-	for _, l := range cfg.RateLimits {
-		if err := l.check(); err != nil {
-			return nil, fmt.Errorf("worker: %w", err)
-		}
-	}
-	if cfg.Coalesce < 0 || cfg.Coalesce > MaxCoalesce {
-		return nil, fmt.Errorf("worker: coalesce %d: want 0 (off) to %d, the API's batch limit", cfg.Coalesce, MaxCoalesce)
-	}
-	if cfg.CoalesceWait < 0 {
-		return nil, fmt.Errorf("worker: coalesce wait %s: want a positive duration", cfg.CoalesceWait)
-	}
-	coalesceWait := cfg.CoalesceWait
-	if coalesceWait == 0 {
-		coalesceWait = DefaultCoalesceWait
-	}
-	if cfg.Retain < 0 {
-		return nil, fmt.Errorf("worker: retain %s: want a positive duration, or 0 for off", cfg.Retain)
-	}
-	if cfg.RetainKeys < 0 && cfg.RetainKeys != KeepKeysForever {
-		return nil, fmt.Errorf("worker: retain keys %s: want a positive duration, 0 for the default or KeepKeysForever", cfg.RetainKeys)
-	}
-	retainKeys := cfg.RetainKeys
-	switch retainKeys {
-	case 0:
-		retainKeys = DefaultRetainKeys
-	case KeepKeysForever:
-		retainKeys = 0
-	}
-	pruneInterval := cfg.PruneInterval
-	if pruneInterval <= 0 {
-		pruneInterval = DefaultPruneInterval
-	}
-	sendWorker := newSendWorker(pool, c, &sendCfg)
-	tp := cfg.TracerProvider
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	sendWorker.tracer = tp.Tracer(tracerName)
+	logger := conf.Logger
+	sendWorker := newSendWorker(pool, c, &conf.Send)
+	sendWorker.tracer = conf.TracerProvider.Tracer(tracerName)
 	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budget.Config{
-		Rate: budgetRate(cfg.RateLimits), Quotas: budgetQuotas(cfg.RateLimits), QuotaZone: cfg.QuotaZone,
-		MaxPause: sendWorker.cfg.MaxPause, Logger: logger, Now: cfg.now})
+		Rate: budgetRate(conf.RateLimits), Quotas: budgetQuotas(conf.RateLimits), QuotaZone: conf.QuotaZone,
+		MaxPause: sendWorker.cfg.MaxPause, Logger: logger, Now: conf.now})
 	batcher := &sendstate.Batcher{Pool: pool}
+	rc, err := newRiverClient(pool, &conf, sendWorker, batcher)
+	if err != nil {
+		return nil, err
+	}
+	batcher.River = rc
+	jobs := &sendstate.Scheduler{Pool: pool, River: rc, Queue: conf.Queue}
+	ob, err := outbox.New(pool, &outbox.Config{Queue: conf.Queue})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	schedules := &ticker{pool: pool, outbox: ob, producers: conf.Producers, logger: logger}
+	retainKeys := conf.RetainKeys
+	if retainKeys == KeepKeysForever {
+		retainKeys = 0 // sendstate.PruneOptions: zero keeps them
+	}
+	return &Worker{
+		river:        rc,
+		sendWorker:   sendWorker,
+		batcher:      batcher,
+		coalesce:     conf.Coalesce,
+		coalesceWait: conf.CoalesceWait,
+		pool:         pool,
+		sweeper: &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: conf.SweepInterval, logger: logger,
+			restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly},
+		liveness: newLiveness(pool, conf.Lease, logger),
+		pruner: &pruner{pool: pool, interval: conf.PruneInterval, logger: logger,
+			opts: sendstate.PruneOptions{Retain: conf.Retain, RetainKeys: retainKeys}},
+	}, nil
+}
+
+// newRiverClient is the River client that works the send queue, with the
+// send and batch workers registered. The batch worker is always there: a
+// batch frozen by a coalescing worker is sent by any worker of the fleet.
+func newRiverClient(pool *pgxpool.Pool, conf *Config, sendWorker *sendWorker, batcher *sendstate.Batcher) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
-	// The batch worker is always there: a batch frozen by a coalescing
-	// worker is sent by any worker of the fleet.
 	if err := river.AddWorkerSafely(workers, sendWorker); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -182,47 +116,23 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:               map[string]river.QueueConfig{queue: {MaxWorkers: concurrency}},
+		Queues:               map[string]river.QueueConfig{conf.Queue: {MaxWorkers: conf.Concurrency}},
 		Workers:              workers,
-		JobTimeout:           jobTimeout,
-		RescueStuckJobsAfter: rescueAfter,
-		FetchCooldown:        cooldown,
-		FetchPollInterval:    cfg.FetchPollInterval,
-		PollOnly:             cfg.PollOnly,
-		Logger:               logger,
+		JobTimeout:           conf.JobTimeout,
+		RescueStuckJobsAfter: conf.RescueAfter,
+		FetchCooldown:        conf.FetchCooldown,
+		FetchPollInterval:    conf.FetchPollInterval,
+		PollOnly:             conf.PollOnly,
+		Logger:               conf.Logger,
 		// The job's span; the send's span is its child.
 		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
-			TracerProvider: tp, EnableWorkSpanJobKindSuffix: true,
+			TracerProvider: conf.TracerProvider, EnableWorkSpanJobKindSuffix: true,
 		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: river client: %w", err)
 	}
-	batcher.River = rc
-	jobs := &sendstate.Scheduler{Pool: pool, River: rc, Queue: queue}
-	ob, err := outbox.New(pool, &outbox.Config{Queue: queue})
-	if err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
-	}
-	for name, p := range cfg.Producers {
-		if p == nil {
-			return nil, fmt.Errorf("worker: producer %q is nil", name)
-		}
-	}
-	schedules := &ticker{pool: pool, outbox: ob, producers: cfg.Producers, logger: logger}
-	return &Worker{
-		river:        rc,
-		sendWorker:   sendWorker,
-		batcher:      batcher,
-		coalesce:     cfg.Coalesce,
-		coalesceWait: coalesceWait,
-		pool:         pool,
-		sweeper: &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: sweepInterval, logger: logger,
-			restartGrace: restartGrace, pollOnly: cfg.PollOnly},
-		liveness: newLiveness(pool, lease, logger),
-		pruner: &pruner{pool: pool, interval: pruneInterval, logger: logger,
-			opts: sendstate.PruneOptions{Retain: cfg.Retain, RetainKeys: retainKeys}},
-	}, nil
+	return rc, nil
 }
 
 // newCheckTimeout bounds New's look at the migration versions (New has no

@@ -169,6 +169,10 @@ type workOptions struct {
 // workCommand declares `sendonce work`. Its cobra.Command literal is alike
 // in shape to enqueue's on purpose: each command declares its own help and
 // flags, and they share no logic.
+//
+// It is long because it is the command's flag list, each flag with its help
+// and its environment variable, in the one place --help and the README's
+// table are read from; splitting the list would only scatter it.
 func (a *app) workCommand() *cobra.Command {
 	o := &workOptions{}
 	cmd := &cobra.Command{

@@ -34,6 +34,7 @@ const regenerate = "go run ./internal/cmd/withpg -- go test ./migrations -run Te
 // table left out), so a reader finds each function's current body in one
 // place. With -update it writes the file.
 func TestSchemaFile(t *testing.T) {
+	t.Parallel()
 	got := dumpSchema(t, pgtest.NewDBURL(t))
 	if *update {
 		if err := os.WriteFile(schemaFile, got, 0o644); err != nil {

@@ -152,6 +152,13 @@ type Config struct {
 	now func() time.Time
 }
 
+// orDefault sets *v to d when it is zero or negative: unset.
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
 // withDefaults is cfg with every zero field that has a default set to it.
 // The Send settings keep their zeros, but for the Logger (SendConfig's own
 // withDefaults fills them), so validate sees what was asked.
@@ -163,24 +170,12 @@ func (cfg *Config) withDefaults() Config {
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
-	if out.JobTimeout <= 0 {
-		out.JobTimeout = DefaultJobTimeout
-	}
-	if out.RescueAfter <= 0 {
-		out.RescueAfter = out.JobTimeout + time.Minute
-	}
-	if out.Concurrency <= 0 {
-		out.Concurrency = DefaultConcurrency
-	}
-	if out.FetchCooldown <= 0 {
-		out.FetchCooldown = DefaultFetchCooldown
-	}
-	if out.SweepInterval <= 0 {
-		out.SweepInterval = DefaultSweepInterval
-	}
-	if out.RestartGrace <= 0 {
-		out.RestartGrace = sendstate.DefaultRestartGrace
-	}
+	orDefault(&out.JobTimeout, DefaultJobTimeout)
+	orDefault(&out.RescueAfter, out.JobTimeout+time.Minute)
+	orDefault(&out.Concurrency, DefaultConcurrency)
+	orDefault(&out.FetchCooldown, DefaultFetchCooldown)
+	orDefault(&out.SweepInterval, DefaultSweepInterval)
+	orDefault(&out.RestartGrace, sendstate.DefaultRestartGrace)
 	if out.Lease == 0 {
 		out.Lease = DefaultLease
 	}
@@ -193,9 +188,7 @@ func (cfg *Config) withDefaults() Config {
 	if out.RetainKeys == 0 {
 		out.RetainKeys = DefaultRetainKeys
 	}
-	if out.PruneInterval <= 0 {
-		out.PruneInterval = DefaultPruneInterval
-	}
+	orDefault(&out.PruneInterval, DefaultPruneInterval)
 	if out.TracerProvider == nil {
 		out.TracerProvider = otel.GetTracerProvider()
 	}
@@ -326,29 +319,15 @@ type SendConfig struct {
 
 func (c *SendConfig) withDefaults() SendConfig {
 	out := *c
-	if out.ReplayWindow <= 0 {
-		out.ReplayWindow = DefaultReplayWindow
-	}
+	orDefault(&out.ReplayWindow, DefaultReplayWindow)
 	out.ReplayWindow = min(out.ReplayWindow, outbox.MaxReplayWindow)
-	if out.MaxAttempts <= 0 {
-		out.MaxAttempts = DefaultMaxAttempts
-	}
+	orDefault(&out.MaxAttempts, DefaultMaxAttempts)
 	out.MaxAttempts = min(out.MaxAttempts, MaxAttempts)
-	if out.MaxSnoozes <= 0 {
-		out.MaxSnoozes = DefaultMaxSnoozes
-	}
-	if out.RateLimitWait <= 0 {
-		out.RateLimitWait = DefaultRateLimitWait
-	}
-	if out.MaxPause <= 0 {
-		out.MaxPause = DefaultMaxPause
-	}
-	if out.RetryBase <= 0 {
-		out.RetryBase = DefaultRetryBase
-	}
-	if out.RetryMax <= 0 {
-		out.RetryMax = DefaultRetryMax
-	}
+	orDefault(&out.MaxSnoozes, DefaultMaxSnoozes)
+	orDefault(&out.RateLimitWait, DefaultRateLimitWait)
+	orDefault(&out.MaxPause, DefaultMaxPause)
+	orDefault(&out.RetryBase, DefaultRetryBase)
+	orDefault(&out.RetryMax, DefaultRetryMax)
 	if out.Observer == nil {
 		out.Observer = nopObserver{}
 	}

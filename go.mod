@@ -10,6 +10,14 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.25.0
+	// River is pinned: enqueue writes river_job rows itself (River v0.51's
+	// insert columns, river_job_id_seq, river_job_state) and sends River's
+	// internal "<schema>.river_insert" notification; the sweeps read
+	// river_job (attempted_by for RescueStranded, state) and river_leader.
+	// The tests that break on an upgrade are listed in README.md, "Upgrading
+	// River" (TestEnqueuedJobsAreRiversJobs, TestEnqueuedJobsAreWorkedByRiver,
+	// TestRescueStranded, ...): run them before moving river, riverpgxv5,
+	// rivertype or riverui.
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2

@@ -24,18 +24,6 @@ import (
 // memory.
 const maxResponseBody = 32 << 20
 
-// retryStatuses are the statuses after which a repeatable call is retried.
-// 429 is among them only when it carries a Retry-After (this API sends none,
-// so in practice a rate limit is raised at once).
-var retryStatuses = map[int]bool{
-	http.StatusRequestTimeout:      true,
-	http.StatusTooManyRequests:     true,
-	http.StatusInternalServerError: true,
-	http.StatusBadGateway:          true,
-	http.StatusServiceUnavailable:  true,
-	http.StatusGatewayTimeout:      true,
-}
-
 // request is one call as the transport sees it.
 type request struct {
 	// call is the contract's name for the call ("emails.send"), which
@@ -76,9 +64,125 @@ func (c *Client) do(ctx context.Context, r *request, out any) error {
 	return nil
 }
 
-// roundTrip sends r, retrying as the contract allows, and returns the final
-// 2xx response or the error that ended the call.
+// prepared is a call made ready to go out: resolved, encoded, with its
+// headers and key, the same for every attempt.
+type prepared struct {
+	o          *requestOptions
+	label      string
+	method     string
+	u          *url.URL
+	logURL     string // never the query
+	body       []byte
+	header     http.Header
+	idemKey    string
+	repeatable bool
+	log        *slog.Logger
+}
+
+// roundTrip sends r, retrying as the contract allows (shouldRetry decides),
+// and returns the final 2xx response or the error that ended the call.
 func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
+	p, err := c.prepare(r)
+	if err != nil {
+		return nil, err
+	}
+	// unsure is set once an attempt of this call ended without a known
+	// outcome (a network failure after the connection was made, a 5xx): a
+	// refusal of a later attempt then says nothing of that one, which may
+	// have been delivered (APIError.Uncertain).
+	unsure := false
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, c.networkError(p.method, p.logURL, err)
+		}
+		p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: attempt", slog.Int("attempt", attempt+1), slog.Bool("repeatable", p.repeatable))
+		started := time.Now()
+
+		actx, span := startAttempt(ctx, p.label, p.method, p.u, p.idemKey, attempt)
+		resp, err := c.attempt(actx, p.method, p.u.String(), p.body, p.header)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The caller's cancellation or deadline: never retried.
+				nerr := c.canceled(ctx, p, err)
+				endAttempt(span, 0, nerr, false, 0)
+				return nil, nerr
+			}
+			nerr := c.networkError(p.method, p.logURL, err)
+			v := shouldRetry(networkFailure, noRetryAfter, attempt, c.cfg.maxRetries, p.repeatable)
+			if !v.retry {
+				endAttempt(span, 0, nerr, false, 0)
+				p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, giving up", slog.Int("attempt", attempt+1), slog.String("error", nerr.Error()))
+				return nil, nerr
+			}
+			unsure = unsure || !neverSent(err)
+			wait := backoff(attempt + 1)
+			endAttempt(span, 0, nerr, true, wait)
+			p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, retrying", slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.String("error", nerr.Error()))
+			if err := c.wait(ctx, wait); err != nil {
+				return nil, c.networkError(p.method, p.logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, nerr.Error()))
+			}
+			continue
+		}
+
+		p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: response", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("elapsed", time.Since(started)))
+		rate := parseRateInfo(resp.header, c.cfg.now())
+		p.o.noteRate(rate)
+
+		if resp.status >= 200 && resp.status <= 299 {
+			err := checkSuccess(resp)
+			endAttempt(span, resp.status, err, false, 0)
+			if err != nil {
+				return nil, err
+			}
+			return resp, nil
+		}
+
+		retryAfter, hasWait := retryAfterFrom(resp.header, c.cfg.now())
+		apiErr := c.redactAPIError(parseAPIError(resp.status, resp.header, resp.body, retryAfter))
+		apiErr.Uncertain = unsure
+		apiErr.RateLimit = rate
+		if !hasWait {
+			retryAfter = noRetryAfter
+		}
+		v := shouldRetry(resp.status, retryAfter, attempt, c.cfg.maxRetries, p.repeatable)
+		if !v.retry {
+			endAttempt(span, resp.status, apiErr, false, 0)
+			return nil, apiErr
+		}
+		wait := v.wait
+		if v.backoff {
+			wait = backoff(attempt + 1)
+		}
+		unsure = unsure || resp.status >= 500
+		endAttempt(span, resp.status, apiErr, true, wait)
+		p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: retrying", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("wait", wait), slog.Bool("retry_after", hasWait))
+		if err := c.wait(ctx, wait); err != nil {
+			return nil, c.networkError(p.method, p.logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, apiErr.Error()))
+		}
+	}
+}
+
+// canceled is the error of an attempt cut off by the caller's cancellation
+// or deadline, which always names the context's error.
+func (c *Client) canceled(ctx context.Context, p *prepared, err error) *NetworkError {
+	if !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return c.networkError(p.method, p.logURL, err)
+}
+
+// checkSuccess refuses a 2xx whose body is not JSON: the work may have been
+// done, and retrying cannot tell.
+func checkSuccess(resp *response) error {
+	if len(bytes.TrimSpace(resp.body)) > 0 && !json.Valid(resp.body) {
+		return unrecognisedSuccess(resp.status, resp.header, resp.body)
+	}
+	return nil
+}
+
+// prepare makes r ready to go out: its options applied, its URL resolved
+// and checked, its body encoded, its headers and idempotency key set.
+func (c *Client) prepare(r *request) (*prepared, error) {
 	o, err := applyRequestOptions(r.opts)
 	if err != nil {
 		return nil, err
@@ -128,99 +232,20 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		header.Set("Idempotency-Key", idemKey)
 	}
 
-	repeatable := c.isRepeatable(r, o)
-	method := r.method
-	logURL := u.Scheme + "://" + u.Host + u.EscapedPath() // never the query
 	log := c.cfg.logger.With(
 		slog.String("call", callLabel(r)),
-		slog.String("method", method),
+		slog.String("method", r.method),
 		slog.String("path", u.EscapedPath()),
 	)
 	if idemKey != "" {
 		log = log.With(slog.String("idempotency_key", idemKey))
 	}
-
-	// unsure is set once an attempt of this call ended without a known
-	// outcome (a network failure after the connection was made, a 5xx): a
-	// refusal of a later attempt then says nothing of that one, which may
-	// have been delivered (APIError.Uncertain).
-	unsure := false
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return nil, c.networkError(method, logURL, err)
-		}
-		log.LogAttrs(ctx, slog.LevelDebug, "openemail: attempt", slog.Int("attempt", attempt+1), slog.Bool("repeatable", repeatable))
-		started := time.Now()
-
-		actx, span := startAttempt(ctx, callLabel(r), method, u, idemKey, attempt)
-		resp, err := c.attempt(actx, method, u.String(), body, header)
-		if err != nil {
-			if ctx.Err() != nil {
-				// The caller's cancellation or deadline: never retried.
-				if !errors.Is(err, ctx.Err()) {
-					err = fmt.Errorf("%w: %w", ctx.Err(), err)
-				}
-				nerr := c.networkError(method, logURL, err)
-				endAttempt(span, 0, nerr, false, 0)
-				return nil, nerr
-			}
-			nerr := c.networkError(method, logURL, err)
-			if !repeatable || attempt >= c.cfg.maxRetries {
-				endAttempt(span, 0, nerr, false, 0)
-				log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, giving up", slog.Int("attempt", attempt+1), slog.String("error", nerr.Error()))
-				return nil, nerr
-			}
-			unsure = unsure || !neverSent(err)
-			wait := backoff(attempt + 1)
-			endAttempt(span, 0, nerr, true, wait)
-			log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, retrying", slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.String("error", nerr.Error()))
-			if err := c.wait(ctx, wait); err != nil {
-				return nil, c.networkError(method, logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, nerr.Error()))
-			}
-			continue
-		}
-
-		log.LogAttrs(ctx, slog.LevelDebug, "openemail: response", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("elapsed", time.Since(started)))
-		rate := parseRateInfo(resp.header, c.cfg.now())
-		o.noteRate(rate)
-
-		if resp.status >= 200 && resp.status <= 299 {
-			if len(bytes.TrimSpace(resp.body)) > 0 && !json.Valid(resp.body) {
-				// The work may have been done; retrying cannot tell.
-				err := unrecognisedSuccess(resp.status, resp.header, resp.body)
-				endAttempt(span, resp.status, err, false, 0)
-				return nil, err
-			}
-			endAttempt(span, resp.status, nil, false, 0)
-			return resp, nil
-		}
-
-		wait, hasWait := retryAfterFrom(resp.header, c.cfg.now())
-		apiErr := c.redactAPIError(parseAPIError(resp.status, resp.header, resp.body, wait))
-		apiErr.Uncertain = unsure
-		apiErr.RateLimit = rate
-		if !repeatable || attempt >= c.cfg.maxRetries || !retryStatuses[resp.status] {
-			endAttempt(span, resp.status, apiErr, false, 0)
-			return nil, apiErr
-		}
-		switch {
-		case hasWait && wait > maxRetryAfter:
-			// Asked to stop, not to sleep.
-			endAttempt(span, resp.status, apiErr, false, 0)
-			return nil, apiErr
-		case !hasWait && resp.status == http.StatusTooManyRequests:
-			endAttempt(span, resp.status, apiErr, false, 0)
-			return nil, apiErr
-		case !hasWait:
-			wait = backoff(attempt + 1)
-		}
-		unsure = unsure || resp.status >= 500
-		endAttempt(span, resp.status, apiErr, true, wait)
-		log.LogAttrs(ctx, slog.LevelDebug, "openemail: retrying", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("wait", wait), slog.Bool("retry_after", hasWait))
-		if err := c.wait(ctx, wait); err != nil {
-			return nil, c.networkError(method, logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, apiErr.Error()))
-		}
-	}
+	return &prepared{
+		o: o, label: callLabel(r), method: r.method, u: u,
+		logURL: u.Scheme + "://" + u.Host + u.EscapedPath(),
+		body:   body, header: header, idemKey: idemKey,
+		repeatable: c.isRepeatable(r, o), log: log,
+	}, nil
 }
 
 func callLabel(r *request) string {

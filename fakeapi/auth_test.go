@@ -9,6 +9,7 @@ import (
 )
 
 func TestAuthentication(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{})
 	cases := []struct {
 		name, authorization, code string
@@ -41,6 +42,7 @@ func TestAuthentication(t *testing.T) {
 }
 
 func TestAuthenticationWithKeyList(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{APIKeys: []string{"oe_live_allowed"}})
 	r := do(t, url, http.MethodGet, "/emails", nil, headers("Authorization", "Bearer oe_test_other"))
 	wantError(t, r, http.StatusUnauthorized, "authentication_error", "invalid_api_key")

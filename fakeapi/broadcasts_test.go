@@ -9,6 +9,7 @@ import (
 )
 
 func TestBroadcasts(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	body := map[string]any{"from": "news@example.com", "audienceId": "aud_1", "audienceIds": []string{"aud_2"}, "subject": "News", "text": "hi"}
 	h := headers("Idempotency-Key", "newsletter:2030-01")

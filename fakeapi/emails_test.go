@@ -8,6 +8,7 @@ import (
 )
 
 func TestGetEmail(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{})
 	sent := do(t, url, http.MethodPost, "/emails", with(email("ann@example.com"), "bcc", []string{"audit@example.com"}), nil)
 	r := do(t, url, http.MethodGet, "/emails/"+sent.body["id"].(string), nil, nil)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestParseFault(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		rule      string
 		want      fakeapi.Fault
@@ -66,6 +67,7 @@ func TestParseFault(t *testing.T) {
 }
 
 func TestErrorBeforeTwiceThenSuccessPerKey(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	for _, key := range []string{"k1", "k2"} {
 		h := headers("Idempotency-Key", key, "X-Fake-Fault", "error_before=503;times=2")
@@ -89,6 +91,7 @@ func TestErrorBeforeTwiceThenSuccessPerKey(t *testing.T) {
 }
 
 func TestConfiguredFaultMatchesRecipient(t *testing.T) {
+	t.Parallel()
 	faults, err := fakeapi.ParseFaults("error_before=502:times=1:to=flaky@")
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +107,7 @@ func TestConfiguredFaultMatchesRecipient(t *testing.T) {
 }
 
 func TestFaultMatchers(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	if err := srv.SetFaults(
 		fakeapi.Fault{Kind: fakeapi.FaultErrorBefore, Status: 500, Path: "/templates/*/send"},
@@ -134,6 +138,7 @@ func TestFaultMatchers(t *testing.T) {
 var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 func TestDropAfterThenRetryReplays(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	h := headers("Idempotency-Key", "invoice:1", "X-Fake-Fault", "drop_after;times=1")
 	_, err := doWith(noKeepAlive, context.Background(), url, http.MethodPost, "/emails", email("ann@example.com"), h)
@@ -162,6 +167,7 @@ func TestDropAfterThenRetryReplays(t *testing.T) {
 }
 
 func TestErrorAfterDeliversAndLosesTheAnswer(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	h := headers("Idempotency-Key", "k", "X-Fake-Fault", "error_after=502;times=1")
 	r := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), h)
@@ -173,6 +179,7 @@ func TestErrorAfterDeliversAndLosesTheAnswer(t *testing.T) {
 }
 
 func TestLatency(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	start := time.Now()
 	r := do(t, url, http.MethodGet, "/emails", nil, headers("X-Fake-Fault", "latency=60ms"))
@@ -201,6 +208,7 @@ func TestLatency(t *testing.T) {
 }
 
 func TestLatencyAfterIsTheWindowToKillAWorker(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	h := headers("Idempotency-Key", "job-9", "X-Fake-Fault", "latency_after=1m;times=1")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -243,6 +251,7 @@ func TestLatencyAfterIsTheWindowToKillAWorker(t *testing.T) {
 }
 
 func TestRateLimitAndRetryAfter(t *testing.T) {
+	t.Parallel()
 	clk := newClock()
 	srv, url := startTest(t, fakeapi.Config{Now: clk.Now})
 	r := do(t, url, http.MethodPost, "/emails", email("a@example.com"), headers("X-Fake-Fault", "rate_limit"))
@@ -292,6 +301,7 @@ func faultPattern(t *testing.T, url string, n int) string {
 }
 
 func TestSeededProbabilityIsReproducible(t *testing.T) {
+	t.Parallel()
 	faults, _ := fakeapi.ParseFaults("error_before=503:p=0.5")
 	a, urlA := startTest(t, fakeapi.Config{Seed: 42, Faults: faults})
 	_, urlB := startTest(t, fakeapi.Config{Seed: 42, Faults: faults})
@@ -321,6 +331,7 @@ func TestSeededProbabilityIsReproducible(t *testing.T) {
 }
 
 func TestFaultsOverHTTP(t *testing.T) {
+	t.Parallel()
 	initial, _ := fakeapi.ParseFaults("latency=1ms")
 	_, url := startTest(t, fakeapi.Config{Seed: 3, Faults: initial})
 	r := do(t, url, http.MethodPost, "/_fake/faults",
@@ -347,6 +358,7 @@ func TestFaultsOverHTTP(t *testing.T) {
 }
 
 func TestInvalidFaultHeader(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	r := do(t, url, http.MethodPost, "/emails", email("a@example.com"), headers("X-Fake-Fault", "explode"))
 	wantError(t, r, http.StatusBadRequest, "invalid_request_error", "invalid_fault", "X-Fake-Fault")

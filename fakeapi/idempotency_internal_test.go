@@ -12,6 +12,7 @@ import (
 // its key and delivering, and shows a second request with the same key waits
 // for it and then replays rather than sending.
 func TestRacingRequestWaitsForClaimedKey(t *testing.T) {
+	t.Parallel()
 	s, url, claimed, release, waiting := holdingServer(t)
 	send := func() <-chan map[string]any {
 		out := make(chan map[string]any, 1)
@@ -52,6 +53,7 @@ func TestRacingRequestWaitsForClaimedKey(t *testing.T) {
 // same key waits, and when the first is refused (storing nothing) it claims
 // the free key and sends.
 func TestRejectedSendReleasesKeyToWaiter(t *testing.T) {
+	t.Parallel()
 	s, url, claimed, release, waiting := holdingServer(t)
 	type answer struct {
 		status int

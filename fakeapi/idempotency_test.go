@@ -11,6 +11,7 @@ import (
 )
 
 func TestInvalidIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	for _, key := range []string{"", "has space", "slash/key", "ключ", strings.Repeat("k", 256)} {
 		r := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), headers("Idempotency-Key", key))
@@ -26,6 +27,7 @@ func TestInvalidIdempotencyKey(t *testing.T) {
 }
 
 func TestReplaySameKeySameBody(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	h := headers("Idempotency-Key", "invoice:inv_4192")
 	first := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), h)
@@ -55,6 +57,7 @@ func TestReplaySameKeySameBody(t *testing.T) {
 }
 
 func TestReuseWithDifferentBodyOrEndpoint(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	h := headers("Idempotency-Key", "k1")
 	wantStatus(t, do(t, url, http.MethodPost, "/emails", email("ann@example.com"), h), http.StatusOK)
@@ -72,6 +75,7 @@ func TestReuseWithDifferentBodyOrEndpoint(t *testing.T) {
 }
 
 func TestInvalidSendStoresNoKey(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	h := headers("Idempotency-Key", "k1")
 	r := do(t, url, http.MethodPost, "/emails", with(email("ann@example.com"), "to", nil), h)
@@ -84,6 +88,7 @@ func TestInvalidSendStoresNoKey(t *testing.T) {
 }
 
 func TestKeysAreScopedPerAPIKey(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	a := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), headers("Idempotency-Key", "k1"))
 	b := do(t, url, http.MethodPost, "/emails", email("ann@example.com"),
@@ -94,6 +99,7 @@ func TestKeysAreScopedPerAPIKey(t *testing.T) {
 }
 
 func TestUnkeyedSendsSendEveryTime(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	a := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), nil)
 	b := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), nil)
@@ -106,6 +112,7 @@ func TestUnkeyedSendsSendEveryTime(t *testing.T) {
 }
 
 func TestConcurrentRequestsWithOneKeyDeliverOnce(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	const n = 50
 	results := make([]result, n)
@@ -147,6 +154,7 @@ func ids(r result) string {
 }
 
 func TestKeyExpiresAfterWindow(t *testing.T) {
+	t.Parallel()
 	clk := newClock()
 	srv, url := startTest(t, fakeapi.Config{Now: clk.Now, KeyWindow: time.Hour})
 	h := headers("Idempotency-Key", "k1")
@@ -171,6 +179,7 @@ func TestKeyExpiresAfterWindow(t *testing.T) {
 }
 
 func TestBatchReplay(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	body := map[string]any{"emails": []any{email("a@example.com"), email("b@example.com"), email("c@example.com")}}
 	h := headers("Idempotency-Key", "batch-1")

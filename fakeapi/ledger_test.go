@@ -13,6 +13,7 @@ import (
 )
 
 func TestLedgerOverHTTP(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{})
 	sent := do(t, url, http.MethodPost, "/emails", with(email("Ann <ann@example.com>"), "cc", []string{"carl@example.com"}),
 		headers("Idempotency-Key", "k-ann"))
@@ -71,6 +72,7 @@ func TestLedgerOverHTTP(t *testing.T) {
 }
 
 func TestRequestLogNeverHoldsTheAPIKey(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	do(t, url, http.MethodGet, "/emails", nil, nil)
 	b, _ := json.Marshal(srv.Requests())
@@ -80,6 +82,7 @@ func TestRequestLogNeverHoldsTheAPIKey(t *testing.T) {
 }
 
 func TestWaitDeliveries(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	done := make(chan error, 1)
 	go func() { done <- srv.WaitDeliveries(waitCtx(t), 2) }()

@@ -9,6 +9,7 @@ import (
 )
 
 func TestListEmailsPaginates(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{})
 	var sent []string
 	for i := range 5 {

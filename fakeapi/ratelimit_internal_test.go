@@ -9,6 +9,7 @@ import (
 // limit leaves the other limits' buckets as they were: all limits must hold,
 // and only an admitted request pays.
 func TestRefusalSpendsNoTokenOfAnyLimit(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
 	s := New(Config{Rate: []RateLimit{{10, time.Second}, {1, time.Minute}}, Now: func() time.Time { return now }})
 	defer s.Close()
@@ -37,6 +38,7 @@ func TestRefusalSpendsNoTokenOfAnyLimit(t *testing.T) {
 // TestClockMovingBackRefillsNothing keeps a bucket from counting the same
 // time twice when an injected clock is set back and forward again.
 func TestClockMovingBackRefillsNothing(t *testing.T) {
+	t.Parallel()
 	l := RateLimit{10, time.Second}
 	start := time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
 	b := &bucket{level: 0, last: start}

@@ -12,6 +12,7 @@ import (
 )
 
 func TestParseRate(t *testing.T) {
+	t.Parallel()
 	good := []struct {
 		in   string
 		want []fakeapi.RateLimit
@@ -77,6 +78,7 @@ func TestParseRate(t *testing.T) {
 }
 
 func TestRateLimitString(t *testing.T) {
+	t.Parallel()
 	for l, want := range map[fakeapi.RateLimit]string{
 		{10, time.Second}:           "10/s",
 		{600, time.Minute}:          "600/m",
@@ -90,6 +92,7 @@ func TestRateLimitString(t *testing.T) {
 }
 
 func TestNewRefusesAnInvalidRate(t *testing.T) {
+	t.Parallel()
 	for _, l := range []fakeapi.RateLimit{{0, time.Second}, {-1, time.Second}, {1, 0}, {1, -time.Second}, {2_000_000_000, time.Second}} {
 		func() {
 			defer func() {
@@ -135,6 +138,7 @@ func want(t *testing.T, step, got, wanted string) {
 }
 
 func TestRateBucketAdmitsCapacityThenRefillRate(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		rate     string
 		capacity int
@@ -184,6 +188,7 @@ func TestRateBucketAdmitsCapacityThenRefillRate(t *testing.T) {
 }
 
 func TestRateRefusalsSpendNoToken(t *testing.T) {
+	t.Parallel()
 	_, url, clk := rateFake(t, "10/s", fakeapi.Config{})
 	want(t, "burst", statuses(t, url, testKey, 10), "200 200 200 200 200 200 200 200 200 200")
 	want(t, "hammering", statuses(t, url, testKey, 20), strings.TrimSpace(strings.Repeat("429 ", 20)))
@@ -193,6 +198,7 @@ func TestRateRefusalsSpendNoToken(t *testing.T) {
 }
 
 func TestRateEveryLimitMustHold(t *testing.T) {
+	t.Parallel()
 	// 2/s alone would admit a burst of 2; 30/m holds one token (half a
 	// second's worth, at least one) and refills one every 2 s.
 	_, url, clk := rateFake(t, "2/s,30/m", fakeapi.Config{})
@@ -212,6 +218,7 @@ func TestRateEveryLimitMustHold(t *testing.T) {
 }
 
 func TestRateIsPerAPIKey(t *testing.T) {
+	t.Parallel()
 	srv, url, clk := rateFake(t, "2/s", fakeapi.Config{})
 	const other = "oe_live_9d8e7f"
 	want(t, "first key", statuses(t, url, testKey, 3), "200 200 429")
@@ -226,6 +233,7 @@ func TestRateIsPerAPIKey(t *testing.T) {
 }
 
 func TestRateCountsAuthenticatedRequestsOnly(t *testing.T) {
+	t.Parallel()
 	_, url, _ := rateFake(t, "1/s", fakeapi.Config{})
 	// Control endpoints and requests refused by authentication spend nothing.
 	for range 3 {
@@ -242,6 +250,7 @@ func TestRateCountsAuthenticatedRequestsOnly(t *testing.T) {
 }
 
 func TestRate429BodyAndHeadersByDefault(t *testing.T) {
+	t.Parallel()
 	_, url, _ := rateFake(t, "1/s", fakeapi.Config{})
 	ok := do(t, url, http.MethodGet, "/emails", nil, headers())
 	wantStatus(t, ok, http.StatusOK)
@@ -272,6 +281,7 @@ func rateHeaders(r result) string {
 }
 
 func TestRateRetryAfterAndHeaders(t *testing.T) {
+	t.Parallel()
 	get := func(t *testing.T, url string) string {
 		t.Helper()
 		return rateHeaders(do(t, url, http.MethodGet, "/emails", nil, headers()))
@@ -342,6 +352,7 @@ func TestRateRetryAfterAndHeaders(t *testing.T) {
 }
 
 func TestRateRefusedSendIsNotProcessed(t *testing.T) {
+	t.Parallel()
 	// A fault waits for k2: the limiter must refuse k2 before the fault
 	// sees it, so the fault's single firing is still there afterwards.
 	srv, url, clk := rateFake(t, "1/s", fakeapi.Config{
@@ -397,6 +408,7 @@ func TestRateRefusedSendIsNotProcessed(t *testing.T) {
 }
 
 func TestRateLimitedIsDistinctFromTheFault(t *testing.T) {
+	t.Parallel()
 	srv, url, _ := rateFake(t, "10/s", fakeapi.Config{RateRetryAfter: true})
 	r := do(t, url, http.MethodPost, "/emails", email("a@example.com"), headers("X-Fake-Fault", "rate_limit"))
 	wantError(t, r, http.StatusTooManyRequests, "rate_limit_error", "rate_limited")
@@ -413,6 +425,7 @@ func TestRateLimitedIsDistinctFromTheFault(t *testing.T) {
 }
 
 func TestRateInRequestLogAndReset(t *testing.T) {
+	t.Parallel()
 	srv, url, _ := rateFake(t, "1/h", fakeapi.Config{RateRetryAfter: true})
 	want(t, "before reset", statuses(t, url, testKey, 3), "200 429 429")
 
@@ -439,6 +452,7 @@ func TestRateInRequestLogAndReset(t *testing.T) {
 }
 
 func TestRateOffByDefault(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{RateHeaders: true, RateRetryAfter: true})
 	for range 50 {
 		r := do(t, url, http.MethodGet, "/emails", nil, headers())

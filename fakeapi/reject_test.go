@@ -32,6 +32,7 @@ func wantRefused(t *testing.T, r result, i int, code, param, to string) {
 }
 
 func TestRejectRefusesSomeEmailsOfABatch(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	body := map[string]any{"emails": []any{
 		email("a@example.com"),
@@ -96,6 +97,7 @@ func TestRejectRefusesSomeEmailsOfABatch(t *testing.T) {
 }
 
 func TestRejectEveryEmailOfABatch(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	body := map[string]any{"emails": []any{email("a@example.com"), email("b@example.com")}}
 	r := do(t, url, http.MethodPost, "/emails/batch", body, headers("X-Fake-Fault", "reject"))
@@ -112,6 +114,7 @@ func TestRejectEveryEmailOfABatch(t *testing.T) {
 
 // Each refused email is one firing: times=2 refuses the first two emails.
 func TestRejectTimesCountsEmails(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	body := map[string]any{"emails": []any{email("a@example.com"), email("b@example.com"), email("c@example.com")}}
 	h := headers("Idempotency-Key", "k", "X-Fake-Fault", "reject;times=2")
@@ -125,6 +128,7 @@ func TestRejectTimesCountsEmails(t *testing.T) {
 }
 
 func TestRejectSingleSend(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	h := headers("Idempotency-Key", "invoice:7", "X-Fake-Fault", "reject;times=1")
 	r := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), h)
@@ -161,6 +165,7 @@ func TestRejectSingleSend(t *testing.T) {
 // A malformed email still refuses the whole batch before any reject rule
 // runs: 422 validation_error, nothing sent, the key free.
 func TestRejectLeavesValidationWhole(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	bad := map[string]any{"emails": []any{email("a@example.com"), with(email("b@example.com"), "to", "b@example.com"), email("c@example.com")}}
 	h := headers("Idempotency-Key", "v1", "X-Fake-Fault", "reject;to=a@")

@@ -8,6 +8,7 @@ import (
 )
 
 func TestRoutingErrors(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{})
 	r := do(t, url, http.MethodGet, "/v1/emails", nil, nil)
 	wantError(t, r, http.StatusNotFound, "not_found_error", "not_found")

@@ -14,6 +14,7 @@ func scheduled(clk *clock, d time.Duration) map[string]any {
 }
 
 func TestScheduledSendIsHeldUntilDue(t *testing.T) {
+	t.Parallel()
 	clk := newClock()
 	srv, url := startTest(t, fakeapi.Config{Now: clk.Now})
 	h := headers("Idempotency-Key", "later")
@@ -49,6 +50,7 @@ func TestScheduledSendIsHeldUntilDue(t *testing.T) {
 }
 
 func TestSchedulerDeliversWithoutReads(t *testing.T) {
+	t.Parallel()
 	clk := newClock()
 	srv, url := startTest(t, fakeapi.Config{Now: clk.Now, SchedulerInterval: 5 * time.Millisecond})
 	wantStatus(t, do(t, url, http.MethodPost, "/emails", scheduled(clk, time.Minute), nil), http.StatusOK)
@@ -59,6 +61,7 @@ func TestSchedulerDeliversWithoutReads(t *testing.T) {
 }
 
 func TestCancelScheduled(t *testing.T) {
+	t.Parallel()
 	clk := newClock()
 	srv, url := startTest(t, fakeapi.Config{Now: clk.Now})
 	id := do(t, url, http.MethodPost, "/emails", scheduled(clk, time.Hour), nil).body["id"].(string)
@@ -83,6 +86,7 @@ func TestCancelScheduled(t *testing.T) {
 }
 
 func TestCancelSentIsAConflict(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{})
 	id := do(t, url, http.MethodPost, "/emails", email("ann@example.com"), nil).body["id"].(string)
 	r := do(t, url, http.MethodPost, "/emails/"+id+"/cancel", nil, nil)
@@ -92,6 +96,7 @@ func TestCancelSentIsAConflict(t *testing.T) {
 }
 
 func TestReschedule(t *testing.T) {
+	t.Parallel()
 	clk := newClock()
 	srv, url := startTest(t, fakeapi.Config{Now: clk.Now})
 	id := do(t, url, http.MethodPost, "/emails", scheduled(clk, time.Hour), nil).body["id"].(string)
@@ -123,6 +128,7 @@ func TestReschedule(t *testing.T) {
 }
 
 func TestScheduledBroadcast(t *testing.T) {
+	t.Parallel()
 	clk := newClock()
 	srv, url := startTest(t, fakeapi.Config{Now: clk.Now})
 	body := map[string]any{"from": "news@example.com", "audienceIds": []string{"aud_1"}, "subject": "News", "html": "<p>hi</p>",

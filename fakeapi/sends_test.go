@@ -8,6 +8,7 @@ import (
 )
 
 func TestTemplateSend(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	body := map[string]any{"from": "shop@example.com", "to": []string{"ann@example.com"}, "props": map[string]any{"name": "Ann"}}
 	r := do(t, url, http.MethodPost, "/templates/welcome%2Fv2/send", body, headers("Idempotency-Key", "welcome:ann"))

@@ -9,6 +9,7 @@ import (
 )
 
 func TestMalformedBodies(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{})
 	for _, body := range []string{"", "{", `["a"]`, `{"from":"a@b.c"} {}`} {
 		r := do(t, url, http.MethodPost, "/emails", body, nil)
@@ -17,6 +18,7 @@ func TestMalformedBodies(t *testing.T) {
 }
 
 func TestBodyTooLarge(t *testing.T) {
+	t.Parallel()
 	_, url := startTest(t, fakeapi.Config{MaxBodyBytes: 1024})
 	body := email("ann@example.com")
 	body["text"] = strings.Repeat("x", 2048)
@@ -25,6 +27,7 @@ func TestBodyTooLarge(t *testing.T) {
 }
 
 func TestStartReportsADialableURL(t *testing.T) {
+	t.Parallel()
 	srv := fakeapi.New(fakeapi.Config{})
 	defer srv.Close()
 	url, err := srv.Start("0.0.0.0:0")

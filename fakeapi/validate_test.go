@@ -22,6 +22,7 @@ func with(body map[string]any, kv ...any) map[string]any {
 }
 
 func TestValidation(t *testing.T) {
+	t.Parallel()
 	srv, url := startTest(t, fakeapi.Config{})
 	ok := email("ann@example.com")
 	broadcast := map[string]any{"from": "news@example.com", "audienceId": "aud_1", "subject": "News", "html": "<p>hi</p>"}

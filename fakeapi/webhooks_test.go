@@ -139,6 +139,7 @@ func byEmail(hooks []hook) map[string][]hook {
 }
 
 func TestWebhookDeliveredForEachBatchEmail(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t)
 	srv, base := startTest(t, hookConfig(rc, ""))
 	r := do(t, base, "POST", "/emails/batch", map[string]any{"emails": []any{
@@ -181,6 +182,7 @@ func TestWebhookDeliveredForEachBatchEmail(t *testing.T) {
 }
 
 func TestWebhookBounceAndComplainRules(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t)
 	srv, base := startTest(t, hookConfig(rc, "bounce;to=bounced@,complain:to=angry@"))
 	ok := sendEmail(t, base, "ok@example.com", nil)
@@ -214,6 +216,7 @@ func TestWebhookBounceAndComplainRules(t *testing.T) {
 }
 
 func TestWebhookBounceTimesAndNoURL(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t)
 	srv, base := startTest(t, hookConfig(rc, "bounce;times=1"))
 	r := do(t, base, "POST", "/emails/batch", map[string]any{"emails": []any{
@@ -236,6 +239,7 @@ func TestWebhookBounceTimesAndNoURL(t *testing.T) {
 }
 
 func TestWebhookDuplicateKeepsDeliveryID(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t)
 	srv, base := startTest(t, hookConfig(rc, "webhook_duplicate;to=dup@"))
 	dup := sendEmail(t, base, "dup@example.com", nil)
@@ -263,6 +267,7 @@ func TestWebhookDuplicateKeepsDeliveryID(t *testing.T) {
 }
 
 func TestWebhookOutOfOrderAndDelay(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t)
 	srv, base := startTest(t, hookConfig(rc, "webhook_out_of_order;to=first@,webhook_delay=300ms;to=slow@"))
 	first := sendEmail(t, base, "first@example.com", nil)
@@ -288,6 +293,7 @@ func TestWebhookOutOfOrderAndDelay(t *testing.T) {
 }
 
 func TestWebhookBadSignatureAndStale(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t)
 	srv, base := startTest(t, hookConfig(rc, "webhook_bad_signature;to=bad@,webhook_stale;to=stale@"))
 	good := sendEmail(t, base, "good@example.com", nil)
@@ -323,6 +329,7 @@ func TestWebhookBadSignatureAndStale(t *testing.T) {
 }
 
 func TestWebhookRetriesAfter500(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, http.StatusInternalServerError)
 	srv, base := startTest(t, hookConfig(rc, ""))
 	id := sendEmail(t, base, "ann@example.com", nil)
@@ -342,6 +349,7 @@ func TestWebhookRetriesAfter500(t *testing.T) {
 }
 
 func TestWebhookGivesUpAndCloseStopsSender(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, 503, 503, 503, 503, 503, 503, 503, 503)
 	srv := fakeapi.New(hookConfig(rc, ""))
 	defer srv.Close()
@@ -367,6 +375,7 @@ func TestWebhookGivesUpAndCloseStopsSender(t *testing.T) {
 }
 
 func TestWebhookSecretIsNeverShown(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, 500)
 	var logs syncbuf.Buffer
 	cfg := hookConfig(rc, "webhook_bad_signature;to=bad@")
@@ -405,6 +414,7 @@ func TestWebhookSecretIsNeverShown(t *testing.T) {
 }
 
 func TestParseWebhookFaults(t *testing.T) {
+	t.Parallel()
 	for rule, want := range map[string]string{
 		"bounce;to=bounced@":                 "bounce;to=bounced@",
 		"complain:p=0.5:times=2":             "complain;times=2;p=0.5",

@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // TestRateHeadersPaceDiscovery drains 1,500 intents with three `sendonce
@@ -25,36 +23,9 @@ func TestRateHeadersPaceDiscovery(t *testing.T) {
 	const limit = 20.0
 	srv := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{apiKey}, Seed: seedFor("rate-headers"),
 		Rate: []fakeapi.RateLimit{{Count: int(limit), Per: time.Second}}, RateHeaders: true})
-	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "rateheaders")
-	e := processEnv(dbURL, srv)
 	intents := makeIntents(rng, fmt.Sprintf("rate-headers-%d", suite.seed), n)
-	enqueueGo(t, pool, intents)
-
-	opts := workerOptions{Concurrency: 10, Defaults: true}
-	workers := make([]*proc, 3)
-	for i := range workers {
-		workers[i] = startWorker(t, fmt.Sprintf("worker%d", i), e, opts)
-	}
-	waitFor(t, 5*time.Minute*time.Duration(suite.scale), "every intent sent", func() (bool, string) {
-		o, err := outboxStates(context.Background(), pool)
-		if o["failed"] > 0 {
-			t.Fatalf("%d intents parked failed under a rate limit", o["failed"])
-		}
-		return err == nil && o["sent"] == n, fmt.Sprint(o, err)
-	})
-	for _, w := range workers {
-		w.stop(t)
-	}
-
-	l := checkExactlyOnce(t, srv, pool, intents)
-	reqs := srv.Requests()
-	first, last := srv.RequestSpan()
-	refused := srv.RateLimited()
-	accepted := len(reqs) - refused
-	span := last.Sub(first).Seconds()
-	budget := limit*span + limit // the bucket starts full
-	use := float64(accepted) / budget
-	share := float64(refused) / float64(len(reqs))
+	f := drainRateLimited(t, srv, "rateheaders", intents, workerOptions{Concurrency: 10, Defaults: true}, 5*time.Minute*time.Duration(suite.scale), limit)
+	l, reqs, refused, span, use, share := f.ledger, f.reqs, f.refused, f.span, f.use, f.share
 	summary(t, "rate-headers: seed=%d intents=%d workers=3 api_rate=\"\" limit=20/s rate_headers=true requests=%d refused_429=%d (%.2f%%) budget_used=%.0f%% span=%.1fs deliveries=%d duplicates=%d lost=%d elapsed=%s",
 		suite.seed, n, len(reqs), refused, 100*share, 100*use, span,
 		l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))

@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgtest"
 )
 
 // TestRateLimitedDrain drains intents with three `sendonce work` processes
@@ -27,36 +25,10 @@ func TestRateLimitedDrain(t *testing.T) {
 			const limit = 20.0
 			srv := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{apiKey}, Seed: seedFor("rate-limit-" + tc.name),
 				Rate: []fakeapi.RateLimit{{Count: int(limit), Per: time.Second}}})
-			dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "rate")
-			e := processEnv(dbURL, srv)
 			intents := makeIntents(rng, fmt.Sprintf("rate-%s-%d", tc.name, suite.seed), n)
-			enqueueGo(t, pool, intents)
-
 			opts := workerOptions{Concurrency: 10, APIRate: tc.apiRate, Defaults: true}
-			workers := make([]*proc, 3)
-			for i := range workers {
-				workers[i] = startWorker(t, fmt.Sprintf("worker%d", i), e, opts)
-			}
-			waitFor(t, 3*time.Minute*time.Duration(suite.scale), "every intent sent", func() (bool, string) {
-				o, err := outboxStates(context.Background(), pool)
-				if o["failed"] > 0 {
-					t.Fatalf("%d intents parked failed under a rate limit", o["failed"])
-				}
-				return err == nil && o["sent"] == n, fmt.Sprint(o, err)
-			})
-			for _, w := range workers {
-				w.stop(t)
-			}
-
-			l := checkExactlyOnce(t, srv, pool, intents)
-			reqs := srv.Requests()
-			first, last := srv.RequestSpan()
-			refused := srv.RateLimited()
-			accepted := len(reqs) - refused
-			span := last.Sub(first).Seconds()
-			budget := limit*span + limit // the bucket starts full
-			use := float64(accepted) / budget
-			share := float64(refused) / float64(len(reqs))
+			f := drainRateLimited(t, srv, "rate", intents, opts, 3*time.Minute*time.Duration(suite.scale), limit)
+			l, reqs, refused, span, use, share := f.ledger, f.reqs, f.refused, f.span, f.use, f.share
 			// A fleet that ignored the limit had 98.5% of its requests refused;
 			// this bound catches a budget that does nothing, not a slow one.
 			if share > 0.25 {

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/bench"
 	"github.com/sendonce/sendonce/internal/budget"
 	"github.com/sendonce/sendonce/internal/pgtest"
 )
@@ -53,21 +53,8 @@ func TestPoisonIntents(t *testing.T) {
 			}
 			return err == nil && o["sent"] == n, fmt.Sprint(o, err)
 		})
-		var first, last time.Time
-		poisonTries := 0
-		for _, r := range srv.Requests() {
-			if strings.HasPrefix(r.IdempotencyKey, "poison:") {
-				poisonTries++
-				continue
-			}
-			if first.IsZero() || r.ReceivedAt.Before(first) {
-				first = r.ReceivedAt
-			}
-			if r.Status < 300 && r.AnsweredAt.After(last) {
-				last = r.AnsweredAt
-			}
-		}
-		spans[i] = last.Sub(first)
+		var poisonTries int
+		spans[i], poisonTries = bench.DrainSpan(srv.Requests(), "poison:")
 		w.stop(t)
 		if poison {
 			rows, err := pool.Query(context.Background(), `SELECT idempotency_key, state, attempts, coalesce(last_error, '') FROM sendonce_outbox
@@ -123,32 +110,9 @@ func TestDiscoveryStartsSlow(t *testing.T) {
 	const n, limit = 1500, 20.0
 	srv := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{apiKey}, Seed: seedFor("discovery"),
 		Rate: []fakeapi.RateLimit{{Count: int(limit), Per: time.Second}}})
-	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "discovery")
 	intents := makeIntents(rngFor("discovery"), fmt.Sprintf("disc-%d", suite.seed), n)
-	enqueueGo(t, pool, intents)
-	e := processEnv(dbURL, srv)
-	workers := make([]*proc, 3)
-	for i := range workers {
-		workers[i] = startWorker(t, fmt.Sprintf("worker%d", i), e, workerOptions{Concurrency: 10, Defaults: true})
-	}
-	waitFor(t, 4*time.Minute, "every intent sent", func() (bool, string) {
-		o, err := outboxStates(context.Background(), pool)
-		if o["failed"] > 0 {
-			t.Fatalf("%d intents parked failed under a rate limit", o["failed"])
-		}
-		return err == nil && o["sent"] == n, fmt.Sprint(o, err)
-	})
-	for _, w := range workers {
-		w.stop(t)
-	}
-	l := checkExactlyOnce(t, srv, pool, intents)
-	reqs := srv.Requests()
-	first, last := srv.RequestSpan()
-	refused := srv.RateLimited()
-	accepted := len(reqs) - refused
-	span := last.Sub(first).Seconds()
-	use := float64(accepted) / (limit*span + limit) // the fake's bucket starts full
-	share := float64(refused) / float64(len(reqs))
+	f := drainRateLimited(t, srv, "discovery", intents, workerOptions{Concurrency: 10, Defaults: true}, 4*time.Minute, limit)
+	l, reqs, refused, accepted, span, use, share, first, pool := f.ledger, f.reqs, f.refused, f.accepted, f.span, f.use, f.share, f.first, f.pool
 	var firstSecond, firstRefused int
 	per5s := make([]int, int(span/5)+1) // 429s per 5 s, for the summary
 	for _, r := range reqs {

@@ -19,6 +19,7 @@ import (
 // every row passes the list's check. Its Down section restores the old
 // rule.
 func TestAddressFormsMigration(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewDB(t)
 	files, err := filepath.Glob("sql/*_address_forms.sql")

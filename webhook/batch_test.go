@@ -36,6 +36,7 @@ func (e *env) matched(eventID string) int64 {
 // per email, and the events of each match the intent; its delivery status
 // is the highest-ranked of its messages'.
 func TestBatchIntentMatchesEachMessage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	t0 := time.Now().Add(-time.Minute)
 

@@ -131,6 +131,7 @@ func signed(sec string, t time.Time, body string) http.Header {
 }
 
 func TestRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	now := time.Now()
 	// The handler reads this same instant: with its own clock a second
@@ -208,6 +209,7 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestAccepts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	now := time.Now()
 	e.h.SetClock(func() time.Time { return now })
@@ -244,6 +246,7 @@ func padded(id string, n int) string {
 }
 
 func TestStoredFields(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	cases := []struct {
@@ -282,6 +285,7 @@ func deref(s *string) string {
 }
 
 func TestDuplicateStoredOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.enqueue("invoice:1")
 	e.send("invoice:1", "em_1")
@@ -311,6 +315,7 @@ func TestDuplicateStoredOnce(t *testing.T) {
 }
 
 func TestUnmatchedThenSent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.enqueue("invoice:late")
 	now := time.Now()
@@ -344,6 +349,7 @@ func TestUnmatchedThenSent(t *testing.T) {
 }
 
 func TestOutOfOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.enqueue("invoice:1")
 	e.send("invoice:1", "em_1")
@@ -362,6 +368,7 @@ type step struct {
 }
 
 func TestPrecedence(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		steps []step
@@ -431,6 +438,7 @@ func permutations(n int) [][]int {
 // An event racing the record of its send is matched, whichever commits
 // first: at once, or by the sweeper's next match of pending events.
 func TestRaceWithSend(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const n = 40
 	for i := range n {
@@ -459,6 +467,7 @@ func TestRaceWithSend(t *testing.T) {
 }
 
 func TestNotify(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -493,6 +502,7 @@ func TestNotify(t *testing.T) {
 }
 
 func TestVerifyBoundaries(t *testing.T) {
+	t.Parallel()
 	body := []byte(`{"id":"e","type":"email.sent"}`)
 	now := time.Unix(1_800_000_000, 0)
 	for _, c := range []struct {

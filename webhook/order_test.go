@@ -29,6 +29,7 @@ func (e *env) onList(address string) bool {
 // order of their own createdAt, not of their arrival; at the same instant
 // an add wins over a removal.
 func TestSuppressionByEventTime(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	type arrival struct {
@@ -67,6 +68,7 @@ func TestSuppressionByEventTime(t *testing.T) {
 // TestSuppressionManualIsNow: Suppress and Unsuppress are changes made now,
 // later than any event created before them.
 func TestSuppressionManualIsNow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	past := time.Now().Add(-time.Minute)
@@ -105,6 +107,7 @@ func TestSuppressionManualIsNow(t *testing.T) {
 // address is applied when it matches its intent, at its own time: a
 // removal created after it, and applied before it, stands.
 func TestSuppressionDeferredUsesEventTime(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	t0 := time.Now().Add(-time.Minute)
 	e.enqueue("invoice:d")
@@ -124,6 +127,7 @@ func TestSuppressionDeferredUsesEventTime(t *testing.T) {
 // TestSuppressionConcurrentEvents: events about one address posted at once,
 // in no order, leave what the latest of them says.
 func TestSuppressionConcurrentEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	for round := range 5 {

@@ -11,6 +11,7 @@ import (
 // with another delivery header, or none, is the event already stored: it is
 // answered as a duplicate and applied no second time.
 func TestReplayUnderAnotherDeliveryID(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	t0 := time.Now().Add(-time.Minute)
 	removal := listEvent("evt_rm", "suppression.removed", "bo@example.com", t0)

@@ -25,6 +25,7 @@ func (e *env) suppressions() string {
 }
 
 func TestEventsKeepTheSuppressionList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	now := time.Now()
 	post := func(delivery, body string) {

@@ -47,20 +47,7 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 	if err != nil {
 		return err
 	}
-	cctx, cspan := w.startClaim(ctx)
-	copts, err := w.claimOptions()
-	var b *sendstate.Batch
-	var ok bool
-	if err == nil {
-		opts := sendstate.BatchClaimOptions{ClaimOptions: copts,
-			ParkPartlySuppressed: w.cfg.PartlySuppressed == PartlySuppressedPark}
-		b, ok, err = sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, opts)
-	}
-	if ok {
-		endClaim(cspan, ok, b.Attempts, b.Uncertain, err)
-	} else {
-		endClaim(cspan, ok, 0, false, err)
-	}
+	b, ok, err := bw.claim(ctx, job)
 	if err != nil {
 		return err
 	}
@@ -121,6 +108,24 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 		return bw.split(ctx, a, parts, sendErr)
 	}
 	return a.failed(ctx, sendCtx, sendErr, elapsed)
+}
+
+// claim claims the batch for the job, in a span of its own.
+func (bw *batchWorker) claim(ctx context.Context, job *river.Job[sendjob.BatchArgs]) (b *sendstate.Batch, ok bool, err error) {
+	w := bw.w
+	cctx, cspan := w.startClaim(ctx)
+	copts, err := w.claimOptions()
+	if err == nil {
+		opts := sendstate.BatchClaimOptions{ClaimOptions: copts,
+			ParkPartlySuppressed: w.cfg.PartlySuppressed == PartlySuppressedPark}
+		b, ok, err = sendstate.ClaimBatch(cctx, w.pool, sendstate.ClaimRequest{Key: job.Args.Key, JobID: job.ID}, opts)
+	}
+	if ok {
+		endClaim(cspan, ok, b.Attempts, b.Uncertain, err)
+	} else {
+		endClaim(cspan, ok, 0, false, err)
+	}
+	return b, ok, err
 }
 
 // parkUnsplit parks a batch refused whole after an earlier attempt whose

@@ -23,102 +23,6 @@ import (
 	"github.com/sendonce/sendonce/outbox"
 )
 
-// Defaults for SendConfig.
-const (
-	DefaultReplayWindow  = outbox.DefaultReplayWindow
-	DefaultMaxAttempts   = 10
-	DefaultMaxSnoozes    = 20
-	DefaultRateLimitWait = 30 * time.Second
-	DefaultRetryBase     = time.Second
-	DefaultRetryMax      = 10 * time.Minute
-	DefaultMaxPause      = budget.DefaultMaxPause
-)
-
-// MaxAttempts is the most SendConfig.MaxAttempts may be: one less than the
-// River job's own limit.
-const MaxAttempts = sendjob.MaxAttempts - 1
-
-// SendConfig tunes how a sendWorker maps outcomes to states.
-type SendConfig struct {
-	// ReplayWindow bounds, from an intent's first attempt, how long its
-	// retries and snoozes may go on, measured on the database's clock; no
-	// HTTP attempt starts or goes on past it. At most MaxReplayWindow (24 h). The API honours an idempotency key for
-	// a limited time (24 h at the email APIs we know); an attempt after that
-	// could deliver a second time, so past the window the intent is parked
-	// as failed instead. Default 23 h, an hour short of 24 h.
-	ReplayWindow time.Duration
-	// MaxAttempts is how many times a send is tried (network errors and 5xx
-	// after the client's own retries) before it is parked as failed.
-	// Snoozes do not count. Default 10, at most MaxAttempts (below the
-	// River job's own limit, so River never discards a job the worker has
-	// not given up on).
-	MaxAttempts int
-	// MaxSnoozes caps how often a send is snoozed for a Retry-After the
-	// client would not wait (over a minute, on an error other than 429)
-	// before it is parked as failed. A rate limit (429) never parks an
-	// intent. Default 20.
-	MaxSnoozes int
-	// RateLimitWait caps an intent's own backoff after 429s that were not
-	// a fleet signal (RetryBase, doubling, jittered; a longer Retry-After
-	// is honoured, MaxPause at most); without a budget it is the snooze
-	// after a 429 that named no wait. Default 30 s.
-	RateLimitWait time.Duration
-	// MaxPause bounds how long a 429's Retry-After pauses the fleet (its
-	// budget): past it the fleet probes with single requests until the API
-	// serves one. No job is snoozed for a 429 or for the budget longer
-	// than MaxPause, so a year-long Retry-After, or a pause cleared by
-	// hand, leaves no job a year away. Default DefaultMaxPause (5 min).
-	MaxPause time.Duration
-	// RetryBase and RetryMax shape River's wait before the next attempt:
-	// RetryBase·2^(attempt-1), at most RetryMax, less up to 10% jitter.
-	// Defaults 1 s and 10 min.
-	RetryBase, RetryMax time.Duration
-	// PartlySuppressed says what to do with an intent some (not all) of
-	// whose recipients are on the suppression list when it is first
-	// claimed: send it to the others (PartlySuppressedSend, the default) or
-	// park it as suppressed (PartlySuppressedPark). An intent all of whose
-	// recipients are suppressed is always parked.
-	PartlySuppressed PartlySuppressed
-	// Observer, when set, is told of every attempt's outcome.
-	Observer Observer
-	// Logger receives a line per outcome; never the API key or bodies.
-	Logger *slog.Logger
-}
-
-func (c *SendConfig) withDefaults() SendConfig {
-	out := *c
-	if out.ReplayWindow <= 0 {
-		out.ReplayWindow = DefaultReplayWindow
-	}
-	out.ReplayWindow = min(out.ReplayWindow, outbox.MaxReplayWindow)
-	if out.MaxAttempts <= 0 {
-		out.MaxAttempts = DefaultMaxAttempts
-	}
-	out.MaxAttempts = min(out.MaxAttempts, MaxAttempts)
-	if out.MaxSnoozes <= 0 {
-		out.MaxSnoozes = DefaultMaxSnoozes
-	}
-	if out.RateLimitWait <= 0 {
-		out.RateLimitWait = DefaultRateLimitWait
-	}
-	if out.MaxPause <= 0 {
-		out.MaxPause = DefaultMaxPause
-	}
-	if out.RetryBase <= 0 {
-		out.RetryBase = DefaultRetryBase
-	}
-	if out.RetryMax <= 0 {
-		out.RetryMax = DefaultRetryMax
-	}
-	if out.Observer == nil {
-		out.Observer = nopObserver{}
-	}
-	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
-	}
-	return out
-}
-
 // sendWorker is the River worker that sends one intent through the
 // OpenEmail client, with the intent's stored idempotency key, and records
 // the outcome on the intent's row.
@@ -178,17 +82,19 @@ func newSendWorker(pool *pgxpool.Pool, c *client.Client, cfg *SendConfig) *sendW
 // RetryMax, less up to 10% jitter so a fleet recovering from an outage does
 // not retry in step.
 func (w *sendWorker) NextRetry(job *river.Job[sendjob.Args]) time.Time {
-	d := w.retryDelay(job.Attempt)
+	d := w.cfg.retryDelay(job.Attempt)
 	d -= time.Duration(rand.Int64N(int64(d)/10 + 1))
 	return time.Now().Add(d)
 }
 
-func (w *sendWorker) retryDelay(attempt int) time.Duration {
-	d := w.cfg.RetryBase
-	for i := 1; i < attempt && d < w.cfg.RetryMax; i++ {
+// retryDelay is River's wait before the attempt after attempt, without
+// jitter: RetryBase·2^(attempt-1), at most RetryMax.
+func (c *SendConfig) retryDelay(attempt int) time.Duration {
+	d := c.RetryBase
+	for i := 1; i < attempt && d < c.RetryMax; i++ {
 		d *= 2
 	}
-	return min(d, w.cfg.RetryMax)
+	return min(d, c.RetryMax)
 }
 
 // Work sends the intent named by the job and maps the outcome to a state.
@@ -461,133 +367,6 @@ func (a *attempt) notRecorded(messageID string) error {
 	a.log.Warn("the API answered after this worker's lease ended; nothing recorded: "+
 		"the intent is another job's, which replays it under the same key", "message_id", messageID, "epoch", a.owner)
 	return nil
-}
-
-func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed time.Duration) error {
-	w, rec := a.w, a.rec
-	reason := describe(sendErr)
-	var apiErr *client.APIError
-	isAPI := errors.As(sendErr, &apiErr)
-	switch {
-	case ctx.Err() == context.Canceled:
-		// Cut off by the worker's shutdown (or a cancel from River): the send
-		// may have reached the API. Returning the context's error lets River
-		// put the job back without counting an attempt, so a deploy never
-		// burns an intent's attempts or parks it.
-		if err := a.markPending(ctx, a.outcome(reason, true, false)); err != nil {
-			return err
-		}
-		a.note("pending", attrUncertain.Bool(true), attrReason.String(reason))
-		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
-		if errors.Is(context.Cause(ctx), sendstate.ErrLeaseLost) {
-			// The lease it was claimed under stopped being held: the
-			// intent may be another worker's now, whose record stands.
-			a.log.Warn("send cut off: this worker's lease was not renewed in time; nothing more is sent or recorded under it", "reason", reason, "epoch", a.owner)
-			return fmt.Errorf("%s: %w", reason, context.Cause(ctx))
-		}
-		a.log.Info("send cut off by shutdown; it goes back to the queue", "reason", reason)
-		return fmt.Errorf("%s: %w", reason, ctx.Err())
-
-	case ctx.Err() == nil && sendCtx.Err() != nil && client.IsRateLimited(sendErr):
-		// The replay window ended while the send waited for the fleet's
-		// budget after a 429: the window ends the intent, not the 429,
-		// whose answer means the API took nothing.
-		return a.park(ctx, ResultExpired, false, a.windowReason(0))
-
-	case ctx.Err() == nil && sendCtx.Err() != nil:
-		// The replay window ended during the attempt.
-		return a.park(ctx, ResultExpired, true, fmt.Sprintf(
-			"%s; the %s replay window ended during the attempt, parked rather than risk a second delivery", reason, w.cfg.ReplayWindow))
-
-	case errors.Is(sendErr, errUnsendable), errors.Is(sendErr, client.ErrInsecureBaseURL), client.IsPermanent(sendErr):
-		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultFailed, APILatency: elapsed})
-		// A 409 may be the API saying the key is in use by a request in
-		// progress: the intent may yet be delivered. A refusal that came
-		// after an attempt of the same call without a known outcome (the
-		// client retried a lost answer, and the retry was refused) says
-		// nothing of that attempt, which may have been delivered: parked
-		// uncertain, so that no retry takes it for "not sent".
-		uncertain := isAPI && (apiErr.Status == 409 || apiErr.Uncertain)
-		if isAPI && apiErr.Uncertain {
-			reason += "; " + uncertainRefusal
-		}
-		return a.park(ctx, "", uncertain, reason)
-
-	case isAPI && (apiErr.RetryAfter > 0 || apiErr.Status == 429):
-		rateLimited := apiErr.Status == 429
-		wait := apiErr.RetryAfter
-		if rateLimited {
-			wait = a.rateLimitWait(apiErr.RetryAfter)
-			w.setRateLimited(ctx, a.rateLimited)
-		}
-		uncertain := apiErr.Status >= 500 || apiErr.Uncertain
-		// A rate limit never parks an intent: it waits, bounded only by the
-		// replay window. MaxSnoozes caps long Retry-After waits of errors.
-		switch {
-		case !rateLimited && rec.Snoozes >= w.cfg.MaxSnoozes:
-			return a.park(ctx, ResultFailed, uncertain, fmt.Sprintf("%s; gave up after %d snoozes", reason, rec.Snoozes))
-		case rateLimited && wait >= a.left():
-			return a.park(ctx, ResultExpired, uncertain, a.windowReason(wait))
-		case wait >= a.left():
-			return a.park(ctx, ResultExpired, uncertain, fmt.Sprintf(
-				"%s; waiting %s would pass the %s replay window, parked rather than risk a second delivery", reason, wait, w.cfg.ReplayWindow))
-		}
-		if err := a.markPending(ctx, a.outcome(reason, uncertain, !rateLimited)); err != nil {
-			return err
-		}
-		a.note("snoozed", attrUncertain.Bool(uncertain), attrReason.String(reason))
-		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultSnoozed, APILatency: elapsed})
-		a.log.Info("snoozed", "wait", wait, "reason", reason)
-		return river.JobSnooze(wait)
-
-	default:
-		// A network error, a timeout or a 5xx after the client's own
-		// retries: the send may or may not have reached the API. Try again
-		// later with the same key, which replays it if it did.
-		if a.jobAttempt >= w.cfg.MaxAttempts {
-			return a.park(ctx, ResultFailed, true, fmt.Sprintf("%s; gave up after %d attempts", reason, a.jobAttempt))
-		}
-		if w.retryDelay(a.jobAttempt) >= a.left() {
-			return a.park(ctx, ResultExpired, true, fmt.Sprintf(
-				"%s; the next attempt would pass the %s replay window, parked rather than risk a second delivery", reason, w.cfg.ReplayWindow))
-		}
-		if err := a.markPending(ctx, a.outcome(reason, true, false)); err != nil {
-			return err
-		}
-		if a.rateLimited > 0 {
-			w.setRateLimited(ctx, 0) // the 429s in a row are over
-		}
-		a.note("pending", attrUncertain.Bool(true), attrReason.String(reason))
-		w.cfg.Observer.Observe(Outcome{Kind: rec.Kind, Result: ResultRetry, APILatency: elapsed})
-		a.log.Warn("send failed, will retry", "reason", reason)
-		return errors.New(reason)
-	}
-}
-
-// uncertainRefusal ends the reason of a refusal that followed an attempt
-// of the same call whose outcome is unknown (client.APIError.Uncertain).
-const uncertainRefusal = "an earlier attempt of this send ended without an answer and may have been delivered: " +
-	"check whether it was, before a retry (which sends the same request under the same key)"
-
-// windowReason is why an intent the API rate-limited is parked: its replay
-// window ends before the fleet's budget lets it go again (in wait; 0: it
-// ended while the send waited). The reason is the window's: a 429 never
-// parks an intent by itself.
-func (a *attempt) windowReason(wait time.Duration) string {
-	first := "unknown"
-	if a.rec.FirstAttemptAt != nil {
-		first = a.rec.FirstAttemptAt.UTC().Format(time.RFC3339)
-	}
-	if wait <= 0 {
-		return fmt.Sprintf("replay window exceeded while the send waited for the fleet's rate limit: first attempt at %s, window %s; "+
-			"parked rather than risk a second delivery", first, a.w.cfg.ReplayWindow)
-	}
-	why := "the fleet's rate limit lets this send go again"
-	if !a.fleetSignal && a.w.budget != nil {
-		why = fmt.Sprintf("this send may go again after %d 429s in a row (it backs off on its own; the fleet sends on)", a.rateLimited)
-	}
-	return fmt.Sprintf("replay window ends in %s, before %s (in %s): first attempt at %s, "+
-		"window %s; parked rather than risk a second delivery", max(a.left(), 0).Round(time.Second), why, wait.Round(time.Second), first, a.w.cfg.ReplayWindow)
 }
 
 // markPending records an attempt that will be tried again.

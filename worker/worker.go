@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -14,149 +13,13 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/internal/budget"
-	"github.com/sendonce/sendonce/internal/sendjob"
 	"github.com/sendonce/sendonce/internal/sendstate"
 	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/outbox"
 )
-
-// Defaults for Config.
-const (
-	DefaultConcurrency   = 100
-	DefaultJobTimeout    = 5 * time.Minute
-	DefaultFetchCooldown = 20 * time.Millisecond
-	DefaultSweepInterval = time.Second
-	DefaultPruneInterval = time.Minute
-	DefaultRetainKeys    = 365 * 24 * time.Hour
-	DefaultLease         = sendstate.DefaultLease
-)
-
-// KeepKeysForever, as Config.RetainKeys, keeps the tombstones of pruned
-// intents for ever.
-const KeepKeysForever time.Duration = -1
-
-// Config configures a Worker.
-type Config struct {
-	// Client sends the intents. Nil: client.New(), configured from the
-	// environment.
-	Client *client.Client
-	// Queue is the River queue worked (default outbox.DefaultQueue).
-	Queue string
-	// Concurrency is how many sends run at once in this process (default
-	// 100). Sends wait on the network, so this can be far above the cores.
-	Concurrency int
-	// JobTimeout bounds one attempt, the client's own retries included
-	// (default 5 min: three 30 s attempts and up to two 60 s Retry-After
-	// waits fit in it).
-	JobTimeout time.Duration
-	// RescueAfter is how long a job may stay running before River's
-	// rescuer takes it for dead (its worker crashed) and runs it again;
-	// it must exceed JobTimeout (default JobTimeout + 1 min). After a
-	// crash the interrupted sends are replayed sooner, once the dead
-	// worker's Lease ends; this is the bound for a job whose worker
-	// holds no lease (a River client of the application's own).
-	RescueAfter time.Duration
-	// FetchCooldown is the least time between two fetches of jobs (default
-	// 20 ms; River's own default of 100 ms caps throughput near
-	// Concurrency×10 per second).
-	FetchCooldown time.Duration
-	// FetchPollInterval is how often to look for jobs when no notification
-	// arrives (River's default, 1 s, when zero).
-	FetchPollInterval time.Duration
-	// SweepInterval is how often rows inserted by plain SQL are looked for
-	// besides the trigger's notifications (default 1 s).
-	SweepInterval time.Duration
-	// RateLimits are the provider's limits on send requests for the API
-	// key (e.g. 10/s and 500/m, or the quota 50000/d; see ParseRateLimits
-	// and RateLimit.IsQuota). Rates pace, quotas count: the fleet sends at
-	// the tightest rate, and a quota's count, shared by the fleet, pauses
-	// it until the quota resets once it is used up. Every worker using
-	// the same database and API key shares one budget that keeps them all,
-	// at the most generous rate configured on a worker that leased in the
-	// last minute; a worker given lower limits paces only its own sends.
-	// Empty: the fleet starts slow (10/s) and ramps up until the API's
-	// 429s say it is over the limit, then finds the limit from them.
-	RateLimits []RateLimit
-	// QuotaZone is the time zone whose calendar days and months the quotas
-	// of RateLimits count in (default UTC, where the email APIs we know
-	// reset theirs). Give every worker of a key the same.
-	QuotaZone *time.Location
-	// Lease is how long this worker instance's liveness lease lasts past
-	// its last heartbeat, by the database's clock (default DefaultLease,
-	// 5 s; it is renewed five times a lease). A worker that dies is found
-	// dead when its lease ends, and the intents it left sending are sent
-	// again (replayed) within the lease and a SweepInterval; a worker that
-	// cannot renew it for that long (paused, cut off from the database)
-	// stops its sends and records nothing for intents another worker took
-	// over.
-	Lease time.Duration
-	// RestartGrace is how long after the database server starts the
-	// worker waits before it ends a lapsed lease (default
-	// sendstate.DefaultRestartGrace): heartbeats cannot reach a server
-	// that is down, and live workers renew as they reconnect.
-	RestartGrace time.Duration
-	// Coalesce, when 2 or more, gathers up to that many email intents
-	// (kind email only) into one POST /emails/batch request under a key of
-	// the batch's own, frozen before its first attempt: one request, and
-	// one token of the rate budget, for many emails. At most MaxCoalesce
-	// (100). Zero: every intent is sent alone.
-	Coalesce int
-	// CoalesceWait is how long a partial batch waits to fill (default
-	// DefaultCoalesceWait, 200 ms): no intent is held longer before it is
-	// sent, alone if no other came.
-	CoalesceWait time.Duration
-	// Producers are the Go producers of recurring runs, by the name a
-	// schedule gives (outbox.Schedule.Producer). A schedule naming a
-	// producer this worker lacks is left to a worker that has it.
-	Producers map[string]Producer
-	// Retain, when positive, turns on retention: every PruneInterval, one
-	// worker of the fleet at a time deletes the settled intents (sent,
-	// failed, canceled) settled longer than Retain ago, their events, and
-	// the settled batches and done runs left without members, in small
-	// transactions (see sendstate.Prune). Each pruned intent leaves a
-	// tombstone of its key, so enqueueing the key again is still the
-	// existing intent or a key-reuse error, never a second send. Zero: off.
-	Retain time.Duration
-	// RetainKeys is how long the tombstones are kept (default
-	// DefaultRetainKeys, one year); KeepKeysForever keeps them for ever.
-	RetainKeys time.Duration
-	// PruneInterval is how often retention runs (default
-	// DefaultPruneInterval).
-	PruneInterval time.Duration
-	// PollOnly makes the worker poll instead of LISTENing for PostgreSQL
-	// notifications, for a database behind a transaction-mode pooler
-	// (PgBouncer), where LISTEN does not work: River fetches jobs every
-	// FetchPollInterval, and the sweeper looks for rows inserted by SQL
-	// every SweepInterval. A send then starts up to FetchPollInterval
-	// after its commit instead of at once. Behind a transaction-mode
-	// pooler the pool given to New must also name no prepared statements
-	// (pgx.QueryExecModeExec as its ConnConfig.DefaultQueryExecMode, or
-	// default_query_exec_mode=exec in its URL): River's statements and the
-	// worker's run in the pool's mode (sendonce work --pooler transaction
-	// sets both).
-	PollOnly bool
-	// Send tunes the outcome mapping.
-	Send SendConfig
-	// TracerProvider records the worker's spans: River's job span (from
-	// River's OpenTelemetry middleware), the send span in it, the claim and
-	// the client's HTTP attempts (see the README's Tracing). Nil: the global
-	// provider (otel.GetTracerProvider), a no-op unless the program set one.
-	TracerProvider trace.TracerProvider
-	// Logger receives the worker's and River's logs: one line per outcome
-	// (sent, retry, failed...) with the key, kind, attempt and job id, and
-	// warnings. Nil: slog.Default(), as River does; to silence the worker,
-	// give it slog.New(slog.DiscardHandler).
-	Logger *slog.Logger
-
-	// now, when set (by tests), is the clock the budget counts quotas
-	// by, instead of the database's: a test moves it past midnight.
-	now func() time.Time
-}
 
 // Worker drains the outbox: a River client working the send queue, and a
 // sweeper for rows inserted without a job.
@@ -200,115 +63,52 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: no Config.Client, and none from the environment: %w", err)
 		}
 	}
-	queue := cfg.Queue
-	if queue == "" {
-		queue = outbox.DefaultQueue
+	conf := cfg.withDefaults()
+	if err := conf.validate(); err != nil {
+		return nil, err
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	jobTimeout := cfg.JobTimeout
-	if jobTimeout <= 0 {
-		jobTimeout = DefaultJobTimeout
-	}
-	rescueAfter := cfg.RescueAfter
-	if rescueAfter <= 0 {
-		rescueAfter = jobTimeout + time.Minute
-	}
-	if rescueAfter <= jobTimeout {
-		return nil, fmt.Errorf("worker: rescue-after (%s) must exceed job-timeout (%s)", rescueAfter, jobTimeout)
-	}
-	concurrency := cfg.Concurrency
-	if concurrency <= 0 {
-		concurrency = DefaultConcurrency
-	}
-	cooldown := cfg.FetchCooldown
-	if cooldown <= 0 {
-		cooldown = DefaultFetchCooldown
-	}
-	sweepInterval := cfg.SweepInterval
-	if sweepInterval <= 0 {
-		sweepInterval = DefaultSweepInterval
-	}
-
-	if cfg.Send.MaxAttempts > MaxAttempts {
-		return nil, fmt.Errorf("worker: max attempts %d: want at most %d, below the River job's own limit of %d",
-			cfg.Send.MaxAttempts, MaxAttempts, sendjob.MaxAttempts)
-	}
-	if cfg.Send.ReplayWindow > outbox.MaxReplayWindow {
-		return nil, fmt.Errorf("worker: replay window %s: want at most %s, the time the API keeps an idempotency key",
-			cfg.Send.ReplayWindow, outbox.MaxReplayWindow)
-	}
-	switch cfg.Send.PartlySuppressed {
-	case "", PartlySuppressedSend, PartlySuppressedPark:
-	default:
-		return nil, fmt.Errorf("worker: partly suppressed %q: want %q or %q",
-			cfg.Send.PartlySuppressed, PartlySuppressedSend, PartlySuppressedPark)
-	}
-	restartGrace := cfg.RestartGrace
-	if restartGrace <= 0 {
-		restartGrace = sendstate.DefaultRestartGrace
-	}
-	if cfg.Lease < 0 || (cfg.Lease > 0 && cfg.Lease < 500*time.Millisecond) {
-		return nil, fmt.Errorf("worker: lease %s: want 500ms or more (0: the default, %s)", cfg.Lease, DefaultLease)
-	}
-	lease := cfg.Lease
-	if lease == 0 {
-		lease = DefaultLease
-	}
-	sendCfg := cfg.Send
-	if sendCfg.Logger == nil {
-		sendCfg.Logger = logger
-	}
-	if cfg.Send.MaxPause < 0 {
-		return nil, fmt.Errorf("worker: max pause %s: want a positive duration (0: the default, %s)", cfg.Send.MaxPause, DefaultMaxPause)
-	}
-	for _, l := range cfg.RateLimits {
-		if err := l.check(); err != nil {
-			return nil, fmt.Errorf("worker: %w", err)
-		}
-	}
-	if cfg.Coalesce < 0 || cfg.Coalesce > MaxCoalesce {
-		return nil, fmt.Errorf("worker: coalesce %d: want 0 (off) to %d, the API's batch limit", cfg.Coalesce, MaxCoalesce)
-	}
-	if cfg.CoalesceWait < 0 {
-		return nil, fmt.Errorf("worker: coalesce wait %s: want a positive duration", cfg.CoalesceWait)
-	}
-	coalesceWait := cfg.CoalesceWait
-	if coalesceWait == 0 {
-		coalesceWait = DefaultCoalesceWait
-	}
-	if cfg.Retain < 0 {
-		return nil, fmt.Errorf("worker: retain %s: want a positive duration, or 0 for off", cfg.Retain)
-	}
-	if cfg.RetainKeys < 0 && cfg.RetainKeys != KeepKeysForever {
-		return nil, fmt.Errorf("worker: retain keys %s: want a positive duration, 0 for the default or KeepKeysForever", cfg.RetainKeys)
-	}
-	retainKeys := cfg.RetainKeys
-	switch retainKeys {
-	case 0:
-		retainKeys = DefaultRetainKeys
-	case KeepKeysForever:
-		retainKeys = 0
-	}
-	pruneInterval := cfg.PruneInterval
-	if pruneInterval <= 0 {
-		pruneInterval = DefaultPruneInterval
-	}
-	sendWorker := newSendWorker(pool, c, &sendCfg)
-	tp := cfg.TracerProvider
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	sendWorker.tracer = tp.Tracer(tracerName)
+	logger := conf.Logger
+	sendWorker := newSendWorker(pool, c, &conf.Send)
+	sendWorker.tracer = conf.TracerProvider.Tracer(tracerName)
 	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budget.Config{
-		Rate: budgetRate(cfg.RateLimits), Quotas: budgetQuotas(cfg.RateLimits), QuotaZone: cfg.QuotaZone,
-		MaxPause: sendWorker.cfg.MaxPause, Logger: logger, Now: cfg.now})
+		Rate: budgetRate(conf.RateLimits), Quotas: budgetQuotas(conf.RateLimits), QuotaZone: conf.QuotaZone,
+		MaxPause: sendWorker.cfg.MaxPause, Logger: logger, Now: conf.now})
 	batcher := &sendstate.Batcher{Pool: pool}
+	rc, err := newRiverClient(pool, &conf, sendWorker, batcher)
+	if err != nil {
+		return nil, err
+	}
+	batcher.River = rc
+	jobs := &sendstate.Scheduler{Pool: pool, River: rc, Queue: conf.Queue}
+	ob, err := outbox.New(pool, &outbox.Config{Queue: conf.Queue})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	schedules := &ticker{pool: pool, outbox: ob, producers: conf.Producers, logger: logger}
+	retainKeys := conf.RetainKeys
+	if retainKeys == KeepKeysForever {
+		retainKeys = 0 // sendstate.PruneOptions: zero keeps them
+	}
+	return &Worker{
+		river:        rc,
+		sendWorker:   sendWorker,
+		batcher:      batcher,
+		coalesce:     conf.Coalesce,
+		coalesceWait: conf.CoalesceWait,
+		pool:         pool,
+		sweeper: &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: conf.SweepInterval, logger: logger,
+			restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly},
+		liveness: newLiveness(pool, conf.Lease, logger),
+		pruner: &pruner{pool: pool, interval: conf.PruneInterval, logger: logger,
+			opts: sendstate.PruneOptions{Retain: conf.Retain, RetainKeys: retainKeys}},
+	}, nil
+}
+
+// newRiverClient is the River client that works the send queue, with the
+// send and batch workers registered. The batch worker is always there: a
+// batch frozen by a coalescing worker is sent by any worker of the fleet.
+func newRiverClient(pool *pgxpool.Pool, conf *Config, sendWorker *sendWorker, batcher *sendstate.Batcher) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
-	// The batch worker is always there: a batch frozen by a coalescing
-	// worker is sent by any worker of the fleet.
 	if err := river.AddWorkerSafely(workers, sendWorker); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -316,47 +116,23 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:               map[string]river.QueueConfig{queue: {MaxWorkers: concurrency}},
+		Queues:               map[string]river.QueueConfig{conf.Queue: {MaxWorkers: conf.Concurrency}},
 		Workers:              workers,
-		JobTimeout:           jobTimeout,
-		RescueStuckJobsAfter: rescueAfter,
-		FetchCooldown:        cooldown,
-		FetchPollInterval:    cfg.FetchPollInterval,
-		PollOnly:             cfg.PollOnly,
-		Logger:               logger,
+		JobTimeout:           conf.JobTimeout,
+		RescueStuckJobsAfter: conf.RescueAfter,
+		FetchCooldown:        conf.FetchCooldown,
+		FetchPollInterval:    conf.FetchPollInterval,
+		PollOnly:             conf.PollOnly,
+		Logger:               conf.Logger,
 		// The job's span; the send's span is its child.
 		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
-			TracerProvider: tp, EnableWorkSpanJobKindSuffix: true,
+			TracerProvider: conf.TracerProvider, EnableWorkSpanJobKindSuffix: true,
 		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: river client: %w", err)
 	}
-	batcher.River = rc
-	jobs := &sendstate.Scheduler{Pool: pool, River: rc, Queue: queue}
-	ob, err := outbox.New(pool, &outbox.Config{Queue: queue})
-	if err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
-	}
-	for name, p := range cfg.Producers {
-		if p == nil {
-			return nil, fmt.Errorf("worker: producer %q is nil", name)
-		}
-	}
-	schedules := &ticker{pool: pool, outbox: ob, producers: cfg.Producers, logger: logger}
-	return &Worker{
-		river:        rc,
-		sendWorker:   sendWorker,
-		batcher:      batcher,
-		coalesce:     cfg.Coalesce,
-		coalesceWait: coalesceWait,
-		pool:         pool,
-		sweeper: &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: sweepInterval, logger: logger,
-			restartGrace: restartGrace, pollOnly: cfg.PollOnly},
-		liveness: newLiveness(pool, lease, logger),
-		pruner: &pruner{pool: pool, interval: pruneInterval, logger: logger,
-			opts: sendstate.PruneOptions{Retain: cfg.Retain, RetainKeys: retainKeys}},
-	}, nil
+	return rc, nil
 }
 
 // newCheckTimeout bounds New's look at the migration versions (New has no

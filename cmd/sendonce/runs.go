@@ -79,6 +79,9 @@ func runStateText(r *outbox.RunStatus) string {
 	return string(r.State)
 }
 
+// runCommand declares `sendonce run` and its five subcommands. It is long
+// because it is declarations (help, arguments, flags) of a command tree that
+// reads best in one piece; the logic is in outbox.
 func (a *app) runCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -243,6 +246,10 @@ key and $2 = the occurrence's time; it inserts the members, for example:
 (the latest of them is created once, when a worker is back) or skip (only
 those less than a minute late are created).`
 
+// scheduleCommand declares `sendonce schedule` and its add, list and remove
+// subcommands. It is long because it is declarations (help, arguments,
+// flags) of a command tree that reads best in one piece; the logic is in
+// outbox.
 func (a *app) scheduleCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedule",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -168,6 +169,10 @@ type workOptions struct {
 // workCommand declares `sendonce work`. Its cobra.Command literal is alike
 // in shape to enqueue's on purpose: each command declares its own help and
 // flags, and they share no logic.
+//
+// It is long because it is the command's flag list, each flag with its help
+// and its environment variable, in the one place --help and the README's
+// table are read from; splitting the list would only scatter it.
 func (a *app) workCommand() *cobra.Command {
 	o := &workOptions{}
 	cmd := &cobra.Command{
@@ -342,6 +347,8 @@ func retainKeys(r retention) time.Duration {
 // sweeper's listener).
 func poolSize(concurrency int) int { return concurrency/4 + 10 }
 
+// work runs the worker until ctx ends (a signal), then shuts it down. Each
+// step is a function of its own below, in the order they run.
 func (a *app) work(ctx context.Context, o *workOptions) error {
 	if err := o.check(); err != nil {
 		return err
@@ -355,34 +362,9 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 			return usagef("--webhook-addr %s needs the signing secret in %s (comma-separated to rotate)", o.webhookAddr, envWebhookSecret)
 		}
 	}
-
-	// The API client: the key from the environment only, every HTTP attempt
-	// counted, and enough idle connections kept for every send in flight.
-	key := a.getenv(client.EnvAPIKey)
-	if key == "" {
-		return fmt.Errorf("%s is not set: work needs an OpenEmail API key (oe_live_… or oe_test_…) in the environment", client.EnvAPIKey)
-	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = o.concurrency
-	opts := []client.Option{
-		client.WithAPIKey(key),
-		client.WithTimeout(o.apiTimeout),
-		client.WithMaxRetries(o.maxRetries),
-		client.WithHTTPClient(&http.Client{Transport: m.InstrumentTransport(transport)}),
-		client.WithLogger(log),
-	}
-	if o.apiBaseURL != "" {
-		opts = append(opts, client.WithBaseURL(o.apiBaseURL))
-	}
-	c, err := client.New(opts...)
-	switch {
-	case errors.Is(err, client.ErrInvalidAPIKey):
-		return fmt.Errorf("%s is not a valid OpenEmail API key: want one starting oe_live_ or oe_test_", client.EnvAPIKey)
-	case err != nil:
+	c, err := a.apiClient(o, m)
+	if err != nil {
 		return err
-	}
-	if err := c.CheckBaseURL(); err != nil {
-		return fmt.Errorf("%w: use https, or a loopback address for a local fake API", err)
 	}
 
 	pool, err := a.connectMigrated(ctx, poolSize(o.concurrency))
@@ -398,24 +380,109 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	m.WatchBudget(pool, 5*time.Second, log)
 	m.WatchRuns(ob, 5*time.Second, log)
 
-	// Tracing, when the OTEL_* environment asks for it; flushed at exit,
-	// after the last send.
-	tr, err := tracing.Setup(ctx, "sendonce")
+	flush, err := startTracing(ctx, log)
 	if err != nil {
 		return err
 	}
-	if tr != nil {
-		log.Info("tracing on", "exporter", tr.Exporter)
-		defer func() {
-			flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := tr.Shutdown(flushCtx); err != nil {
-				log.Warn("spans not all sent at exit", "error", err)
-			}
-		}()
+	defer flush()
+
+	w, err := worker.New(pool, o.workerConfig(c, m, log))
+	if err != nil {
+		return err
 	}
 
-	w, err := worker.New(pool, &worker.Config{
+	// The worker and the UI live until the shutdown below, not until the
+	// signal: cancelling River's context would cut off the sends in flight.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+
+	ops, opsSrv, err := a.serveOps(runCtx, o, w, ob, pool, m)
+	if err != nil {
+		return err
+	}
+	hookSrv, err := serveWebhooks(o, pool, secrets, log)
+	if err != nil {
+		opsSrv.close()
+		return err
+	}
+	if err := w.Start(runCtx); err != nil {
+		opsSrv.close()
+		hookSrv.close()
+		return err
+	}
+	fmt.Fprintln(a.stdout, o.startupLine(c, opsSrv.where(), hookSrv.where(), a.pooler))
+
+	var srvErr error
+	select {
+	case <-ctx.Done():
+	case srvErr = <-opsSrv.doneC():
+		// The listener died under us: stop as for a signal, then fail.
+		log.Error("http listener failed; shutting down", "error", srvErr)
+	case srvErr = <-hookSrv.doneC():
+		log.Error("webhook listener failed; shutting down", "error", srvErr)
+	}
+	if err := a.shutdown(ctx, o, w, ops, opsSrv, hookSrv); err != nil {
+		return err
+	}
+	if srvErr != nil {
+		return fmt.Errorf("http listener: %w", srvErr)
+	}
+	return nil
+}
+
+// apiClient is the API client: the key from the environment only, every
+// HTTP attempt counted, and enough idle connections kept for every send in
+// flight.
+func (a *app) apiClient(o *workOptions, m *metrics.Metrics) (*client.Client, error) {
+	key := a.getenv(client.EnvAPIKey)
+	if key == "" {
+		return nil, fmt.Errorf("%s is not set: work needs an OpenEmail API key (oe_live_… or oe_test_…) in the environment", client.EnvAPIKey)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = o.concurrency
+	opts := []client.Option{
+		client.WithAPIKey(key),
+		client.WithTimeout(o.apiTimeout),
+		client.WithMaxRetries(o.maxRetries),
+		client.WithHTTPClient(&http.Client{Transport: m.InstrumentTransport(transport)}),
+		client.WithLogger(a.logger),
+	}
+	if o.apiBaseURL != "" {
+		opts = append(opts, client.WithBaseURL(o.apiBaseURL))
+	}
+	c, err := client.New(opts...)
+	switch {
+	case errors.Is(err, client.ErrInvalidAPIKey):
+		return nil, fmt.Errorf("%s is not a valid OpenEmail API key: want one starting oe_live_ or oe_test_", client.EnvAPIKey)
+	case err != nil:
+		return nil, err
+	}
+	if err := c.CheckBaseURL(); err != nil {
+		return nil, fmt.Errorf("%w: use https, or a loopback address for a local fake API", err)
+	}
+	return c, nil
+}
+
+// startTracing turns tracing on when the OTEL_* environment asks for it;
+// the function it returns flushes the spans at exit, after the last send.
+func startTracing(ctx context.Context, log *slog.Logger) (flush func(), err error) {
+	tr, err := tracing.Setup(ctx, "sendonce")
+	if err != nil || tr == nil {
+		return func() {}, err
+	}
+	log.Info("tracing on", "exporter", tr.Exporter)
+	return func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(flushCtx); err != nil {
+			log.Warn("spans not all sent at exit", "error", err)
+		}
+	}, nil
+}
+
+// workerConfig is the options as the worker's Config.
+func (o *workOptions) workerConfig(c *client.Client, m *metrics.Metrics, log *slog.Logger) *worker.Config {
+	return &worker.Config{
 		Client:            c,
 		Queue:             o.queue,
 		Concurrency:       o.concurrency,
@@ -442,92 +509,117 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 			PartlySuppressed: worker.PartlySuppressed(o.partlySuppressed),
 		},
 		Logger: log,
+	}
+}
+
+// listener is an HTTP server run beside the worker; nil when it is off.
+type listener struct {
+	srv  *http.Server
+	done chan error
+	addr string
+}
+
+// serve starts serving h on ln.
+func serve(ln net.Listener, srv *http.Server) *listener {
+	l := &listener{srv: srv, done: make(chan error, 1), addr: "http://" + ln.Addr().String()}
+	go func() { l.done <- srv.Serve(ln) }()
+	return l
+}
+
+// close closes the server at once (a start that failed).
+func (l *listener) close() {
+	if l != nil {
+		_ = l.srv.Close()
+	}
+}
+
+// shutdown lets the server's requests finish, within ctx.
+func (l *listener) shutdown(ctx context.Context) {
+	if l != nil {
+		_ = l.srv.Shutdown(ctx)
+	}
+}
+
+// doneC is the channel that says the server stopped; nil (never ready)
+// when it is off.
+func (l *listener) doneC() <-chan error {
+	if l == nil {
+		return nil
+	}
+	return l.done
+}
+
+// where is the address for the startup line: "off" when the server is off.
+func (l *listener) where() string {
+	if l == nil {
+		return "off"
+	}
+	return l.addr
+}
+
+// serveOps serves health, metrics, the River UI and the outbox page on
+// --http-addr (nil, nil when it is empty).
+func (a *app) serveOps(ctx context.Context, o *workOptions, w *worker.Worker, ob *outbox.Outbox, pool *pgxpool.Pool, m *metrics.Metrics) (*httpserver.Handler, *listener, error) {
+	if o.httpAddr == "" {
+		return nil, nil, nil
+	}
+	log := a.logger
+	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(w.RiverClient(), nil),
+		Prefix:    httpserver.UIPrefix,
+		Logger:    log,
 	})
 	if err != nil {
-		return err
+		return nil, nil, fmt.Errorf("river ui: %w", err)
 	}
-
-	// The worker and the UI live until the shutdown below, not until the
-	// signal: cancelling River's context would cut off the sends in flight.
-	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRun()
-
-	var (
-		srv     *http.Server
-		ops     *httpserver.Handler
-		srvDone = make(chan error, 1)
-		addr    = "off"
-	)
-	if o.httpAddr != "" {
-		ui, err := riverui.NewHandler(&riverui.HandlerOpts{
-			Endpoints: riverui.NewEndpoints(w.RiverClient(), nil),
-			Prefix:    httpserver.UIPrefix,
-			Logger:    log,
-		})
-		if err != nil {
-			return fmt.Errorf("river ui: %w", err)
-		}
-		if err := ui.Start(runCtx); err != nil {
-			return fmt.Errorf("river ui: %w", err)
-		}
-		page, err := outboxui.New(ob, outboxui.Options{
-			Actions:      o.uiActions,
-			ReplayWindow: o.replayWindow,
-			RiverUI:      httpserver.UIPrefix,
-			Logger:       log,
-			WebhookAddr:  o.webhookAddr,
-		})
-		if err != nil {
-			return err
-		}
-		ops = httpserver.New(httpserver.Options{
-			Ready:    func(ctx context.Context) error { return ready(ctx, pool, a.databaseURL) },
-			Metrics:  m.Handler(),
-			RiverUI:  ui,
-			OutboxUI: page,
-			UIToken:  o.uiToken,
-		})
-		ln, err := net.Listen("tcp", o.httpAddr)
-		if err != nil {
-			return fmt.Errorf("cannot listen on --http-addr: %w", err)
-		}
-		addr = "http://" + ln.Addr().String()
-		srv = &http.Server{Handler: ops, ReadHeaderTimeout: 10 * time.Second}
-		go func() { srvDone <- srv.Serve(ln) }()
+	if err := ui.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("river ui: %w", err)
 	}
-
-	var (
-		hookSrv  *http.Server
-		hookDone = make(chan error, 1)
-		hookAddr = "off"
-	)
-	if o.webhookAddr != "" {
-		h, err := webhook.New(pool, secrets, log)
-		if err != nil {
-			return err
-		}
-		mux := http.NewServeMux()
-		mux.Handle(webhookPath, h)
-		ln, err := net.Listen("tcp", o.webhookAddr)
-		if err != nil {
-			if srv != nil {
-				_ = srv.Close()
-			}
-			return fmt.Errorf("cannot listen on --webhook-addr: %w", err)
-		}
-		hookAddr = "http://" + ln.Addr().String()
-		hookSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
-		go func() { hookDone <- hookSrv.Serve(ln) }()
+	page, err := outboxui.New(ob, outboxui.Options{
+		Actions:      o.uiActions,
+		ReplayWindow: o.replayWindow,
+		RiverUI:      httpserver.UIPrefix,
+		Logger:       log,
+		WebhookAddr:  o.webhookAddr,
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-
-	if err := w.Start(runCtx); err != nil {
-		for _, s := range []*http.Server{srv, hookSrv} {
-			if s != nil {
-				_ = s.Close()
-			}
-		}
-		return err
+	ops := httpserver.New(httpserver.Options{
+		Ready:    func(ctx context.Context) error { return ready(ctx, pool, a.databaseURL) },
+		Metrics:  m.Handler(),
+		RiverUI:  ui,
+		OutboxUI: page,
+		UIToken:  o.uiToken,
+	})
+	ln, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot listen on --http-addr: %w", err)
 	}
+	return ops, serve(ln, &http.Server{Handler: ops, ReadHeaderTimeout: 10 * time.Second}), nil
+}
+
+// serveWebhooks serves the API's delivery webhooks on --webhook-addr (nil
+// when it is empty).
+func serveWebhooks(o *workOptions, pool *pgxpool.Pool, secrets []string, log *slog.Logger) (*listener, error) {
+	if o.webhookAddr == "" {
+		return nil, nil
+	}
+	h, err := webhook.New(pool, secrets, log)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(webhookPath, h)
+	ln, err := net.Listen("tcp", o.webhookAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on --webhook-addr: %w", err)
+	}
+	return serve(ln, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}), nil
+}
+
+// startupLine is the line work prints once it is working.
+func (o *workOptions) startupLine(c *client.Client, addr, hookAddr string, pooler poolerMode) string {
 	rate := o.apiRate
 	if rate == "" {
 		rate = "from-429s"
@@ -543,18 +635,14 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 			retain = o.retain.String() + "/keys:forever"
 		}
 	}
-	fmt.Fprintf(a.stdout, "sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s retain=%s poll-only=%t pooler=%s\n",
-		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr, retain, o.pollOnly, a.pooler)
+	return fmt.Sprintf("sendonce work: queue=%s concurrency=%d http=%s api=%s api-rate=%s coalesce=%s webhooks=%s retain=%s poll-only=%t pooler=%s",
+		o.queue, o.concurrency, addr, apiHost(c.BaseURL()), rate, coalesce, hookAddr, retain, o.pollOnly, pooler)
+}
 
-	var srvErr error
-	select {
-	case <-ctx.Done():
-	case srvErr = <-srvDone:
-		// The listener died under us: stop as for a signal, then fail.
-		log.Error("http listener failed; shutting down", "error", srvErr)
-	case srvErr = <-hookDone:
-		log.Error("webhook listener failed; shutting down", "error", srvErr)
-	}
+// shutdown stops the worker within --shutdown-grace (the sends still in
+// flight then are cancelled and go back to the queue), then the listeners.
+func (a *app) shutdown(ctx context.Context, o *workOptions, w *worker.Worker, ops *httpserver.Handler, listeners ...*listener) error {
+	log := a.logger
 	log.Info("shutting down: no new sends; waiting for the sends in flight", "grace", o.shutdownGrace.String())
 	if ops != nil {
 		ops.SetDraining()
@@ -567,18 +655,13 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	}
 	httpCtx, cancelHTTP := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancelHTTP()
-	for _, s := range []*http.Server{srv, hookSrv} {
-		if s != nil {
-			_ = s.Shutdown(httpCtx)
-		}
+	for _, l := range listeners {
+		l.shutdown(httpCtx)
 	}
 	if stopErr != nil {
 		return fmt.Errorf("stop: %w", stopErr)
 	}
 	log.Info("stopped")
-	if srvErr != nil {
-		return fmt.Errorf("http listener: %w", srvErr)
-	}
 	return nil
 }
 

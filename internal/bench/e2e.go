@@ -50,6 +50,9 @@ func (s *EndToEnd) Name() string { return "e2e" }
 func (s *EndToEnd) Rows() []*Row { return []*Row{s.p50, s.p99} }
 
 // Run offers the rate once and records the percentiles.
+//
+// It is long because it is a benchmark's setup, run and measurement in
+// the order they happen, which reads best top to bottom.
 func (s *EndToEnd) Run(ctx context.Context, env *Env) error {
 	if err := env.Reset(ctx); err != nil {
 		return err

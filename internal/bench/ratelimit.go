@@ -199,6 +199,9 @@ func buildSendonce(ctx context.Context, env *Env, who string) (string, error) {
 
 // drain measures one cell: n intents enqueued, then the fleet started and
 // run until every intent is sent or failed.
+//
+// It is long because it is the cell's setup, run and measurement in the
+// order they happen, which reads best top to bottom.
 func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCell) error {
 	// backlog resets the database, the fleet's budget too: a rate the
 	// previous cell found must not carry over.

@@ -67,6 +67,9 @@ func (w *pacedSendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) er
 // jobs call the same client through one in-memory limiter at s.limit a
 // second, against the same fake API. It returns the database's CPU per
 // job, in µs.
+//
+// It is long because it is the baseline's setup, run and measurement in the
+// order they happen, which reads best top to bottom.
 func (s *RateLimited) riverBaseline(ctx context.Context, env *Env) (float64, error) {
 	if err := env.Reset(ctx); err != nil {
 		return 0, err

@@ -144,21 +144,8 @@ func (s *Trouble) drainPoison(ctx context.Context, env *Env, bin string) error {
 		if err != nil {
 			return err
 		}
-		var first, last time.Time
-		tries := 0
-		for _, r := range srv.Requests() {
-			if strings.HasPrefix(r.IdempotencyKey, "poison:") {
-				tries++
-				continue
-			}
-			if first.IsZero() || r.ReceivedAt.Before(first) {
-				first = r.ReceivedAt
-			}
-			if r.Status < 300 && r.AnsweredAt.After(last) {
-				last = r.AnsweredAt
-			}
-		}
-		spans[i] = last.Sub(first)
+		var tries int
+		spans[i], tries = DrainSpan(srv.Requests(), "poison:")
 		if poison {
 			var pending int
 			if err := env.Admin.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox WHERE idempotency_key LIKE 'poison:%' AND state = $1`,
@@ -298,3 +285,24 @@ func (s *Trouble) Notes() []string {
 
 // Close removes the built binary.
 func (s *Trouble) Close() error { return s.fleet.Close() }
+
+// DrainSpan is how long the requests took to drain the intents whose keys
+// do not start with except: from the first such request's arrival to the
+// last successful answer. skipped counts the requests left out (the poison
+// intents' tries, in the trouble scenario and its integration test).
+func DrainSpan(reqs []fakeapi.RequestRecord, except string) (span time.Duration, skipped int) {
+	var first, last time.Time
+	for _, r := range reqs {
+		if strings.HasPrefix(r.IdempotencyKey, except) {
+			skipped++
+			continue
+		}
+		if first.IsZero() || r.ReceivedAt.Before(first) {
+			first = r.ReceivedAt
+		}
+		if r.Status < 300 && r.AnsweredAt.After(last) {
+			last = r.AnsweredAt
+		}
+	}
+	return last.Sub(first), skipped
+}

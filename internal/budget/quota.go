@@ -132,6 +132,9 @@ type quotaLease struct {
 // new period where one has ended, takes refunds off the count and says
 // how many tokens the lease may take. It costs one statement when the key
 // has no quota.
+//
+// It is long because it is one transaction's statements in the order they
+// lock and write; split up, that order would be harder to check.
 func (q *quotas) begin(ctx context.Context, tx pgx.Tx, fp string, want int) (*quotaLease, error) {
 	l := &quotaLease{allow: want}
 	read := func() error {

@@ -30,6 +30,9 @@ type runResult struct {
 
 // runWorkers is step 4: worker 1 sends until the kill lands in a window,
 // worker 2 finishes and is left running for the bounce step.
+//
+// It is long because it is the demo's story (start, wait for the window,
+// kill, restart, wait for the end) in the order it happens.
 func (d *demo) runWorkers(ctx context.Context) (*runResult, error) {
 	total := len(d.plan.committed())
 	res := &runResult{}

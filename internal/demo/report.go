@@ -115,6 +115,8 @@ func extra(n map[string]int) (int, []string) {
 }
 
 // printReport prints the figures, a verdict, and where to look next.
+//
+// It is long because it is the report's lines in the order they print.
 func (d *demo) printReport(r *report) {
 	d.section(6, "Report")
 	row := func(label string, n int, note string) { d.say("%-22s %5d   %s", label, n, note) }

@@ -339,6 +339,9 @@ func claimBatch(ctx context.Context, tx pgx.Tx, req ClaimRequest, opts ClaimOpti
 // before its first attempt (see ClaimBatch), and rewrites its body and
 // members when it took any out. It returns the members parked, those
 // stripped of recipients, and how many members the batch keeps.
+//
+// It is long because it is one transaction's statements in the order they
+// lock and write; split up, that order would be harder to check.
 func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest, parkPartly bool) (parked []ParkedMember, stripped []string, left int, err error) {
 	var body string
 	var keys []string
@@ -570,6 +573,9 @@ type SplitPart struct {
 // never split: the API may hold its delivery under the batch's key, and
 // its members sent under new keys would be delivered twice. Split refuses
 // it with ErrSplitUncertain and changes nothing.
+//
+// It is long because it is one transaction's statements in the order they
+// lock and write; split up, that order would be harder to check.
 func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys []string, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
 		var queue, run string

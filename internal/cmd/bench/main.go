@@ -31,6 +31,9 @@ func main() {
 	os.Exit(run())
 }
 
+// run is the bench command: its flags, then each scenario in the order the
+// table prints them. It is long because it is that list, which reads best
+// top to bottom.
 func run() int {
 	var (
 		runs       = flag.Int("runs", 3, "runs of every scenario; each figure is the median")

@@ -1,0 +1,876 @@
+-- The schema sendonce's migrations leave (sql/), as pg_dump prints it from
+-- a migrated database: sendonce's objects only, not River's. Written by
+-- TestSchemaFile; do not edit it by hand. After adding a migration:
+--   go run ./internal/cmd/withpg -- go test ./migrations -run TestSchemaFile -update
+
+-- FUNCTION sendonce_address(text)
+CREATE FUNCTION public.sendonce_address(a text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN sendonce_address_spelled(a) AND length(sendonce_address_part(a)) <= 320
+        THEN lower(sendonce_address_part(a) COLLATE "C") END
+$$;
+
+-- FUNCTION sendonce_address_part(text)
+CREATE FUNCTION public.sendonce_address_part(a text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN strpos(a, '<') > 0 THEN split_part(reverse(split_part(reverse(a), '<', 1)), '>', 1)
+        ELSE btrim(a, ' ') END
+$$;
+
+-- FUNCTION sendonce_address_problem(text)
+CREATE FUNCTION public.sendonce_address_problem(a text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    AS $_$
+DECLARE
+    bare  text;
+    part  text;
+    at    integer := 0;
+    ch    text;
+BEGIN
+    IF strpos(a, E'\t') > 0 THEN
+        RETURN 'holds a tab';
+    ELSIF a ~ '[\r\n]' THEN
+        RETURN 'holds a line break';
+    ELSIF a ~ '[\u0001-\u001F\u007F]' THEN
+        RETURN 'holds a control character';
+    END IF;
+    ch := substring(a FROM '[\u0080-\u00A0\u1680\u2000-\u200F\u2028-\u202F\u205F-\u206F\u3000\uFEFF]');
+    IF ch IS NOT NULL THEN
+        RETURN format('holds U+%s, a control, invisible or space character other than U+0020',
+            lpad(upper(to_hex(ascii(ch))), 4, '0'));
+    END IF;
+    IF strpos(a, '"@') > 0 THEN
+        RETURN 'has a quoted local part';
+    END IF;
+    bare := regexp_replace(a, '"(?:[^"\\]|\\[\s\S])*"', '""', 'g');
+    -- The address part: between the last "<" and the ">" after it, or
+    -- all of a spelling without "<" but the spaces around.
+    part := btrim(bare, ' ');
+    IF strpos(bare, '<') > 0 THEN
+        part := substring(bare FROM '<([^<>]*)[^<]*$');
+    END IF;
+    IF strpos(part, '@') > 0 THEN
+        at := length(part) - strpos(reverse(part), '@') + 1;
+    END IF;
+    RETURN CASE
+        WHEN strpos(bare, '(') > 0 THEN 'has a comment in parentheses'
+        WHEN strpos(bare, ':') > 0 THEN 'is a group'
+        WHEN bare ~ '[,;]' THEN 'has "," or ";" outside quotes: several addresses, or a display name to quote'
+        WHEN strpos(a, '@[') > 0 THEN 'has a domain literal'
+        WHEN at > 0 AND strpos(part, ' ') > 0 THEN 'has a space inside the address'
+        WHEN at > 0 AND substring(part FROM at) ~ '[^\u0001-\u007F]' THEN 'has a domain in Unicode: write it in its ASCII (xn--) form'
+        WHEN at > 0 AND part ~ '[^\u0001-\u007F]' THEN 'has a local part that is not ASCII'
+        WHEN strpos(bare, '"') > 0 AND a !~ '^ *"(?:[^"\\]|\\[\s\S])*" *<' THEN
+            'has a display name partly quoted: quote all of it or none of it'
+        WHEN at > 0 AND btrim(substring(part FROM at + 1), '-.ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789') <> '' THEN
+            'has a domain with a character other than a letter, digit, hyphen or dot'
+        WHEN length(part) > 320 AND sendonce_address_spelled(a) THEN
+            format('has an address of %s characters, over 320', length(part))
+        ELSE 'is not an email address of the form local@domain or Display Name <local@domain>'
+    END;
+END
+$_$;
+
+-- FUNCTION sendonce_address_spelled(text)
+CREATE FUNCTION public.sendonce_address_spelled(a text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+    SELECT a COLLATE "C" ~ $re$^ *(?:([-A-Za-z0-9!#$%&'*+/=?^_`{|}~]+(?:\.[-A-Za-z0-9!#$%&'*+/=?^_`{|}~]+)*@[-A-Za-z0-9]+(?:\.[-A-Za-z0-9]+)*)|(?:(?:[-A-Za-z0-9!#$%&'*+/=?^_`{|}~.\u00A1-\u167F\u1681-\u1FFF\u2010-\u2027\u2030-\u205E\u2070-\u2FFF\u3001-\uFEFE\uFF00-\U0010FFFF]+(?: +[-A-Za-z0-9!#$%&'*+/=?^_`{|}~.\u00A1-\u167F\u1681-\u1FFF\u2010-\u2027\u2030-\u205E\u2070-\u2FFF\u3001-\uFEFE\uFF00-\U0010FFFF]+)*|"(?:[ !#-Z^-~\u00A1-\u167F\u1681-\u1FFF\u2010-\u2027\u2030-\u205E\u2070-\u2FFF\u3001-\uFEFE\uFF00-\U0010FFFF]|\[|\]|\\[ -~])*") *)?<([-A-Za-z0-9!#$%&'*+/=?^_`{|}~]+(?:\.[-A-Za-z0-9!#$%&'*+/=?^_`{|}~]+)*@[-A-Za-z0-9]+(?:\.[-A-Za-z0-9]+)*)>) *$$re$
+$_$;
+
+-- FUNCTION sendonce_check_email(jsonb, text, boolean)
+CREATE FUNCTION public.sendonce_check_email(body jsonb, prefix text, needs_content boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    field text;
+    idx   bigint;
+    addr  text;
+BEGIN
+    IF jsonb_typeof(body) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'sendonce: %email must be a JSON object', prefix USING ERRCODE = 'check_violation';
+    END IF;
+    IF jsonb_typeof(body->'from') IS DISTINCT FROM 'string' OR body->>'from' = '' THEN
+        RAISE EXCEPTION 'sendonce: payload needs "%from"', prefix USING ERRCODE = 'check_violation';
+    END IF;
+    FOREACH field IN ARRAY ARRAY['to', 'cc', 'bcc'] LOOP
+        IF body ? field AND body->field <> 'null'::jsonb THEN
+            idx := NULL;
+            IF jsonb_typeof(body->field) = 'string' THEN
+                IF body->>field = '' THEN
+                    RAISE EXCEPTION USING ERRCODE = 'check_violation', MESSAGE = format('sendonce: "%s%s" is empty', prefix, field);
+                END IF;
+                addr := body->>field;
+            ELSIF jsonb_typeof(body->field) = 'array' THEN
+                IF EXISTS (SELECT 1 FROM jsonb_array_elements(body->field) e
+                           WHERE jsonb_typeof(e) <> 'string' OR e #>> '{}' = '') THEN
+                    RAISE EXCEPTION USING ERRCODE = 'check_violation',
+                        MESSAGE = format('sendonce: "%s%s" must hold only non-empty address strings', prefix, field);
+                END IF;
+                SELECT e, i - 1 INTO addr, idx
+                FROM jsonb_array_elements_text(body->field) WITH ORDINALITY AS x(e, i)
+                WHERE sendonce_address(e) IS NULL ORDER BY i LIMIT 1;
+            ELSE
+                RAISE EXCEPTION USING ERRCODE = 'check_violation',
+                    MESSAGE = format('sendonce: "%s%s" must be an address string or an array of them', prefix, field);
+            END IF;
+            IF addr IS NOT NULL AND sendonce_address(addr) IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'check_violation', MESSAGE = format(
+                    'sendonce: "%s%s%s" %s %s; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches',
+                    prefix, field, CASE WHEN idx IS NOT NULL THEN format('[%s]', idx) ELSE '' END,
+                    to_json(left(addr, 60)), sendonce_address_problem(addr));
+            END IF;
+            addr := NULL;
+        END IF;
+    END LOOP;
+    IF NOT body ? 'to' OR body->'to' = 'null'::jsonb OR body->'to' = '[]'::jsonb THEN
+        RAISE EXCEPTION 'sendonce: payload needs at least one recipient in "%to"', prefix USING ERRCODE = 'check_violation';
+    END IF;
+    IF needs_content AND coalesce(body->>'html', '') = '' AND coalesce(body->>'text', '') = '' THEN
+        RAISE EXCEPTION 'sendonce: payload needs content: "%html" or "%text"', prefix, prefix USING ERRCODE = 'check_violation';
+    END IF;
+END
+$$;
+
+-- FUNCTION sendonce_delivery_apply(bigint, text, timestamp with time zone)
+CREATE FUNCTION public.sendonce_delivery_apply(p_intent bigint, p_type text, p_at timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    st  text := sendonce_delivery_status(p_type);
+    k   text;
+BEGIN
+    IF st IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE sendonce_outbox
+    SET delivery_status = st, delivery_status_at = p_at
+    WHERE id = p_intent AND (delivery_status IS NULL OR
+        (sendonce_delivery_rank(st), p_at, st COLLATE "C") >
+        (sendonce_delivery_rank(delivery_status), delivery_status_at, delivery_status COLLATE "C"))
+    RETURNING idempotency_key INTO k;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify('sendonce_delivery', json_build_object('key', k, 'status', st)::text);
+    RETURN true;
+END
+$$;
+
+-- FUNCTION sendonce_delivery_rank(text)
+CREATE FUNCTION public.sendonce_delivery_rank(status text) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE status
+        WHEN 'delivery_delayed' THEN 1
+        WHEN 'delivered' THEN 2
+        WHEN 'failed' THEN 3
+        WHEN 'bounced' THEN 3
+        WHEN 'suppressed' THEN 3
+        WHEN 'complained' THEN 4
+        ELSE 0
+    END
+$$;
+
+-- FUNCTION sendonce_delivery_status(text)
+CREATE FUNCTION public.sendonce_delivery_status(event_type text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE event_type
+        WHEN 'email.delivery_delayed' THEN 'delivery_delayed'
+        WHEN 'email.delivered' THEN 'delivered'
+        WHEN 'email.failed' THEN 'failed'
+        WHEN 'email.bounced' THEN 'bounced'
+        WHEN 'email.suppressed' THEN 'suppressed'
+        WHEN 'email.complained' THEN 'complained'
+    END
+$$;
+
+-- FUNCTION sendonce_email_recipients(jsonb)
+CREATE FUNCTION public.sendonce_email_recipients(body jsonb) RETURNS SETOF text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT sendonce_address(r)
+    FROM unnest(ARRAY['to', 'cc', 'bcc']) AS f,
+        LATERAL jsonb_array_elements_text(CASE jsonb_typeof(body -> f)
+            WHEN 'array' THEN body -> f
+            WHEN 'string' THEN jsonb_build_array(body -> f)
+            ELSE '[]'::jsonb END) AS r
+$$;
+
+-- FUNCTION sendonce_event_addresses(jsonb)
+CREATE FUNCTION public.sendonce_event_addresses(raw jsonb) RETURNS text[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT array_agg(DISTINCT a ORDER BY a) FROM (
+        SELECT sendonce_address(x) AS a
+        FROM jsonb_array_elements_text(CASE jsonb_typeof(raw #> '{data,to}')
+            WHEN 'array' THEN raw #> '{data,to}'
+            WHEN 'string' THEN jsonb_build_array(raw #> '{data,to}')
+            ELSE '[]'::jsonb END) AS x
+        UNION ALL
+        SELECT sendonce_address(raw -> 'data' ->> f)
+        FROM unnest(ARRAY['email', 'address', 'recipient']) AS f
+        WHERE jsonb_typeof(raw -> 'data' -> f) = 'string'
+    ) s WHERE a LIKE '_%@_%' AND length(a) <= 320
+$$;
+
+-- FUNCTION sendonce_event_match(text)
+CREATE FUNCTION public.sendonce_event_match(p_event_id text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ev     sendonce_event;
+    intent bigint;
+BEGIN
+    SELECT * INTO ev FROM sendonce_event WHERE event_id = p_event_id;
+    IF NOT FOUND OR ev.email_id IS NULL OR ev.intent_id IS NOT NULL THEN
+        RETURN ev.intent_id;
+    END IF;
+    intent := sendonce_message_intent(ev.email_id);
+    IF intent IS NULL THEN
+        RETURN NULL;
+    END IF;
+    UPDATE sendonce_event SET intent_id = intent WHERE event_id = p_event_id;
+    PERFORM sendonce_delivery_apply(intent, ev.type, ev.occurred_at);
+    PERFORM sendonce_event_suppress(p_event_id);
+    RETURN intent;
+END
+$$;
+
+-- FUNCTION sendonce_event_suppress(text)
+CREATE FUNCTION public.sendonce_event_suppress(p_event_id text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ev     sendonce_event;
+    reason text;
+    addrs  text[];
+BEGIN
+    -- Most events (delivered, opened, …) change nothing: they are not
+    -- locked, only those that may change the list.
+    reason := (SELECT CASE e.type
+            WHEN 'email.bounced' THEN 'bounced'
+            WHEN 'email.complained' THEN 'complained'
+            WHEN 'email.suppressed' THEN 'api'
+            WHEN 'suppression.added' THEN 'api'
+            WHEN 'suppression.removed' THEN 'removed'
+        END FROM sendonce_event e WHERE e.event_id = p_event_id);
+    IF reason IS NULL THEN
+        RETURN 0;
+    END IF;
+    SELECT * INTO ev FROM sendonce_event WHERE event_id = p_event_id FOR UPDATE;
+    IF NOT FOUND OR ev.suppression_applied THEN
+        RETURN 0;
+    END IF;
+    IF ev.type = 'email.bounced' AND lower(coalesce(ev.raw #>> '{data,bounce,type}',
+            ev.raw #>> '{data,bounceType}', ev.raw #>> '{data,bounce_type}', '')) IN ('soft', 'transient', 'temporary') THEN
+        RETURN 0;
+    END IF;
+    addrs := sendonce_event_addresses(ev.raw);
+    IF addrs IS NULL AND ev.type LIKE 'email.%' THEN
+        IF ev.intent_id IS NULL THEN
+            RETURN 0; -- applied when it matches its intent, at its own time all the same
+        END IF;
+        SELECT array_agg(DISTINCT r ORDER BY r) INTO addrs
+        FROM sendonce_outbox o, sendonce_recipients(o.kind, o.payload) AS r
+        WHERE o.id = ev.intent_id AND o.kind IN ('email', 'template') AND r LIKE '_%@_%' AND length(r) <= 320;
+    END IF;
+    UPDATE sendonce_event SET suppression_applied = true WHERE event_id = p_event_id;
+    IF addrs IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN sendonce_suppression_set(addrs, reason = 'removed', nullif(reason, 'removed'),
+        'webhook ' || ev.delivery_id, ev.occurred_at);
+END
+$$;
+
+-- FUNCTION sendonce_events_match_pending(integer)
+CREATE FUNCTION public.sendonce_events_match_pending(max_events integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ev record;
+    n  integer := 0;
+BEGIN
+    FOR ev IN SELECT e.event_id FROM sendonce_event e
+        WHERE e.intent_id IS NULL AND e.received_at > now() - interval '1 day'
+            AND e.email_id IS NOT NULL
+            AND sendonce_message_intent(e.email_id) IS NOT NULL
+        ORDER BY e.received_at DESC LIMIT max_events
+        FOR UPDATE OF e SKIP LOCKED
+    LOOP
+        IF sendonce_event_match(ev.event_id) IS NOT NULL THEN
+            n := n + 1;
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- FUNCTION sendonce_intent_hash(text, text, jsonb)
+CREATE FUNCTION public.sendonce_intent_hash(kind text, template_id text, payload jsonb) RETURNS bytea
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT substring(sha256(convert_to(jsonb_build_array(kind, template_id, payload)::text, 'UTF8')) FROM 1 FOR 16)
+$$;
+
+-- FUNCTION sendonce_is_timestamp(text)
+CREATE FUNCTION public.sendonce_is_timestamp(t text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    PERFORM t::timestamptz;
+    RETURN true;
+EXCEPTION WHEN others THEN
+    RETURN false;
+END
+$$;
+
+-- FUNCTION sendonce_key_hash(text)
+CREATE FUNCTION public.sendonce_key_hash(k text) RETURNS bytea
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT substring(sha256(convert_to(k, 'UTF8')) FROM 1 FOR 16)
+$$;
+
+-- FUNCTION sendonce_message_intent(text)
+CREATE FUNCTION public.sendonce_message_intent(p_email_id text) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN (SELECT min(id) FROM (
+        SELECT id FROM sendonce_outbox WHERE message_id = p_email_id AND kind <> 'batch'
+        UNION ALL
+        SELECT id FROM sendonce_outbox
+        WHERE kind = 'batch' AND message_id IS NOT NULL AND string_to_array(message_id, ',') @> ARRAY[p_email_id]
+    ) m);
+END
+$$;
+
+-- FUNCTION sendonce_outbox_check()
+CREATE FUNCTION public.sendonce_outbox_check() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    item jsonb;
+    n    integer := 0;
+BEGIN
+    IF NEW.idempotency_key IS NULL OR NEW.idempotency_key !~ '^[A-Za-z0-9_.:-]{1,255}$' THEN
+        RAISE EXCEPTION 'sendonce: invalid idempotency_key %: want 1 to 255 characters of letters, digits, "_", ".", ":" and "-"',
+            coalesce(quote_literal(left(NEW.idempotency_key, 60)), 'NULL')
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.kind IS NULL OR NEW.kind NOT IN ('email', 'batch', 'template', 'broadcast') THEN
+        RAISE EXCEPTION 'sendonce: unknown kind %: want email, batch, template or broadcast',
+            coalesce(quote_literal(NEW.kind), 'NULL') USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.payload IS NULL OR jsonb_typeof(NEW.payload) <> 'object' THEN
+        RAISE EXCEPTION 'sendonce: payload must be a JSON object' USING ERRCODE = 'check_violation';
+    END IF;
+    IF octet_length(NEW.payload::text) > 1048576 THEN
+        RAISE EXCEPTION 'sendonce: payload is % bytes, over the 1 MiB limit', octet_length(NEW.payload::text)
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.payload ? 'scheduledAt' AND NEW.payload->'scheduledAt' <> 'null'::jsonb THEN
+        IF jsonb_typeof(NEW.payload->'scheduledAt') <> 'string'
+           OR NEW.payload->>'scheduledAt' !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$'
+           OR NOT sendonce_is_timestamp(NEW.payload->>'scheduledAt') THEN
+            RAISE EXCEPTION 'sendonce: payload "scheduledAt" % is not an RFC 3339 time', left(NEW.payload->>'scheduledAt', 60)
+                USING ERRCODE = 'check_violation';
+        END IF;
+    END IF;
+    IF NEW.kind = 'template' AND coalesce(NEW.template_id, '') = '' THEN
+        RAISE EXCEPTION 'sendonce: kind template needs template_id' USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.kind <> 'template' AND NEW.template_id IS NOT NULL THEN
+        RAISE EXCEPTION 'sendonce: template_id is only for kind template' USING ERRCODE = 'check_violation';
+    END IF;
+
+    IF NEW.kind = 'batch' THEN
+        IF jsonb_typeof(NEW.payload->'emails') IS DISTINCT FROM 'array' OR jsonb_array_length(NEW.payload->'emails') = 0 THEN
+            RAISE EXCEPTION 'sendonce: batch payload needs a non-empty "emails" array' USING ERRCODE = 'check_violation';
+        END IF;
+        IF jsonb_array_length(NEW.payload->'emails') > 100 THEN
+            RAISE EXCEPTION 'sendonce: batch payload has % emails, over the limit of 100', jsonb_array_length(NEW.payload->'emails')
+                USING ERRCODE = 'check_violation';
+        END IF;
+        FOR item IN SELECT * FROM jsonb_array_elements(NEW.payload->'emails') LOOP
+            PERFORM sendonce_check_email(item, format('emails[%s].', n), true);
+            n := n + 1;
+        END LOOP;
+    ELSIF NEW.kind = 'email' THEN
+        PERFORM sendonce_check_email(NEW.payload, '', true);
+    ELSIF NEW.kind = 'template' THEN
+        PERFORM sendonce_check_email(NEW.payload, '', false);
+    ELSIF NEW.kind = 'broadcast' THEN
+        IF coalesce(NEW.payload->>'from', '') = '' THEN
+            RAISE EXCEPTION 'sendonce: broadcast payload needs "from"' USING ERRCODE = 'check_violation';
+        END IF;
+        IF coalesce(NEW.payload->>'subject', '') = '' THEN
+            RAISE EXCEPTION 'sendonce: broadcast payload needs "subject"' USING ERRCODE = 'check_violation';
+        END IF;
+        IF coalesce(NEW.payload->>'html', '') = '' AND coalesce(NEW.payload->>'text', '') = '' THEN
+            RAISE EXCEPTION 'sendonce: broadcast payload needs content: "html" or "text"' USING ERRCODE = 'check_violation';
+        END IF;
+        IF coalesce(NEW.payload->>'audienceId', '') = '' AND
+           (jsonb_typeof(NEW.payload->'audienceIds') IS DISTINCT FROM 'array' OR jsonb_array_length(NEW.payload->'audienceIds') = 0) THEN
+            RAISE EXCEPTION 'sendonce: broadcast payload needs "audienceId" or a non-empty "audienceIds"' USING ERRCODE = 'check_violation';
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$_$;
+
+-- FUNCTION sendonce_outbox_notify()
+CREATE FUNCTION public.sendonce_outbox_notify() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('sendonce_outbox', '');
+    RETURN NULL;
+END
+$$;
+
+-- FUNCTION sendonce_outbox_run_member()
+CREATE FUNCTION public.sendonce_outbox_run_member() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    st text;
+BEGIN
+    SELECT state INTO st FROM sendonce_run WHERE key = NEW.run_key FOR SHARE;
+    -- No such run: the foreign key refuses the row.
+    IF st = 'canceled' AND NOT EXISTS (SELECT 1 FROM sendonce_outbox WHERE idempotency_key = NEW.idempotency_key) THEN
+        RAISE EXCEPTION 'sendonce: cannot enqueue into run %: it is canceled: a canceled run takes no new members',
+            quote_literal(NEW.run_key) USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- FUNCTION sendonce_outbox_snapshot()
+CREATE FUNCTION public.sendonce_outbox_snapshot() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- The snapshot still shows a row under the key, yet the insert went
+    -- in: that row was deleted (pruned) by a transaction that committed
+    -- after the snapshot was taken. (A row the snapshot shows that is
+    -- still there would have made the insert a unique violation.)
+    IF EXISTS (SELECT 1 FROM sendonce_outbox WHERE idempotency_key = NEW.idempotency_key AND id <> NEW.id) THEN
+        RAISE EXCEPTION 'sendonce: idempotency key % was pruned (or deleted) by a transaction that committed after this transaction''s snapshot was taken: roll back and retry the transaction',
+            quote_literal(NEW.idempotency_key) USING ERRCODE = 'serialization_failure';
+    END IF;
+    -- The snapshot may predate the key's pruned intent itself, and show no
+    -- row. A tombstone committed after the snapshot is found through the
+    -- tombstones' primary key, which sees every committed row: an insert
+    -- that conflicts with a row its REPEATABLE READ snapshot cannot see
+    -- fails with "could not serialize access due to concurrent update"
+    -- (SQLSTATE 40001). Where there is none, the probe row goes in and is
+    -- deleted again at once, never committed.
+    INSERT INTO sendonce_tombstone (key_hash, intent_hash, state)
+        VALUES (sendonce_key_hash(NEW.idempotency_key), '\x'::bytea, 'probe') -- sendonce: the key was pruned by a transaction that committed after this transaction's snapshot was taken: roll back and retry the transaction
+        ON CONFLICT (key_hash) DO NOTHING;
+    DELETE FROM sendonce_tombstone WHERE key_hash = sendonce_key_hash(NEW.idempotency_key) AND state = 'probe';
+    RETURN NULL;
+END
+$$;
+
+-- FUNCTION sendonce_outbox_tombstone()
+CREATE FUNCTION public.sendonce_outbox_tombstone() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    h bytea;
+BEGIN
+    SELECT intent_hash INTO h FROM sendonce_tombstone WHERE key_hash = sendonce_key_hash(NEW.idempotency_key);
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
+    IF h = sendonce_intent_hash(NEW.kind, NEW.template_id, NEW.payload) THEN
+        IF TG_WHEN = 'AFTER' THEN
+            -- Raced a prune (see below): take the row back.
+            DELETE FROM sendonce_outbox WHERE id = NEW.id;
+        END IF;
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'sendonce: idempotency key % is already used by an intent with a different kind, template or payload (idempotency_key_reuse; the intent was pruned)',
+        quote_literal(NEW.idempotency_key) USING ERRCODE = 'unique_violation';
+END
+$$;
+
+-- FUNCTION sendonce_recipients(text, jsonb)
+CREATE FUNCTION public.sendonce_recipients(kind text, payload jsonb) RETURNS SETOF text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT sendonce_email_recipients(payload) WHERE kind IN ('email', 'template')
+    UNION ALL
+    SELECT sendonce_email_recipients(e)
+    FROM jsonb_array_elements(CASE WHEN kind = 'batch' AND jsonb_typeof(payload -> 'emails') = 'array'
+        THEN payload -> 'emails' ELSE '[]'::jsonb END) AS e
+$$;
+
+-- FUNCTION sendonce_suppressed(text, jsonb)
+CREATE FUNCTION public.sendonce_suppressed(kind text, payload jsonb) RETURNS text[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT array_agg(DISTINCT s.address ORDER BY s.address)
+    FROM sendonce_recipients(kind, payload) AS r
+    JOIN sendonce_suppression s ON s.address = r
+$$;
+
+-- FUNCTION sendonce_suppression_set(text[], boolean, text, text, timestamp with time zone)
+CREATE FUNCTION public.sendonce_suppression_set(p_addrs text[], p_removed boolean, p_reason text, p_source text, p_at timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    won text[];
+    n   integer;
+BEGIN
+    WITH changed AS (
+        INSERT INTO sendonce_suppression_change AS c (address, changed_at, removed)
+        SELECT a, coalesce(p_at, now()), p_removed
+        FROM (SELECT DISTINCT a FROM unnest(p_addrs) AS a WHERE a IS NOT NULL) s ORDER BY a
+        ON CONFLICT (address) DO UPDATE
+        SET changed_at = CASE WHEN p_at IS NULL THEN greatest(c.changed_at, now()) ELSE p_at END,
+            removed = p_removed
+        WHERE p_at IS NULL OR (p_at, NOT p_removed) > (c.changed_at, NOT c.removed)
+        RETURNING c.address)
+    SELECT array_agg(address ORDER BY address) INTO won FROM changed;
+    IF won IS NULL THEN
+        RETURN 0;
+    END IF;
+    IF p_removed THEN
+        DELETE FROM sendonce_suppression WHERE address = ANY(won);
+    ELSE
+        INSERT INTO sendonce_suppression (address, reason, source)
+        SELECT a, p_reason, p_source FROM unnest(won) AS a
+        ON CONFLICT (address) DO NOTHING;
+    END IF;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+-- TABLE sendonce_batch
+CREATE TABLE public.sendonce_batch (
+    id bigint NOT NULL,
+    idempotency_key text NOT NULL,
+    queue text NOT NULL,
+    body text NOT NULL,
+    member_keys text[] NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    job_id bigint,
+    first_attempt_at timestamp with time zone,
+    uncertain boolean DEFAULT false NOT NULL,
+    claimed_by integer,
+    api_key_fingerprint text,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    run_key text,
+    CONSTRAINT sendonce_batch_members_check CHECK (((cardinality(member_keys) >= 1) AND (cardinality(member_keys) <= 100))),
+    CONSTRAINT sendonce_batch_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'split'::text, 'canceled'::text])))
+);
+
+-- SEQUENCE sendonce_batch_id_seq
+ALTER TABLE public.sendonce_batch ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.sendonce_batch_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- TABLE sendonce_event
+CREATE TABLE public.sendonce_event (
+    delivery_id text NOT NULL,
+    event_id text NOT NULL,
+    type text NOT NULL,
+    email_id text,
+    occurred_at timestamp with time zone NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    raw jsonb NOT NULL,
+    intent_id bigint,
+    suppression_applied boolean DEFAULT false NOT NULL
+);
+
+-- TABLE sendonce_outbox
+CREATE TABLE public.sendonce_outbox (
+    id bigint NOT NULL,
+    idempotency_key text NOT NULL,
+    kind text DEFAULT 'email'::text NOT NULL,
+    payload jsonb NOT NULL,
+    template_id text,
+    send_at timestamp with time zone,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    message_id text,
+    replayed boolean DEFAULT false NOT NULL,
+    last_error text,
+    job_id bigint,
+    first_attempt_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    uncertain boolean DEFAULT false NOT NULL,
+    claimed_by integer,
+    api_key_fingerprint text,
+    snoozes integer DEFAULT 0 NOT NULL,
+    forced_retry_at timestamp with time zone,
+    batch_key text,
+    run_key text,
+    delivery_status text,
+    delivery_status_at timestamp with time zone,
+    suppressed_recipients text[],
+    traceparent text,
+    tracestate text,
+    CONSTRAINT sendonce_outbox_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT sendonce_outbox_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'canceled'::text, 'suppressed'::text]))),
+    CONSTRAINT sendonce_outbox_traceparent_check CHECK ((traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)),
+    CONSTRAINT sendonce_outbox_tracestate_check CHECK ((length(tracestate) <= 512))
+)
+WITH (fillfactor='70', autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.01', autovacuum_vacuum_insert_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000', autovacuum_vacuum_cost_limit='2000');
+
+-- SEQUENCE sendonce_outbox_id_seq
+ALTER TABLE public.sendonce_outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.sendonce_outbox_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- TABLE sendonce_rate_budget
+CREATE TABLE public.sendonce_rate_budget (
+    key_fingerprint text NOT NULL,
+    ceiling double precision,
+    rate double precision,
+    tokens double precision DEFAULT 0 NOT NULL,
+    refilled_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_until timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    decreased_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    throttles bigint DEFAULT 0 NOT NULL,
+    probe_until timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    ceiling_seen_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    recent_requests double precision DEFAULT 0 NOT NULL,
+    recent_refusals double precision DEFAULT 0 NOT NULL,
+    recent_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    CONSTRAINT sendonce_rate_budget_ceiling_check CHECK (((ceiling IS NULL) OR (ceiling > (0)::double precision))),
+    CONSTRAINT sendonce_rate_budget_rate_check CHECK (((rate IS NULL) OR (rate > (0)::double precision)))
+);
+
+-- TABLE sendonce_rate_quota
+CREATE TABLE public.sendonce_rate_quota (
+    key_fingerprint text NOT NULL,
+    period text NOT NULL,
+    quota bigint,
+    period_start timestamp with time zone NOT NULL,
+    resets_at timestamp with time zone NOT NULL,
+    used bigint DEFAULT 0 NOT NULL,
+    exhausted_until timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    exhausted_by text DEFAULT ''::text NOT NULL,
+    probe_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    count_off_until timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    CONSTRAINT sendonce_rate_quota_period_check CHECK ((period = ANY (ARRAY['d'::text, 'mo'::text]))),
+    CONSTRAINT sendonce_rate_quota_quota_check CHECK (((quota IS NULL) OR (quota > 0))),
+    CONSTRAINT sendonce_rate_quota_used_check CHECK ((used >= 0))
+);
+
+-- TABLE sendonce_run
+CREATE TABLE public.sendonce_run (
+    key text NOT NULL,
+    send_at timestamp with time zone,
+    state text DEFAULT 'active'::text NOT NULL,
+    schedule_name text,
+    occurrence timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sendonce_run_key_check CHECK ((key ~ '^[A-Za-z0-9_.:-]{1,200}$'::text)),
+    CONSTRAINT sendonce_run_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'canceled'::text])))
+);
+
+-- TABLE sendonce_schedule
+CREATE TABLE public.sendonce_schedule (
+    name text NOT NULL,
+    spec text NOT NULL,
+    producer text,
+    statement text,
+    missed text DEFAULT 'late'::text NOT NULL,
+    next_at timestamp with time zone NOT NULL,
+    last_run text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    failures integer DEFAULT 0 NOT NULL,
+    last_error text,
+    failed_at timestamp with time zone,
+    retry_at timestamp with time zone,
+    CONSTRAINT sendonce_schedule_missed_check CHECK ((missed = ANY (ARRAY['late'::text, 'skip'::text]))),
+    CONSTRAINT sendonce_schedule_name_check CHECK ((name ~ '^[A-Za-z0-9_.-]{1,100}$'::text)),
+    CONSTRAINT sendonce_schedule_source_check CHECK (((producer IS NULL) <> (statement IS NULL)))
+);
+
+-- TABLE sendonce_suppression
+CREATE TABLE public.sendonce_suppression (
+    address text NOT NULL,
+    reason text NOT NULL,
+    source text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sendonce_suppression_address_check CHECK (((address = public.sendonce_address(address)) AND (address ~~ '_%@_%'::text) AND (length(address) <= 320))),
+    CONSTRAINT sendonce_suppression_reason_check CHECK ((reason = ANY (ARRAY['bounced'::text, 'complained'::text, 'api'::text, 'manual'::text])))
+);
+
+-- TABLE sendonce_suppression_change
+CREATE TABLE public.sendonce_suppression_change (
+    address text NOT NULL,
+    changed_at timestamp with time zone NOT NULL,
+    removed boolean NOT NULL
+);
+
+-- TABLE sendonce_tombstone
+CREATE TABLE public.sendonce_tombstone (
+    key_hash bytea NOT NULL,
+    intent_hash bytea NOT NULL,
+    state text NOT NULL,
+    pruned_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- TABLE sendonce_worker
+CREATE TABLE public.sendonce_worker (
+    id integer NOT NULL,
+    epoch integer NOT NULL,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    river_client_id text,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    renewed_at timestamp with time zone DEFAULT now() NOT NULL,
+    lease_until timestamp with time zone NOT NULL,
+    ended_at timestamp with time zone,
+    end_reason text,
+    CONSTRAINT sendonce_worker_check CHECK (((ended_at IS NULL) = (end_reason IS NULL))),
+    CONSTRAINT sendonce_worker_end_reason_check CHECK ((end_reason = ANY (ARRAY['lapsed'::text, 'stopped'::text])))
+);
+
+-- SEQUENCE sendonce_worker_id_seq
+CREATE SEQUENCE public.sendonce_worker_id_seq
+    AS integer
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+    CYCLE;
+
+-- CONSTRAINT sendonce_batch sendonce_batch_idempotency_key_key
+ALTER TABLE ONLY public.sendonce_batch
+    ADD CONSTRAINT sendonce_batch_idempotency_key_key UNIQUE (idempotency_key);
+
+-- CONSTRAINT sendonce_batch sendonce_batch_pkey
+ALTER TABLE ONLY public.sendonce_batch
+    ADD CONSTRAINT sendonce_batch_pkey PRIMARY KEY (id);
+
+-- CONSTRAINT sendonce_event sendonce_event_pkey
+ALTER TABLE ONLY public.sendonce_event
+    ADD CONSTRAINT sendonce_event_pkey PRIMARY KEY (event_id);
+
+-- CONSTRAINT sendonce_outbox sendonce_outbox_idempotency_key_key
+ALTER TABLE ONLY public.sendonce_outbox
+    ADD CONSTRAINT sendonce_outbox_idempotency_key_key UNIQUE (idempotency_key);
+
+-- CONSTRAINT sendonce_outbox sendonce_outbox_pkey
+ALTER TABLE ONLY public.sendonce_outbox
+    ADD CONSTRAINT sendonce_outbox_pkey PRIMARY KEY (id);
+
+-- CONSTRAINT sendonce_rate_budget sendonce_rate_budget_pkey
+ALTER TABLE ONLY public.sendonce_rate_budget
+    ADD CONSTRAINT sendonce_rate_budget_pkey PRIMARY KEY (key_fingerprint);
+
+-- CONSTRAINT sendonce_rate_quota sendonce_rate_quota_pkey
+ALTER TABLE ONLY public.sendonce_rate_quota
+    ADD CONSTRAINT sendonce_rate_quota_pkey PRIMARY KEY (key_fingerprint, period);
+
+-- CONSTRAINT sendonce_run sendonce_run_pkey
+ALTER TABLE ONLY public.sendonce_run
+    ADD CONSTRAINT sendonce_run_pkey PRIMARY KEY (key);
+
+-- CONSTRAINT sendonce_schedule sendonce_schedule_pkey
+ALTER TABLE ONLY public.sendonce_schedule
+    ADD CONSTRAINT sendonce_schedule_pkey PRIMARY KEY (name);
+
+-- CONSTRAINT sendonce_suppression_change sendonce_suppression_change_pkey
+ALTER TABLE ONLY public.sendonce_suppression_change
+    ADD CONSTRAINT sendonce_suppression_change_pkey PRIMARY KEY (address);
+
+-- CONSTRAINT sendonce_suppression sendonce_suppression_pkey
+ALTER TABLE ONLY public.sendonce_suppression
+    ADD CONSTRAINT sendonce_suppression_pkey PRIMARY KEY (address);
+
+-- CONSTRAINT sendonce_tombstone sendonce_tombstone_pkey
+ALTER TABLE ONLY public.sendonce_tombstone
+    ADD CONSTRAINT sendonce_tombstone_pkey PRIMARY KEY (key_hash);
+
+-- CONSTRAINT sendonce_worker sendonce_worker_epoch_key
+ALTER TABLE ONLY public.sendonce_worker
+    ADD CONSTRAINT sendonce_worker_epoch_key UNIQUE (epoch);
+
+-- CONSTRAINT sendonce_worker sendonce_worker_pkey
+ALTER TABLE ONLY public.sendonce_worker
+    ADD CONSTRAINT sendonce_worker_pkey PRIMARY KEY (id);
+
+-- INDEX sendonce_batch_unsettled_idx
+CREATE INDEX sendonce_batch_unsettled_idx ON public.sendonce_batch USING btree (id) WHERE (state = ANY (ARRAY['pending'::text, 'sending'::text]));
+
+-- INDEX sendonce_event_intent_id_idx
+CREATE INDEX sendonce_event_intent_id_idx ON public.sendonce_event USING btree (intent_id) WHERE (intent_id IS NOT NULL);
+
+-- INDEX sendonce_event_unmatched_idx
+CREATE INDEX sendonce_event_unmatched_idx ON public.sendonce_event USING btree (received_at) WHERE (intent_id IS NULL);
+
+-- INDEX sendonce_outbox_batch_message_ids_idx
+CREATE INDEX sendonce_outbox_batch_message_ids_idx ON public.sendonce_outbox USING gin (string_to_array(message_id, ','::text)) WHERE ((kind = 'batch'::text) AND (message_id IS NOT NULL));
+
+-- INDEX sendonce_outbox_message_id_idx
+CREATE INDEX sendonce_outbox_message_id_idx ON public.sendonce_outbox USING btree (message_id) WHERE (message_id IS NOT NULL);
+
+-- INDEX sendonce_outbox_run_key_idx
+CREATE INDEX sendonce_outbox_run_key_idx ON public.sendonce_outbox USING btree (run_key) WHERE (run_key IS NOT NULL);
+
+-- INDEX sendonce_outbox_unscheduled_idx
+CREATE INDEX sendonce_outbox_unscheduled_idx ON public.sendonce_outbox USING btree (id) WHERE ((job_id IS NULL) AND (state = 'pending'::text));
+
+-- INDEX sendonce_outbox_unsettled_idx
+CREATE INDEX sendonce_outbox_unsettled_idx ON public.sendonce_outbox USING btree (state, id) WHERE (state = ANY (ARRAY['pending'::text, 'sending'::text]));
+
+-- INDEX sendonce_tombstone_pruned_at_idx
+CREATE INDEX sendonce_tombstone_pruned_at_idx ON public.sendonce_tombstone USING brin (pruned_at);
+
+-- TRIGGER sendonce_outbox sendonce_outbox_check
+CREATE TRIGGER sendonce_outbox_check BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_check();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_check_update
+CREATE TRIGGER sendonce_outbox_check_update AFTER UPDATE OF idempotency_key, kind, payload, template_id ON public.sendonce_outbox FOR EACH ROW EXECUTE FUNCTION public.sendonce_outbox_check();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_notify
+CREATE TRIGGER sendonce_outbox_notify AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_notify();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_run_member
+CREATE TRIGGER sendonce_outbox_run_member BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_outbox_run_member();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_snapshot
+CREATE TRIGGER sendonce_outbox_snapshot AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (current_setting('transaction_isolation'::text) <> ALL (ARRAY['read committed'::text, 'read uncommitted'::text])))) EXECUTE FUNCTION public.sendonce_outbox_snapshot();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_tombstone
+CREATE TRIGGER sendonce_outbox_tombstone BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_tombstone();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_tombstone_after
+CREATE TRIGGER sendonce_outbox_tombstone_after AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_tombstone();
+
+-- FK CONSTRAINT sendonce_outbox sendonce_outbox_run_key_fkey
+ALTER TABLE ONLY public.sendonce_outbox
+    ADD CONSTRAINT sendonce_outbox_run_key_fkey FOREIGN KEY (run_key) REFERENCES public.sendonce_run(key);

@@ -1,0 +1,110 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/outboxtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// TestIntentValidationGoAndSQL runs one table of intents through both
+// validations, Intent.Validate in Go and the table's trigger on a plain-SQL
+// insert, so the rule producers in other languages meet is the Go API's:
+// each row is accepted by both, or refused by both, Go naming the field
+// (InvalidError.Field) and SQL's message naming it too.
+func TestIntentValidationGoAndSQL(t *testing.T) {
+	t.Parallel()
+	pool, _ := outboxtest.New(t)
+	ctx := context.Background()
+	email := func(changes map[string]any) string {
+		body := map[string]any{"from": "Shop <shop@example.test>", "to": []string{"ada@example.test"}, "subject": "Hello", "text": "Hi."}
+		for k, v := range changes {
+			if v == nil {
+				delete(body, k)
+			} else {
+				body[k] = v
+			}
+		}
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	batch := func(n int) string {
+		emails := make([]json.RawMessage, n)
+		for i := range emails {
+			emails[i] = json.RawMessage(email(nil))
+		}
+		b, _ := json.Marshal(map[string]any{"emails": emails})
+		return string(b)
+	}
+	broadcast := `{"from":"shop@example.test","subject":"News","html":"<p>News</p>","audienceId":"aud_1"}`
+	for _, tt := range []struct {
+		name     string
+		key      string
+		kind     outbox.Kind
+		template string
+		payload  string
+		field    string // "" accepted; else the field Go's InvalidError names
+		sql      string // "" accepted; else what the trigger's message says
+	}{
+		{"an email", "v:email", "", "", email(nil), "", ""},
+		{"a batch", "v:batch", outbox.KindBatch, "", batch(2), "", ""},
+		{"a template send", "v:template", outbox.KindTemplate, "welcome", `{"from":"shop@example.test","to":["ada@example.test"]}`, "", ""},
+		{"a broadcast", "v:broadcast", outbox.KindBroadcast, "", broadcast, "", ""},
+		{"a display name", "v:display", "", "", email(map[string]any{"to": []string{"Ada Lovelace <ada@example.test>"}}), "", ""},
+
+		{"a key with a space", "v:a key", "", "", email(nil), "key", "invalid idempotency_key"},
+		{"a key of 256 characters", strings.Repeat("k", 256), "", "", email(nil), "key", "invalid idempotency_key"},
+		{"an unknown kind", "v:sms", "sms", "", email(nil), "kind", "unknown kind 'sms'"},
+		{"a template send without a template id", "v:no-template", outbox.KindTemplate, "", email(nil), "template_id", "template_id"},
+		{"an email with a template id", "v:stray-template", "", "welcome", email(nil), "template_id", "template_id"},
+		{"a payload that is an array", "v:array", "", "", `[1, 2]`, "payload", "payload must be a JSON object"},
+		{"an email without a sender", "v:no-from", "", "", email(map[string]any{"from": nil}), "payload.from", `payload needs "from"`},
+		{"an email without a recipient", "v:no-to", "", "", email(map[string]any{"to": []string{}}), "payload.to", `recipient in "to"`},
+		{"an email with a comment in its address", "v:comment", "", "", email(map[string]any{"to": []string{"ada@example.test (Ada)"}}), "payload.to[0]", `"to[0]" "ada@example.test (Ada)" has a comment in parentheses`},
+		{"a scheduledAt that is not a time", "v:when", "", "", email(map[string]any{"scheduledAt": "tomorrow"}), "payload.scheduledAt", `"scheduledAt" tomorrow is not an RFC 3339 time`},
+		{"a batch without emails", "v:empty-batch", outbox.KindBatch, "", `{"emails":[]}`, "payload.emails", `non-empty "emails" array`},
+		{"a batch of 101 emails", "v:big-batch", outbox.KindBatch, "", batch(101), "payload.emails", "101 emails, over the limit of 100"},
+		{"a broadcast without an audience", "v:no-audience", outbox.KindBroadcast, "", `{"from":"shop@example.test","subject":"News","html":"<p>News</p>"}`, "payload.audienceId", `needs "audienceId" or a non-empty "audienceIds"`},
+		{"a payload over 1 MiB", "v:huge", "", "", email(map[string]any{"text": strings.Repeat("x", outbox.MaxPayloadBytes)}), "payload", "over the 1 MiB limit"},
+	} {
+		in := outbox.Intent{Key: tt.key, Kind: tt.kind, TemplateID: tt.template, Payload: tt.payload}
+		goErr := in.Validate()
+		var invalid *outbox.InvalidError
+		switch {
+		case tt.field == "" && goErr != nil:
+			t.Errorf("%s: Go refuses it: %v", tt.name, goErr)
+		case tt.field != "" && (!errors.As(goErr, &invalid) || invalid.Field != tt.field):
+			t.Errorf("%s: Go says %v, want it refused naming %s", tt.name, goErr, tt.field)
+		}
+
+		sqlErr := insertSQL(ctx, pool, tt.key, string(tt.kind), tt.template, tt.payload)
+		switch {
+		case tt.sql == "" && sqlErr != nil:
+			t.Errorf("%s: SQL refuses it: %v", tt.name, sqlErr)
+		case tt.sql != "" && (sqlErr == nil || !strings.Contains(sqlErr.Error(), tt.sql)):
+			t.Errorf("%s: SQL says %v, want it refused naming %s", tt.name, sqlErr, tt.sql)
+		}
+	}
+}
+
+// insertSQL inserts an intent as a producer in another language does, in a
+// transaction it rolls back.
+func insertSQL(ctx context.Context, pool *pgxpool.Pool, key, kind, template, payload string) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, template_id, payload)
+		VALUES ($1, COALESCE(NULLIF($2, ''), 'email'), NULLIF($3, ''), $4::jsonb)`, key, kind, template, payload)
+	return err
+}

@@ -187,9 +187,15 @@ func (bw *batchWorker) record(ctx context.Context, a *attempt, b *sendstate.Batc
 			sent = append(sent, sendstate.Sent{Key: key, MessageID: answer.Data[i].ID, Replayed: answer.Replayed})
 		}
 	}
-	overrode, err := sendstate.RecordBatch(context.WithoutCancel(ctx), a.w.pool, b.Key, a.owner, sent, failed)
+	overrode, err := sendstate.RecordBatch(context.WithoutCancel(ctx), a.w.pool, b.Key, a.owner, b.Attempts, sent, failed)
 	if errors.Is(err, sendstate.ErrLeaseLost) {
 		return a.notRecorded("")
+	}
+	if errors.Is(err, sendstate.ErrSuperseded) {
+		a.note("not recorded")
+		a.log.Warn("batch answered, but its job ran again beside this attempt and claimed it since; nothing recorded: "+
+			"the later attempt sends the same request under the same key and records the API's answer (a replay)", "replayed", answer.Replayed)
+		return nil
 	}
 	if err != nil {
 		return err

@@ -333,7 +333,13 @@ type attempt struct {
 func (a *attempt) left() time.Duration { return a.windowLeft - time.Since(a.claimedAt) }
 
 func (a *attempt) outcome(reason string, uncertain, snoozed bool) sendstate.Outcome {
-	return sendstate.Outcome{Key: a.rec.Key, JobID: a.jobID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed, Owner: a.owner}
+	o := sendstate.Outcome{Key: a.rec.Key, JobID: a.jobID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed, Owner: a.owner}
+	if a.batch {
+		// A run of the batch's job that a later claim superseded (River
+		// ran the job again beside it) records nothing.
+		o.Attempt = a.rec.Attempts
+	}
+	return o
 }
 
 func (a *attempt) sent(ctx context.Context, res sendResult, elapsed time.Duration) error {

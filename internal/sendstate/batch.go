@@ -458,6 +458,23 @@ func parkMember(ctx context.Context, tx pgx.Tx, batch string, jobID int64, p Par
 	return MarkSuppressed(ctx, tx, o)
 }
 
+// ErrSuperseded is returned by a record of a batch's attempt that a later
+// claim of the batch has superseded: River ran the batch's job again beside
+// it (a completion the database's outage delayed, or River's rescuer, made
+// the job available while this run was sending), and the later run holds
+// the batch now. Nothing is recorded: the later run sends the same body
+// under the same key, and records the API's answer, a replay of what this
+// run delivered.
+var ErrSuperseded = errors.New("sendstate: a later claim of the batch superseded this attempt (its job ran again beside it); " +
+	"nothing was recorded: the later attempt records the API's answer")
+
+// notSuperseded is the SQL condition that the batch aliased alias has not
+// been claimed again since the claim that counted attempt (the int4
+// expression; 0: unfenced).
+func notSuperseded(alias, attempt string) string {
+	return `(` + attempt + ` = 0 OR ` + alias + `.attempts = ` + attempt + `)`
+}
+
 // ItemFailure is a member the API refused within an accepted batch.
 type ItemFailure struct {
 	Key    string
@@ -474,16 +491,24 @@ type ItemFailure struct {
 // With an owner (the lease epoch of the batch's claim) it records only
 // while the batch's claim is the owner's and the lease is held, or the
 // batch was parked failed (see MarkSentMany); otherwise it records nothing
-// and returns ErrLeaseLost. The batch is locked first, as a rescue locks it.
-func RecordBatch(ctx context.Context, db *pgxpool.Pool, key string, owner int32, sent []Sent, failed []ItemFailure) (overrode []string, err error) {
+// and returns ErrLeaseLost. With attempt (the claim's Batch.Attempts) it
+// records only while the batch was not claimed again since, or was parked
+// failed; otherwise it records nothing and returns ErrSuperseded: of two
+// runs of the batch's job at once, the later claim's answer is the one
+// recorded. The batch is locked first, as a rescue locks it.
+func RecordBatch(ctx context.Context, db *pgxpool.Pool, key string, owner int32, attempt int, sent []Sent, failed []ItemFailure) (overrode []string, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var mine bool
-		if err := tx.QueryRow(ctx, `SELECT b.state = 'failed' OR `+owned("b", "$2::int4")+` FROM sendonce_batch b
-			WHERE b.idempotency_key = $1 FOR UPDATE`, key, owner).Scan(&mine); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		failedState, mine, current := false, false, true
+		if err := tx.QueryRow(ctx, `SELECT b.state = 'failed', `+owned("b", "$2::int4")+`, `+notSuperseded("b", "$3::int4")+`
+			FROM sendonce_batch b WHERE b.idempotency_key = $1 FOR UPDATE`, key, owner, attempt).Scan(&failedState, &mine, &current); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if !mine && owner != 0 {
+		switch {
+		case failedState:
+		case !mine && owner != 0:
 			return ErrLeaseLost
+		case !current:
+			return ErrSuperseded
 		}
 		for i := range sent {
 			sent[i].Owner = owner
@@ -520,13 +545,15 @@ func RecordBatch(ctx context.Context, db *pgxpool.Pool, key string, owner int32,
 }
 
 // MarkBatchPending puts a batch and its unsettled members back to pending
-// after an attempt that will be tried again. Only the batch's job may.
+// after an attempt that will be tried again. Only the batch's job may, and
+// with o.Attempt only while no later claim superseded it (see RecordBatch).
 func MarkBatchPending(ctx context.Context, db DB, o Outcome) error {
 	return markBatch(ctx, db, "pending", o)
 }
 
 // MarkBatchFailed parks a batch and its unsettled members as failed. Only
-// the batch's job may.
+// the batch's job may, and with o.Attempt only while no later claim
+// superseded it (see RecordBatch).
 func MarkBatchFailed(ctx context.Context, db DB, o Outcome) error {
 	return markBatch(ctx, db, "failed", o)
 }
@@ -535,13 +562,14 @@ func markBatch(ctx context.Context, db DB, state string, o Outcome) error {
 	_, err := db.Exec(ctx, `WITH b AS (
 			UPDATE sendonce_batch b SET state = $3, last_error = $4, uncertain = uncertain OR $5, updated_at = now()
 			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("b", "$7::int4")+`
+				AND `+notSuperseded("b", "$8::int4")+`
 			RETURNING idempotency_key, member_keys)
 		UPDATE sendonce_outbox o
 		SET state = $3, last_error = $4, uncertain = o.uncertain OR $5,
 			snoozes = o.snoozes + CASE WHEN $6 THEN 1 ELSE 0 END, updated_at = now()
 		FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
 			AND o.state IN ('pending', 'sending')`,
-		o.Key, o.JobID, state, o.Reason, o.Uncertain, o.Snoozed, o.Owner)
+		o.Key, o.JobID, state, o.Reason, o.Uncertain, o.Snoozed, o.Owner, o.Attempt)
 	if err != nil {
 		return fmt.Errorf("sendstate: mark batch %s %q: %w", state, o.Key, err)
 	}
@@ -566,7 +594,8 @@ type SplitPart struct {
 // its own key and job; a part of one is unbound and given a job of its own,
 // to be sent alone; a part with Failed is that member parked as failed. The
 // batch becomes split with the reason. Only the batch's job may split it
-// (with an owner, only under its lease: see MarkSentMany); it returns the
+// (with an owner, only under its lease: see MarkSentMany; with o.Attempt,
+// only while no later claim superseded it: see RecordBatch); it returns the
 // new batches' keys, or ok false when the job may not.
 //
 // An uncertain batch (an earlier attempt may have reached the API) is
@@ -581,8 +610,9 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 		var queue, run string
 		var uncertain bool
 		err := tx.QueryRow(ctx, `SELECT queue, coalesce(run_key, ''), uncertain FROM sendonce_batch b
-			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("b", "$3::int4")+` FOR UPDATE`,
-			o.Key, o.JobID, o.Owner).Scan(&queue, &run, &uncertain)
+			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("b", "$3::int4")+`
+				AND `+notSuperseded("b", "$4::int4")+` FOR UPDATE`,
+			o.Key, o.JobID, o.Owner, o.Attempt).Scan(&queue, &run, &uncertain)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

@@ -200,7 +200,7 @@ func TestLapsedOwnerRecordsNoBatch(t *testing.T) {
 	if n, err := jobs.ExpireLeases(ctx, 0); err != nil || n != 1 {
 		t.Fatalf("ExpireLeases = %d, %v", n, err)
 	}
-	if _, err := sendstate.RecordBatch(ctx, pool, "batch:1", l.Epoch, nil, nil); !errors.Is(err, sendstate.ErrLeaseLost) {
+	if _, err := sendstate.RecordBatch(ctx, pool, "batch:1", l.Epoch, 0, nil, nil); !errors.Is(err, sendstate.ErrLeaseLost) {
 		t.Errorf("RecordBatch under the ended lease: %v, want ErrLeaseLost", err)
 	}
 	if s := outboxtest.Value[string](t, pool, `SELECT state FROM sendonce_batch WHERE idempotency_key = 'batch:1'`); s != "sending" {

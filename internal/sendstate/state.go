@@ -316,6 +316,10 @@ type Outcome struct {
 	// one, the outcome is recorded only while the claim is the owner's and
 	// its lease is held (see MarkSentMany).
 	Owner int32
+	// Attempt is, for a batch, the batch's attempt count at the claim
+	// (Batch.Attempts), or 0: with one, the outcome is recorded only while
+	// no later claim of the batch was made (see ErrSuperseded).
+	Attempt int
 }
 
 // MarkFailed parks an intent as failed with the reason. Only the intent's

@@ -564,7 +564,7 @@ func (r *sysRunner) readFinal() sysFinal {
 		}
 	}
 	for after := ""; ; {
-		list, err := r.ob.Suppressions(ctx, outbox.SuppressionParams{After: after, Limit: 10_000})
+		list, err := r.ob.Suppressions(ctx, &outbox.SuppressionParams{After: after, Limit: 10_000})
 		if err != nil {
 			r.t.Fatal(err)
 		}

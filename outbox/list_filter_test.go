@@ -33,7 +33,7 @@ func TestListFilters(t *testing.T) {
 	}
 	keys := func(p outbox.ListParams) []string {
 		t.Helper()
-		recs, err := ob.List(ctx, p)
+		recs, err := ob.List(ctx, &p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func TestListFilters(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	if _, err := ob.List(ctx, outbox.ListParams{Kind: "fax"}); err == nil {
+	if _, err := ob.List(ctx, &outbox.ListParams{Kind: "fax"}); err == nil {
 		t.Error("an unknown kind was accepted")
 	}
 }

@@ -49,9 +49,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	return &Outbox{pool: pool, river: rc, queue: queue}, nil
 }
 
-// Pool returns the pool the Outbox was made with.
-func (o *Outbox) Pool() *pgxpool.Pool { return o.pool }
-
 // inTx runs fn in a transaction of its own on the pool.
 func (o *Outbox) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, o.pool, fn)

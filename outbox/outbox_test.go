@@ -382,15 +382,15 @@ func TestListAndStats(t *testing.T) {
 		}
 	}
 	l0 := attempted(t, pool, ob, "l:0", outbox.StateSent, false)
-	sent, err := ob.List(ctx, outbox.ListParams{State: outbox.StateSent})
+	sent, err := ob.List(ctx, &outbox.ListParams{State: outbox.StateSent})
 	if err != nil || len(sent) != 1 || sent[0].MessageID != l0.MessageID {
 		t.Fatalf("List(sent) = %v, %v", sent, err)
 	}
-	page, err := ob.List(ctx, outbox.ListParams{Limit: 2, AfterID: sent[0].ID})
+	page, err := ob.List(ctx, &outbox.ListParams{Limit: 2, AfterID: sent[0].ID})
 	if err != nil || len(page) != 2 || page[0].Key != "l:1" {
 		t.Fatalf("List page = %v, %v", page, err)
 	}
-	if _, err := ob.List(ctx, outbox.ListParams{State: "lost"}); err == nil {
+	if _, err := ob.List(ctx, &outbox.ListParams{State: "lost"}); err == nil {
 		t.Fatal("List of an unknown state succeeded")
 	}
 	st, err := ob.Stats(ctx)

@@ -75,8 +75,13 @@ type ListParams struct {
 	Limit int
 }
 
-// List returns intents in id order, or newest first with p.Newest.
-func (o *Outbox) List(ctx context.Context, p ListParams) ([]*Record, error) {
+// List returns intents in id order, or newest first with p.Newest; nil p
+// lists the first 100.
+func (o *Outbox) List(ctx context.Context, params *ListParams) ([]*Record, error) {
+	var p ListParams
+	if params != nil {
+		p = *params
+	}
 	if p.State != "" && !p.State.Valid() {
 		return nil, fmt.Errorf("outbox: list: unknown state %q: want one of %v", p.State, States)
 	}

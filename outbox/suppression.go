@@ -102,8 +102,13 @@ type SuppressionParams struct {
 	Limit int
 }
 
-// Suppressions lists the suppression list in address order.
-func (o *Outbox) Suppressions(ctx context.Context, p SuppressionParams) ([]Suppression, error) {
+// Suppressions lists the suppression list in address order; nil p lists
+// the first 100.
+func (o *Outbox) Suppressions(ctx context.Context, params *SuppressionParams) ([]Suppression, error) {
+	var p SuppressionParams
+	if params != nil {
+		p = *params
+	}
 	switch p.Reason {
 	case "", SuppressedBounced, SuppressedComplained, SuppressedAPI, SuppressedManual:
 	default:

@@ -20,11 +20,11 @@ func TestSuppressionList(t *testing.T) {
 	if n, err := ob.Suppress(ctx, []string{"ada@example.com"}, ""); err != nil || n != 0 {
 		t.Fatalf("suppress again: %d, %v; want 0", n, err)
 	}
-	list, err := ob.Suppressions(ctx, outbox.SuppressionParams{Limit: 1})
+	list, err := ob.Suppressions(ctx, &outbox.SuppressionParams{Limit: 1})
 	if err != nil || len(list) != 1 || list[0].Address != "ada@example.com" || list[0].Reason != outbox.SuppressedManual || list[0].Source != "ops" {
 		t.Fatalf("first page %+v, %v", list, err)
 	}
-	list, err = ob.Suppressions(ctx, outbox.SuppressionParams{After: list[0].Address})
+	list, err = ob.Suppressions(ctx, &outbox.SuppressionParams{After: list[0].Address})
 	if err != nil || len(list) != 1 || list[0].Address != "bo@example.com" {
 		t.Fatalf("second page %+v, %v", list, err)
 	}
@@ -50,7 +50,7 @@ func TestSuppressionList(t *testing.T) {
 			t.Errorf("Suppress(%q): %v, want an InvalidError with %q", c.addrs, err, c.want)
 		}
 	}
-	if _, err := ob.Suppressions(ctx, outbox.SuppressionParams{Reason: "spam"}); err == nil || !strings.Contains(err.Error(), `unknown reason "spam"`) {
+	if _, err := ob.Suppressions(ctx, &outbox.SuppressionParams{Reason: "spam"}); err == nil || !strings.Contains(err.Error(), `unknown reason "spam"`) {
 		t.Errorf("Suppressions with a bad reason: %v", err)
 	}
 	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_suppression`); n != 1 {

@@ -13,7 +13,7 @@ import (
 
 func (e *env) suppressions() string {
 	e.t.Helper()
-	list, err := e.ob.Suppressions(context.Background(), outbox.SuppressionParams{})
+	list, err := e.ob.Suppressions(context.Background(), &outbox.SuppressionParams{})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -199,13 +199,13 @@ func (cfg *Config) withDefaults() Config {
 // naming what was wrong.
 func (cfg *Config) validate() error {
 	if cfg.RescueAfter <= cfg.JobTimeout {
-		return fmt.Errorf("worker: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
+		return fmt.Errorf("worker: Config.RescueAfter (%s) must exceed Config.JobTimeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
 	}
 	if err := cfg.Send.validate(); err != nil {
 		return err
 	}
 	if cfg.Lease < 500*time.Millisecond {
-		return fmt.Errorf("worker: lease %s: want 500ms or more (0: the default, %s)", cfg.Lease, DefaultLease)
+		return fmt.Errorf("worker: Config.Lease %s: want 500ms or more (0: the default, %s)", cfg.Lease, DefaultLease)
 	}
 	for _, l := range cfg.RateLimits {
 		if err := l.check(); err != nil {
@@ -213,20 +213,20 @@ func (cfg *Config) validate() error {
 		}
 	}
 	if cfg.Coalesce < 0 || cfg.Coalesce > MaxCoalesce {
-		return fmt.Errorf("worker: coalesce %d: want 0 (off) to %d, the API's batch limit", cfg.Coalesce, MaxCoalesce)
+		return fmt.Errorf("worker: Config.Coalesce %d: want 0 (off) to %d, the API's batch limit", cfg.Coalesce, MaxCoalesce)
 	}
 	if cfg.CoalesceWait < 0 {
-		return fmt.Errorf("worker: coalesce wait %s: want a positive duration", cfg.CoalesceWait)
+		return fmt.Errorf("worker: Config.CoalesceWait %s: want a positive duration", cfg.CoalesceWait)
 	}
 	if cfg.Retain < 0 {
-		return fmt.Errorf("worker: retain %s: want a positive duration, or 0 for off", cfg.Retain)
+		return fmt.Errorf("worker: Config.Retain %s: want a positive duration, or 0 for off", cfg.Retain)
 	}
 	if cfg.RetainKeys < 0 && cfg.RetainKeys != KeepKeysForever {
-		return fmt.Errorf("worker: retain keys %s: want a positive duration, 0 for the default or KeepKeysForever", cfg.RetainKeys)
+		return fmt.Errorf("worker: Config.RetainKeys %s: want a positive duration, 0 for the default or KeepKeysForever", cfg.RetainKeys)
 	}
 	for name, p := range cfg.Producers {
 		if p == nil {
-			return fmt.Errorf("worker: producer %q is nil", name)
+			return fmt.Errorf("worker: Config.Producers[%q] is nil", name)
 		}
 	}
 	return nil
@@ -236,21 +236,21 @@ func (cfg *Config) validate() error {
 // are the defaults (withDefaults).
 func (c *SendConfig) validate() error {
 	if c.MaxAttempts > MaxAttempts {
-		return fmt.Errorf("worker: max attempts %d: want at most %d, below the River job's own limit of %d",
+		return fmt.Errorf("worker: SendConfig.MaxAttempts %d: want at most %d, below the River job's own limit of %d",
 			c.MaxAttempts, MaxAttempts, sendjob.MaxAttempts)
 	}
 	if c.ReplayWindow > outbox.MaxReplayWindow {
-		return fmt.Errorf("worker: replay window %s: want at most %s, the time the API keeps an idempotency key",
+		return fmt.Errorf("worker: SendConfig.ReplayWindow %s: want at most %s, the time the API keeps an idempotency key",
 			c.ReplayWindow, outbox.MaxReplayWindow)
 	}
 	switch c.PartlySuppressed {
 	case "", PartlySuppressedSend, PartlySuppressedPark:
 	default:
-		return fmt.Errorf("worker: partly suppressed %q: want %q or %q",
+		return fmt.Errorf("worker: SendConfig.PartlySuppressed %q: want %q or %q",
 			c.PartlySuppressed, PartlySuppressedSend, PartlySuppressedPark)
 	}
 	if c.MaxPause < 0 {
-		return fmt.Errorf("worker: max pause %s: want a positive duration (0: the default, %s)", c.MaxPause, DefaultMaxPause)
+		return fmt.Errorf("worker: SendConfig.MaxPause %s: want a positive duration (0: the default, %s)", c.MaxPause, DefaultMaxPause)
 	}
 	return nil
 }

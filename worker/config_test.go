@@ -43,26 +43,26 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 // TestConfigValidate: each setting New cannot honour is refused with a line
-// naming it.
+// naming it by its Go field (the command names its flags itself).
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		cfg  Config
 		want string
 	}{
-		{Config{JobTimeout: time.Minute, RescueAfter: time.Minute}, "rescue-after (1m0s) must exceed job-timeout (1m0s)"},
-		{Config{Send: SendConfig{MaxAttempts: MaxAttempts + 1}}, "max attempts 100: want at most 99"},
-		{Config{Send: SendConfig{ReplayWindow: 25 * time.Hour}}, "replay window 25h0m0s: want at most 24h0m0s"},
-		{Config{Send: SendConfig{PartlySuppressed: "drop"}}, `partly suppressed "drop"`},
-		{Config{Send: SendConfig{MaxPause: -time.Second}}, "max pause -1s"},
-		{Config{Lease: 100 * time.Millisecond}, "lease 100ms: want 500ms or more"},
-		{Config{Lease: -time.Second}, "lease -1s: want 500ms or more"},
-		{Config{Coalesce: MaxCoalesce + 1}, "coalesce 101: want 0 (off) to 100"},
-		{Config{Coalesce: -1}, "coalesce -1"},
-		{Config{CoalesceWait: -time.Second}, "coalesce wait -1s"},
-		{Config{Retain: -time.Second}, "retain -1s"},
-		{Config{RetainKeys: -time.Second}, "retain keys -1s"},
-		{Config{Producers: map[string]Producer{"p": nil}}, `producer "p" is nil`},
+		{Config{JobTimeout: time.Minute, RescueAfter: time.Minute}, "Config.RescueAfter (1m0s) must exceed Config.JobTimeout (1m0s)"},
+		{Config{Send: SendConfig{MaxAttempts: MaxAttempts + 1}}, "SendConfig.MaxAttempts 100: want at most 99"},
+		{Config{Send: SendConfig{ReplayWindow: 25 * time.Hour}}, "SendConfig.ReplayWindow 25h0m0s: want at most 24h0m0s"},
+		{Config{Send: SendConfig{PartlySuppressed: "drop"}}, `SendConfig.PartlySuppressed "drop"`},
+		{Config{Send: SendConfig{MaxPause: -time.Second}}, "SendConfig.MaxPause -1s"},
+		{Config{Lease: 100 * time.Millisecond}, "Config.Lease 100ms: want 500ms or more"},
+		{Config{Lease: -time.Second}, "Config.Lease -1s: want 500ms or more"},
+		{Config{Coalesce: MaxCoalesce + 1}, "Config.Coalesce 101: want 0 (off) to 100"},
+		{Config{Coalesce: -1}, "Config.Coalesce -1"},
+		{Config{CoalesceWait: -time.Second}, "Config.CoalesceWait -1s"},
+		{Config{Retain: -time.Second}, "Config.Retain -1s"},
+		{Config{RetainKeys: -time.Second}, "Config.RetainKeys -1s"},
+		{Config{Producers: map[string]Producer{"p": nil}}, `Config.Producers["p"] is nil`},
 	} {
 		c := tt.cfg.withDefaults()
 		err := c.validate()

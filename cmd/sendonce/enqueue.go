@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/sendonce/sendonce/outbox"
@@ -232,8 +232,9 @@ func (a *app) enqueueRun(cmd *cobra.Command, o *enqueueOptions) error {
 		return err
 	}
 	run.Intents = intents
-	res, err := fromOutbox(cmd.Context(), a, o.queue, func(ob *outbox.Outbox, ctx context.Context) (res *outbox.RunResult, err error) {
-		err = pgx.BeginFunc(ctx, ob.Pool(), func(tx pgx.Tx) error {
+	ctx := cmd.Context()
+	res, err := withPool(ctx, a, o.queue, func(ob *outbox.Outbox, pool *pgxpool.Pool) (res *outbox.RunResult, err error) {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			res, err = ob.EnqueueRun(ctx, tx, run)
 			return err
 		})

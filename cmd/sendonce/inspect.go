@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/sendonce/sendonce/internal/budget"
@@ -45,10 +46,11 @@ whether a Retry-After has paused them.`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			var budgets []budget.Status
-			st, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) (*outbox.Stats, error) {
+			ctx := cmd.Context()
+			st, err := withPool(ctx, a, "", func(ob *outbox.Outbox, pool *pgxpool.Pool) (*outbox.Stats, error) {
 				st, err := ob.Stats(ctx)
 				if err == nil {
-					budgets, err = budget.Read(ctx, ob.Pool())
+					budgets, err = budget.Read(ctx, pool)
 				}
 				return st, err
 			})
@@ -134,7 +136,7 @@ failed, bounced, suppressed or complained.`,
 				return usagef("--after %d: want an id, 0 or more", after)
 			}
 			recs, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) ([]*outbox.Record, error) {
-				return ob.List(ctx, outbox.ListParams{State: st, Delivery: dl, AfterID: after, Limit: limit})
+				return ob.List(ctx, &outbox.ListParams{State: st, Delivery: dl, AfterID: after, Limit: limit})
 			})
 			if err != nil {
 				return err
@@ -188,7 +190,14 @@ func (a *app) intentRunE(asJSON *bool, call func(*outbox.Outbox, context.Context
 // fromOutbox makes one call on an Outbox over a connection of its own (on
 // queue, or the default), then closes the connection: each operator
 // command reads or changes the outbox with a single call.
+// (The Outbox comes first, as in a method expression: (*outbox.Outbox).Get.)
 func fromOutbox[T any](ctx context.Context, a *app, queue string, call func(*outbox.Outbox, context.Context) (T, error)) (T, error) {
+	return withPool(ctx, a, queue, func(ob *outbox.Outbox, _ *pgxpool.Pool) (T, error) { return call(ob, ctx) })
+}
+
+// withPool is fromOutbox for a call that also needs the connection: a
+// transaction of its own, or a read beside the outbox's.
+func withPool[T any](ctx context.Context, a *app, queue string, call func(*outbox.Outbox, *pgxpool.Pool) (T, error)) (T, error) {
 	var zero T
 	pool, err := a.connect(ctx, 0)
 	if err != nil {
@@ -199,7 +208,7 @@ func fromOutbox[T any](ctx context.Context, a *app, queue string, call func(*out
 	if err != nil {
 		return zero, err
 	}
-	return call(ob, ctx)
+	return call(ob, pool)
 }
 
 // getOrPruned is the intent with key, or what retention kept of it.

@@ -41,7 +41,7 @@ func (a *app) suppressionCommand() *cobra.Command {
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			all, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) ([]outbox.Suppression, error) {
-				return ob.Suppressions(ctx, outbox.SuppressionParams{Reason: outbox.SuppressionReason(reason), After: after, Limit: limit})
+				return ob.Suppressions(ctx, &outbox.SuppressionParams{Reason: outbox.SuppressionReason(reason), After: after, Limit: limit})
 			})
 			if err != nil {
 				return err

@@ -575,7 +575,7 @@ func (a *app) serveOps(ctx context.Context, o *workOptions, w *worker.Worker, ob
 	if err := ui.Start(ctx); err != nil {
 		return nil, nil, fmt.Errorf("river ui: %w", err)
 	}
-	page, err := outboxui.New(ob, outboxui.Options{
+	page, err := outboxui.New(pool, ob, outboxui.Options{
 		Actions:      o.uiActions,
 		ReplayWindow: o.replayWindow,
 		RiverUI:      httpserver.UIPrefix,

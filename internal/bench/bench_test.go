@@ -38,20 +38,20 @@ func benchIntents(n int) []outbox.Intent {
 // BenchmarkEnqueueMany times EnqueueMany in transactions of 1,000 intents;
 // ns/op is per intent.
 func BenchmarkEnqueueMany(b *testing.B) {
-	_, ob := benchDB(b)
+	pool, ob := benchDB(b)
 	intents := benchIntents(b.N)
 	b.ResetTimer()
-	if err := EnqueueIn(context.Background(), ob, intents, 1000, true); err != nil {
+	if err := EnqueueIn(context.Background(), pool, ob, intents, 1000, true); err != nil {
 		b.Fatal(err)
 	}
 }
 
 // BenchmarkEnqueue times Enqueue, one intent per transaction.
 func BenchmarkEnqueue(b *testing.B) {
-	_, ob := benchDB(b)
+	pool, ob := benchDB(b)
 	intents := benchIntents(b.N)
 	b.ResetTimer()
-	if err := EnqueueIn(context.Background(), ob, intents, 1, false); err != nil {
+	if err := EnqueueIn(context.Background(), pool, ob, intents, 1, false); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -105,7 +105,7 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 	if err != nil {
 		return DrainResult{}, err
 	}
-	if err := EnqueueBatches(ctx, ob, Intents("drain", p.N), 1000); err != nil {
+	if err := EnqueueBatches(ctx, pool, ob, Intents("drain", p.N), 1000); err != nil {
 		return DrainResult{}, err
 	}
 	if err := env.Checkpoint(ctx); err != nil {

@@ -102,7 +102,7 @@ func (s *Enqueue) Run(ctx context.Context, env *Env) error {
 	for _, m := range s.modes {
 		var viaOutbox, plain time.Duration
 		for i := range 2 {
-			write := func(intents []outbox.Intent) error { return EnqueueIn(ctx, ob, intents, m.perTx, m.many) }
+			write := func(intents []outbox.Intent) error { return EnqueueIn(ctx, pool, ob, intents, m.perTx, m.many) }
 			if (i == 0) == plainFirst {
 				write = func(intents []outbox.Intent) error { return PlainInsert(ctx, pool, intents, m.perTx) }
 			}
@@ -219,11 +219,11 @@ func timeIt(fn func() error) (time.Duration, error) {
 // EnqueueIn writes intents through the outbox, perTx per transaction: with
 // one EnqueueMany per transaction when many is set, else with Enqueue per
 // intent.
-func EnqueueIn(ctx context.Context, ob *outbox.Outbox, intents []outbox.Intent, perTx int, many bool) error {
+func EnqueueIn(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, intents []outbox.Intent, perTx int, many bool) error {
 	for len(intents) > 0 {
 		chunk := intents[:min(perTx, len(intents))]
 		intents = intents[len(chunk):]
-		err := pgx.BeginFunc(ctx, ob.Pool(), func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if many {
 				_, err := ob.EnqueueMany(ctx, tx, chunk)
 				return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/fakeapi"
@@ -55,10 +56,10 @@ func Intents(prefix string, n int) []outbox.Intent {
 
 // EnqueueBatches enqueues intents with EnqueueMany, batch at a time, one
 // transaction per batch.
-func EnqueueBatches(ctx context.Context, ob *outbox.Outbox, intents []outbox.Intent, batch int) error {
+func EnqueueBatches(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, intents []outbox.Intent, batch int) error {
 	for len(intents) > 0 {
 		n := min(batch, len(intents))
-		err := pgx.BeginFunc(ctx, ob.Pool(), func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := ob.EnqueueMany(ctx, tx, intents[:n])
 			return err
 		})

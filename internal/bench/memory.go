@@ -111,7 +111,7 @@ func (s *Memory) Run(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	if err := EnqueueBatches(ctx, ob, Intents("mem", s.n), 1000); err != nil {
+	if err := EnqueueBatches(ctx, env.Admin, ob, Intents("mem", s.n), 1000); err != nil {
 		return err
 	}
 

@@ -307,7 +307,7 @@ func (s *RateLimited) backlog(ctx context.Context, env *Env, prefix string) (*fa
 		var ob *outbox.Outbox
 		if ob, err = env.Outbox(env.Admin); err == nil {
 			intents := Intents(prefix, s.n)
-			if err = EnqueueBatches(ctx, ob, intents, 1000); err == nil {
+			if err = EnqueueBatches(ctx, env.Admin, ob, intents, 1000); err == nil {
 				return srv, url, intents, nil
 			}
 		}

@@ -129,7 +129,7 @@ func (s *Trouble) drainPoison(ctx context.Context, env *Env, bin string) error {
 			intents = append(append(append(append([]outbox.Intent{}, intents[:300]...), p(0)), intents[300:700]...), p(1))
 			intents = append(intents, Intents("ord", poisonN)[700:]...)
 		}
-		if err := EnqueueBatches(ctx, ob, intents, 1000); err != nil {
+		if err := EnqueueBatches(ctx, env.Admin, ob, intents, 1000); err != nil {
 			return fmt.Errorf("bench: poison: %w", err)
 		}
 		if err := env.Checkpoint(ctx); err != nil {
@@ -180,7 +180,7 @@ func (s *Trouble) measureWaiting(ctx context.Context, env *Env, bin string) erro
 	if err != nil {
 		return err
 	}
-	if err := EnqueueBatches(ctx, ob, Intents("wait", 3000), 1000); err != nil {
+	if err := EnqueueBatches(ctx, env.Admin, ob, Intents("wait", 3000), 1000); err != nil {
 		return fmt.Errorf("bench: waiting: %w", err)
 	}
 	if err := env.Checkpoint(ctx); err != nil {

@@ -60,7 +60,7 @@ func newHarness(t *testing.T, s setup) *harness {
 	pool, ob := outboxtest.New(t)
 	h := &harness{t: t, ctx: ctx, pool: pool, ob: ob, logs: &syncbuf.Buffer{}, auth: s.auth}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(h.logs, t.Output()), nil))
-	page, err := outboxui.New(ob, outboxui.Options{Actions: s.actions, RiverUI: httpserver.UIPrefix, Logger: log,
+	page, err := outboxui.New(pool, ob, outboxui.Options{Actions: s.actions, RiverUI: httpserver.UIPrefix, Logger: log,
 		WebhookAddr: s.webhookAddr})
 	if err != nil {
 		t.Fatal(err)

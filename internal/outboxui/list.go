@@ -60,7 +60,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Filter.Before = p.BeforeID
-	recs, err := h.ob.List(r.Context(), p)
+	recs, err := h.ob.List(r.Context(), &p)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, "Cannot list intents", err)
 		return

@@ -59,8 +59,9 @@ type Handler struct {
 	mux   *http.ServeMux
 }
 
-// New returns the page for ob.
-func New(ob *outbox.Outbox, opts Options) (*Handler, error) {
+// New returns the page for ob, whose pool is pool (the page reads the
+// budget and the workers beside the outbox).
+func New(pool *pgxpool.Pool, ob *outbox.Outbox, opts Options) (*Handler, error) {
 	if opts.ReplayWindow <= 0 {
 		opts.ReplayWindow = outbox.DefaultReplayWindow
 	}
@@ -71,7 +72,7 @@ func New(ob *outbox.Outbox, opts Options) (*Handler, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return nil, fmt.Errorf("outboxui: form token: %w", err)
 	}
-	h := &Handler{ob: ob, pool: ob.Pool(), opts: opts, log: opts.Logger,
+	h := &Handler{ob: ob, pool: pool, opts: opts, log: opts.Logger,
 		csrf: base64.RawURLEncoding.EncodeToString(secret), pages: map[string]*template.Template{}, mux: http.NewServeMux()}
 	for _, page := range []string{"overview", "list", "intent", "confirm", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")

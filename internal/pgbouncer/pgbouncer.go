@@ -80,6 +80,10 @@ type Bouncer struct {
 // Start starts a PgBouncer in front of the server at serverURL (a
 // postgres:// URL); every database of that server is reachable through it
 // by name. Stop it with Stop, which also removes its directory.
+//
+// It is long because it is one story told in order (the directory and its
+// ownership, the config and the users file, the process run as postgres,
+// the wait until it answers), each step undoing the ones before on failure.
 func Start(ctx context.Context, serverURL string, opts Options) (*Bouncer, error) {
 	out := io.Writer(os.Stderr)
 	if opts.Logf != nil {

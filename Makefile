@@ -11,7 +11,7 @@ demo:
 ## test: every test, with the race detector, against a throwaway PostgreSQL.
 ## First installs what the tests take from the machine when it is missing
 ## (PostgreSQL's server package, Chromium for the browser tests, PgBouncer for
-## the pooler tests; see internal/sysdeps), saying what it runs.
+## the pooler tests; see internal/machine/sysdeps), saying what it runs.
 test:
 	$(GO) run ./internal/cmd/sysdeps postgresql chromium pgbouncer
 	$(GO) vet ./...

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/syncbuf"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
 // leakyTransport fails with an error that quotes the request's headers, as a

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/syncbuf"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
 const hookSecret = "whsec_fake_3b1f9e"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/pgcluster"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/machine/pgcluster"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // TestDBRestart stops PostgreSQL hard (immediate shutdown: no checkpoint,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // TestDBATimeouts (issue 24, item 4) runs two workers with the command's

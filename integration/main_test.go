@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // Flags of the suite. Each has an environment twin, so a CI job or a

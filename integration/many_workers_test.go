@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // TestManyWorkers runs three worker processes on one outbox and checks that

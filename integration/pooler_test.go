@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgbouncer"
+	"github.com/sendonce/sendonce/internal/machine/pgbouncer"
 )
 
 // Behind a pooler (issue 24): the pooler variants run a scenario with

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/syncbuf"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
 // capture is a thread-safe buffer for one stream of one process. Every

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/pgbouncer"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/machine/pgbouncer"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // TestRescueTime SIGKILLs a worker running with the command's default

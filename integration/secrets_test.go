@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // malformedKey is an API key of the wrong form. A command that refuses it

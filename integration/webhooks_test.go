@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // webhookSecret signs the fake's webhook events. Like the API key, it must

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/migrations"
 )
 

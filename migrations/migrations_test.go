@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/migrations"
 )
 

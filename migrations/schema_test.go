@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sendonce/sendonce/internal/pgcluster"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/machine/pgcluster"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // update regenerates schema.sql instead of checking it.

@@ -15,12 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sendonce/sendonce/internal/outboxtest"
-	"github.com/sendonce/sendonce/internal/suppress"
+	"github.com/sendonce/sendonce/internal/base/suppress"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
-// formCase is one row of internal/suppress/testdata/forms.json: an address
+// formCase is one row of internal/base/suppress/testdata/forms.json: an address
 // form and its normal form ("": refused).
 type formCase struct {
 	Form   string `json:"form"`
@@ -30,7 +30,7 @@ type formCase struct {
 
 func loadForms(t testing.TB) []formCase {
 	t.Helper()
-	b, err := os.ReadFile("../internal/suppress/testdata/forms.json")
+	b, err := os.ReadFile("../internal/base/suppress/testdata/forms.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func show(s *string) string {
 // charsetOnly reports whether net/mail refused a spelling only for an
 // encoded word in its display name in a charset it does not decode: taken
 // by the rule (the address is not in doubt), refused by the API's parser
-// for the whole send (see internal/suppress's test of the same name).
+// for the whole send (see internal/base/suppress's test of the same name).
 func charsetOnly(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "charset not supported")
 }

@@ -37,7 +37,7 @@
 // an *InvalidError naming the field, and nothing is written: the caller's
 // transaction stays usable. A recipient must be spelled local@domain or
 // Display Name <local@domain>, the forms the suppression list matches
-// (internal/suppress has the rule); the API's other spellings of an
+// (internal/base/suppress has the rule); the API's other spellings of an
 // address (comments, quoted local parts, tabs, groups) are refused, since
 // a suppressed address spelled so would be mailed.
 //

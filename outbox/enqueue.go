@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sendonce/sendonce/internal/schemaerr"
+	"github.com/sendonce/sendonce/internal/base/schemaerr"
 )
 
 // EnqueueResult is what Enqueue did.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sendonce/sendonce/internal/sendjob"
+	"github.com/sendonce/sendonce/internal/base/sendjob"
 )
 
 // How EnqueueMany writes (issue 15). One statement inserts the outbox rows

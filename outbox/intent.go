@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sendonce/sendonce/internal/suppress"
+	"github.com/sendonce/sendonce/internal/base/suppress"
 )
 
 // Kind says which OpenEmail call sends an intent.
@@ -336,7 +336,7 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 }
 
 // checkAddress refuses a recipient in a spelling the suppression list
-// cannot match (see internal/suppress): the API would send to it even
+// cannot match (see internal/base/suppress): the API would send to it even
 // when its address is suppressed.
 func checkAddress(field, a string) error {
 	if suppress.Address(a) == "" {

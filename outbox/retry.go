@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sendonce/sendonce/internal/sendjob"
-	"github.com/sendonce/sendonce/internal/suppress"
+	"github.com/sendonce/sendonce/internal/base/sendjob"
+	"github.com/sendonce/sendonce/internal/base/suppress"
 )
 
 // DefaultReplayWindow is how long after an intent's first attempt its key

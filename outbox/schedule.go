@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/sendonce/sendonce/internal/cronspec"
+	"github.com/sendonce/sendonce/internal/base/cronspec"
 )
 
 // Schedule is a recurring run: every occurrence of Spec creates one run,
@@ -26,7 +26,7 @@ type Schedule struct {
 	// "@hourly" and "@every 10m" are accepted too. Each occurrence is a
 	// wall-clock time in the zone, created once: on the day the clocks go
 	// back over it, at its first instant; on the day they jump over it, at
-	// the first instant after the jump (see internal/cronspec).
+	// the first instant after the jump (see internal/base/cronspec).
 	Spec string `json:"spec"`
 	// Producer names a Go producer registered with the workers, or
 	// Statement is SQL run in the occurrence's transaction with $1 = the

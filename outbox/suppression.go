@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sendonce/sendonce/internal/suppress"
+	"github.com/sendonce/sendonce/internal/base/suppress"
 )
 
 // SuppressionReason says why an address is on the suppression list.
@@ -39,7 +39,7 @@ type Suppression struct {
 }
 
 // suppressAddresses normalises addrs and refuses a bad one, naming it:
-// the list takes the spellings an intent may name (see internal/suppress).
+// the list takes the spellings an intent may name (see internal/base/suppress).
 func suppressAddresses(addrs []string) ([]string, error) {
 	if len(addrs) == 0 {
 		return nil, invalid("address", "needs at least one address")

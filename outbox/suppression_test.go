@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sendonce/sendonce/internal/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 

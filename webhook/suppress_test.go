@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 

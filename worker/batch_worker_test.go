@@ -16,8 +16,8 @@ import (
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/sendjob"
-	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/internal/base/sendjob"
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/outbox"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/worker"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
 )
 
 // liveness is a worker instance's proof of life: a lease row in

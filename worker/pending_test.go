@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/sendonce/sendonce/client"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/worker"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/budget"
+	"github.com/sendonce/sendonce/internal/base/budget"
 )
 
 // RateLimit is a provider's limit on send requests per API key: Count

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/client"
-	"github.com/sendonce/sendonce/internal/budget"
+	"github.com/sendonce/sendonce/internal/base/budget"
 )
 
 // answering wraps a send's call so the fleet's budget hears every answer:

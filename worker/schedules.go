@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sendonce/sendonce/internal/cronspec"
+	"github.com/sendonce/sendonce/internal/base/cronspec"
 	"github.com/sendonce/sendonce/outbox"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/outbox"
 )
 

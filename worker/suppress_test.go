@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -160,7 +160,7 @@ func TestSuppressedMemberSentAlone(t *testing.T) {
 // parked as suppressed; none reaches the API.
 func TestSuppressedAddressForms(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../internal/suppress/testdata/forms.json")
+	b, err := os.ReadFile("../internal/base/suppress/testdata/forms.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/client"
-	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
 )
 
 // This file is the send-once guarantee's outcome table as one pure

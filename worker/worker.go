@@ -15,8 +15,8 @@ import (
 	"github.com/riverqueue/rivercontrib/otelriver"
 
 	"github.com/sendonce/sendonce/client"
-	"github.com/sendonce/sendonce/internal/budget"
-	"github.com/sendonce/sendonce/internal/sendstate"
+	"github.com/sendonce/sendonce/internal/base/budget"
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/migrations"
 	"github.com/sendonce/sendonce/outbox"
 )

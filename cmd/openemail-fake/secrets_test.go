@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sendonce/sendonce/internal/syncbuf"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
 // TestSecretFlagsWarn: --webhook-secret and --api-key stay (the README and

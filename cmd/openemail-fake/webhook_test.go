@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/syncbuf"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
 const cmdSecret = "whsec_cmd_9c2d"

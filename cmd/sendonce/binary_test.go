@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgtest"
-	"github.com/sendonce/sendonce/internal/syncbuf"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
 // buildBinary builds the command once per test binary.

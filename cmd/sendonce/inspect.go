@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/sendonce/sendonce/internal/budget"
+	"github.com/sendonce/sendonce/internal/base/budget"
 	"github.com/sendonce/sendonce/outbox"
 )
 

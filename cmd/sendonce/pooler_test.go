@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgbouncer"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/machine/pgbouncer"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // TestMigrateThroughPooler runs `sendonce migrate` on an empty database

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgcluster"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/machine/pgcluster"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // TestWorkSurvivesPostgresRestart crashes the database under a running

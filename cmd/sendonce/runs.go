@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sendonce/sendonce/internal/cronspec"
+	"github.com/sendonce/sendonce/internal/base/cronspec"
 	"github.com/sendonce/sendonce/outbox"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // TestRunCommands enqueues a run from NDJSON (twice: idempotent as a

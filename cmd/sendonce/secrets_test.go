@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // uiSecret is a UI token's secret the leak check (wantNoLeak) looks for.

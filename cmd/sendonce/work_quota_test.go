@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // --api-rate takes quotas (issue 23): 500/d and 1000000/mo beside rates.

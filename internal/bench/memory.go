@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/client"
-	"github.com/sendonce/sendonce/internal/syncbuf"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 	"github.com/sendonce/sendonce/outbox"
 )
 

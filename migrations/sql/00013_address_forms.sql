@@ -5,7 +5,7 @@
 -- and the suppression list missed every spelling but "Name <addr>": with
 -- ada@example.com suppressed, those were mailed. Now an intent may name a
 -- recipient only in a spelling one regular expression reads, the same text
--- here and in Go (internal/suppress, whose test compares the two):
+-- here and in Go (internal/base/suppress, whose test compares the two):
 --
 --   local@domain   <local@domain>   Display Name <local@domain>
 --
@@ -18,7 +18,7 @@
 -- insert's trigger refuses every other spelling, naming the field and the
 -- value, and so does the Go API.
 --
--- The pattern, piece by piece (Go: internal/suppress/address.go):
+-- The pattern, piece by piece (Go: internal/base/suppress/address.go):
 --   atext    = -A-Za-z0-9!#$%&'*+/=?^_`{|}~
 --   dotAtom  = [atext]+(?:\.[atext]+)*
 --   label    = [-A-Za-z0-9]+

@@ -1,6 +1,6 @@
 // Command sysdeps makes sure the programs that the tests take from the
 // machine are there, installing the distribution's packages for the ones
-// that are missing (see package internal/sysdeps). `make test` runs it
+// that are missing (see package internal/machine/sysdeps). `make test` runs it
 // first:
 //
 //	go run ./internal/cmd/sysdeps postgresql chromium pgbouncer
@@ -15,8 +15,8 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/sendonce/sendonce/internal/pgcluster"
-	"github.com/sendonce/sendonce/internal/sysdeps"
+	"github.com/sendonce/sendonce/internal/machine/pgcluster"
+	"github.com/sendonce/sendonce/internal/machine/sysdeps"
 )
 
 var deps = map[string]sysdeps.Dep{

@@ -1,0 +1,56 @@
+package budget
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+)
+
+// A 429 whose body says the daily quota is exhausted pauses the fleet
+// until the reset (the status says "quota exhausted until"), with one probe
+// a minute, and does not cut the rate: it is no evidence about the rate.
+func TestQuotaAnswerPausesUntilTheReset(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	now := time.Date(2031, 3, 4, 22, 0, 0, 0, time.UTC)
+	b := New(pool, "fp", Config{Rate: 20, Now: func() time.Time { return now }})
+	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
+		t.Fatalf("first token: %t %v", ok, err)
+	}
+	if err := b.Answered(ctx, Answer{Status: 429, Quota: PerDay}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Throttle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := Read(ctx, pool)
+	if err != nil || len(sts) != 1 {
+		t.Fatalf("%v %v", sts, err)
+	}
+	if d := sts[0].Describe(); !strings.Contains(d, "daily quota exhausted until 2031-03-05T00:00:00Z") || !strings.Contains(d, "the API said so") || sts[0].Throttles != 0 {
+		t.Fatalf("status %q (throttles %d), want the quota exhausted until midnight and no cut", d, sts[0].Throttles)
+	}
+	// The next send waits: the probe is a minute away.
+	if ok, retryIn, err := b.Wait(ctx, 10*time.Millisecond); err != nil || ok || retryIn < 50*time.Second {
+		t.Fatalf("while exhausted: ok %t retry in %s %v; want a wait for the probe", ok, retryIn, err)
+	}
+	// A minute on, one probe goes.
+	now = now.Add(time.Minute)
+	b.store.quota.state.holdUntil = time.Time{}
+	if ok, _, err := b.Wait(ctx, 10*time.Millisecond); err != nil || !ok {
+		t.Fatalf("a minute on: ok %t %v; want the probe", ok, err)
+	}
+	if ok, _, _ := b.Wait(ctx, 10*time.Millisecond); ok {
+		t.Fatal("a second send went with the probe")
+	}
+	// Past midnight the quota is whole again.
+	now = now.Add(3 * time.Hour)
+	b.store.quota.state.holdUntil = time.Time{}
+	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
+		t.Fatalf("after the reset: ok %t %v", ok, err)
+	}
+}

@@ -1,0 +1,124 @@
+package readme_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// quickStart is the README's section whose snippets are one program.
+const quickStart = "## Quick start: the library in your program"
+
+// snippets returns the ```go blocks of the README's section titled
+// heading, in order.
+func snippets(t *testing.T, readme, heading string) []string {
+	t.Helper()
+	i := strings.Index(readme, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("README.md has no section %q", heading)
+	}
+	section := readme[i+len(heading)+2:]
+	if j := strings.Index(section, "\n## "); j >= 0 {
+		section = section[:j]
+	}
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// goCmd runs the go command in dir, failing the test with its output.
+func goCmd(t *testing.T, ctx context.Context, dir string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestQuickStart builds the README's quick start as a user's module and runs
+// it twice on an empty database: the first run migrates, enqueues and has
+// its embedded worker deliver the email (1 delivery at the fake API, its
+// "sent" log line on stderr); the second finds the intent sent and sends
+// nothing more.
+func TestQuickStart(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	repo, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := snippets(t, string(readme), quickStart)
+	if len(code) < 2 {
+		t.Fatalf("the quick start has %d Go snippets, want the program in pieces", len(code))
+	}
+
+	mod := t.TempDir()
+	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(strings.Join(code, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// What the README's shell lines do: go mod init, then the replace
+	// directive to a clone (go get @latest would fetch a release instead).
+	env := []string{"GOFLAGS=-mod=mod", "GOWORK=off"}
+	goCmd(t, ctx, mod, env, "mod", "init", "example.com/invoices")
+	goCmd(t, ctx, mod, env, "mod", "edit", "-require", "github.com/sendonce/sendonce@v0.0.0", "-replace", "github.com/sendonce/sendonce="+repo)
+	goCmd(t, ctx, mod, env, "mod", "tidy")
+	bin := filepath.Join(mod, "invoices")
+	goCmd(t, ctx, mod, env, "build", "-o", bin, ".")
+
+	fake := fakeapi.NewTest(t, fakeapi.Config{})
+	dbURL := pgtest.CreateDB(t, pgtest.ServerURL(t), "quickstart") // empty: not migrated
+	run := func() (string, string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin)
+		cmd.Dir = mod
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL,
+			"OPENEMAIL_API_KEY=oe_test_quickstart", "OPENEMAIL_BASE_URL="+fake.URL())
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("the quick start program: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		}
+		return stdout.String(), stderr.String()
+	}
+
+	out, logs := run()
+	if !regexp.MustCompile(`^welcome:user_17 sent em_\S+\n$`).MatchString(out) {
+		t.Errorf("first run printed %q, want \"welcome:user_17 sent em_…\"", out)
+	}
+	if !strings.Contains(logs, "msg=sent key=welcome:user_17") {
+		t.Errorf("the worker's log has no \"sent\" line for welcome:user_17:\n%s", logs)
+	}
+	if d := fake.Deliveries(); len(d) != 1 || d[0].IdempotencyKey != "welcome:user_17" {
+		t.Fatalf("the fake API delivered %v, want 1 email under welcome:user_17", d)
+	}
+	out, _ = run()
+	if !strings.HasPrefix(out, "welcome:user_17 sent em_") {
+		t.Errorf("second run printed %q, want the intent sent", out)
+	}
+	if n := len(fake.Deliveries()); n != 1 {
+		t.Errorf("after a second run the fake API delivered %d emails, want still 1", n)
+	}
+	t.Logf("quick start: %d snippets, 1 email delivered", len(code))
+}

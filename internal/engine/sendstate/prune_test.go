@@ -1,0 +1,292 @@
+package sendstate_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+const otherBody = `{"from":"billing@example.com","to":["ada@example.com"],"subject":"Invoice inv_4193","text":"Attached."}`
+
+// settle puts intents in a final state, last updated age ago, with their
+// jobs finished, as a worker leaves them.
+func settle(t *testing.T, pool *pgxpool.Pool, state string, age time.Duration, keys ...string) {
+	t.Helper()
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = $1, updated_at = now() - $2::float8 * interval '1 second', created_at = now() - $2::float8 * interval '1 second'
+		WHERE idempotency_key = ANY($3)`, state, age.Seconds(), keys)
+	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now()
+		WHERE id IN (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = ANY($1))`, keys)
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	return int(outboxtest.Value[int64](t, pool, sql, args...))
+}
+
+func TestPruneKeepsWhatMustStay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t, "sent:old", "failed:old", "canceled:old", "pending", "sent:job-alive", "sent:in-batch", "sent:in-batch-2")
+	// Created two hours ago (Prune reads rows in id order up to the first
+	// one created within the retention).
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET created_at = now() - interval '2 hours'`)
+	settle(t, pool, "sent", 2*time.Hour, "sent:old", "sent:in-batch", "sent:in-batch-2")
+	settle(t, pool, "failed", 2*time.Hour, "failed:old")
+	settle(t, pool, "canceled", 2*time.Hour, "canceled:old")
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'sent', updated_at = now() - interval '2 hours', created_at = now() - interval '2 hours' WHERE idempotency_key = 'sent:job-alive'`)
+	// A batch still sending, with its members' outcomes written already.
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_batch (idempotency_key, queue, body, member_keys, state)
+		VALUES ('sendonce-batch:b1', 'sendonce', '{}', '{sent:in-batch,sent:in-batch-2}', 'sending')`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET batch_key = 'sendonce-batch:b1' WHERE idempotency_key LIKE 'sent:in-batch%'`)
+	// A run with one member sent long ago and one still pending.
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "billing:2026-11", Intents: []outbox.Intent{
+			{Key: "run:sent", Payload: json.RawMessage(outboxtest.InvoiceBody)},
+			{Key: "run:pending", Payload: json.RawMessage(outboxtest.InvoiceBody)}}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET created_at = now() - interval '2 hours' WHERE run_key IS NOT NULL`)
+	settle(t, pool, "sent", 2*time.Hour, "run:sent")
+	// Settled within the retention (the newest row: ids follow creation).
+	enqueue(t, pool, ob, "sent:new")
+	settle(t, pool, "sent", time.Minute, "sent:new")
+	// A delivery event of a pruned intent goes with it.
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_event (delivery_id, event_id, type, email_id, occurred_at, raw, intent_id)
+		SELECT 'd1', 'e1', 'email.delivered', 'msg_1', now(), '{}', id FROM sendonce_outbox WHERE idempotency_key = 'sent:old'`)
+
+	res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Intents != 3 || res.Events != 1 {
+		t.Fatalf("pruned %+v, want 3 intents and 1 event", res)
+	}
+	var left []string
+	rows, _ := pool.Query(ctx, `SELECT idempotency_key FROM sendonce_outbox ORDER BY idempotency_key`)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "pending run:pending run:sent sent:in-batch sent:in-batch-2 sent:job-alive sent:new"
+	if strings.Join(left, " ") != want {
+		t.Fatalf("left %v, want %s", left, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_tombstone`); n != 3 {
+		t.Fatalf("%d tombstones, want 3", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_event`); n != 0 {
+		t.Fatalf("%d events left, want 0", n)
+	}
+	if st := outboxtest.Value[string](t, pool, `SELECT state FROM sendonce_tombstone WHERE key_hash = sendonce_key_hash('failed:old')`); st != "failed" {
+		t.Fatalf("tombstone of failed:old says %q", st)
+	}
+
+	// Once the batch and the run are settled, their members go, then the
+	// batch and the run themselves.
+	pgtest.Exec(t, pool, `UPDATE sendonce_batch SET state = 'sent', updated_at = now() - interval '2 hours'`)
+	settle(t, pool, "sent", 2*time.Hour, "run:pending")
+	pgtest.Exec(t, pool, `UPDATE sendonce_run SET updated_at = now() - interval '2 hours'`)
+	res, err = sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Intents != 4 || res.Batches != 1 || res.Runs != 1 {
+		t.Fatalf("pruned %+v, want 4 intents, 1 batch, 1 run", res)
+	}
+}
+
+func TestPrunedKeyIsExistingOrKeyReuse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t, "p:1", "p:2", "p:3")
+	settle(t, pool, "sent", time.Hour, "p:1", "p:2", "p:3")
+	if res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{}); err != nil || res.Intents != 3 {
+		t.Fatalf("Prune = %+v, %v; want 3 intents", res, err)
+	}
+
+	// Enqueue: the same payload, keys in another order and spacing.
+	same := `{"text":"Attached.", "subject":"Invoice inv_4192","to":["ada@example.com"],"from":"billing@example.com"}`
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		res, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "p:1", Payload: same})
+		if err != nil {
+			return err
+		}
+		if !res.Existing || res.Record.PrunedAt == nil || res.Record.State != outbox.StateSent {
+			t.Errorf("Enqueue of a pruned key = %+v (record %+v), want Existing, pruned, sent", res, res.Record)
+		}
+		_, err = ob.Enqueue(ctx, tx, outbox.Intent{Key: "p:2", Payload: otherBody})
+		var reuse *outbox.KeyReuseError
+		if !errors.As(err, &reuse) || reuse.Key != "p:2" {
+			t.Errorf("Enqueue of a pruned key with another payload = %v, want a KeyReuseError", err)
+		}
+		// Another kind is another intent, too.
+		_, err = ob.Enqueue(ctx, tx, outbox.Intent{Key: "p:3", Kind: outbox.KindTemplate, TemplateID: "tpl", Payload: outboxtest.InvoiceBody})
+		if !errors.Is(err, outbox.ErrKeyReuse) {
+			t.Errorf("Enqueue of a pruned key as a template = %v, want ErrKeyReuse", err)
+		}
+		// EnqueueMany: new keys go in, pruned ones answer from the tombstone.
+		many, err := ob.EnqueueMany(ctx, tx, []outbox.Intent{{Key: "p:new", Payload: outboxtest.InvoiceBody},
+			{Key: "p:3", Payload: outboxtest.InvoiceBody}})
+		if err != nil {
+			return err
+		}
+		if many[0].Existing || many[0].Record.ID == 0 || !many[1].Existing || many[1].Record.PrunedAt == nil {
+			t.Errorf("EnqueueMany = %+v, %+v; want p:new inserted, p:3 existing and pruned", many[0], many[1])
+		}
+		_, err = ob.EnqueueMany(ctx, tx, []outbox.Intent{{Key: "p:new2", Payload: outboxtest.InvoiceBody},
+			{Key: "p:2", Payload: otherBody}})
+		if !errors.As(err, &reuse) || reuse.Index != 1 {
+			t.Errorf("EnqueueMany with a reused pruned key = %v, want a KeyReuseError at index 1", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox`); n != 1 {
+		t.Fatalf("%d rows, want only p:new", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE state = 'available'`); n != 1 {
+		t.Fatalf("%d available jobs, want p:new's only", n)
+	}
+
+	// The plain-SQL contract: the same intent is skipped like a live key,
+	// another is refused with the key named.
+	tag, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('p:1', 'email', $1)
+		ON CONFLICT (idempotency_key) DO NOTHING`, same)
+	if err != nil || tag.RowsAffected() != 0 {
+		t.Fatalf("plain INSERT of a pruned key = %v, %v; want 0 rows", tag, err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('p:2', 'email', $1)
+		ON CONFLICT (idempotency_key) DO NOTHING`, otherBody)
+	if err == nil || !strings.Contains(err.Error(), `idempotency key 'p:2' is already used`) {
+		t.Fatalf("plain INSERT of a pruned key with another payload = %v, want a key-reuse error naming it", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox`); n != 1 {
+		t.Fatalf("%d rows, want only p:new", n)
+	}
+}
+
+// prunePending deletes key's row and writes its tombstone as Prune does,
+// in a transaction left open.
+func prunePending(t *testing.T, pool *pgxpool.Pool, key string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `WITH d AS (DELETE FROM sendonce_outbox WHERE idempotency_key = $1 RETURNING *)
+		INSERT INTO sendonce_tombstone (key_hash, intent_hash, state)
+		SELECT sendonce_key_hash(idempotency_key), sendonce_intent_hash(kind, template_id, payload), state FROM d`, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// awaitLockWait waits until some session waits for a lock.
+func awaitLockWait(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no session waits for the prune's lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An enqueue that waits for a prune of its key on the key's unique index
+// goes in when the prune commits; it must see the tombstone and take the
+// row back.
+func TestEnqueueRacingAPrune(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t, "race:go", "race:sql", "race:sql-other")
+	settle(t, pool, "sent", time.Hour, "race:go", "race:sql", "race:sql-other")
+
+	for _, tc := range []struct {
+		key     string
+		enqueue func() error
+	}{
+		{"race:go", func() error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				res, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "race:go", Payload: outboxtest.InvoiceBody})
+				if err == nil && (!res.Existing || res.Record.PrunedAt == nil) {
+					t.Errorf("Enqueue racing a prune = %+v, want Existing and pruned", res)
+				}
+				return err
+			})
+		}},
+		{"race:sql", func() error {
+			_, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('race:sql', 'email', $1)
+				ON CONFLICT (idempotency_key) DO NOTHING`, outboxtest.InvoiceBody)
+			return err
+		}},
+		{"race:sql-other", func() error {
+			_, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('race:sql-other', 'email', $1)
+				ON CONFLICT (idempotency_key) DO NOTHING`, otherBody)
+			if err == nil || !strings.Contains(err.Error(), "already used") {
+				t.Errorf("plain INSERT with another payload racing a prune = %v, want a key-reuse error", err)
+			}
+			return nil
+		}},
+	} {
+		prune := prunePending(t, pool, tc.key)
+		done := make(chan error, 1)
+		go func() { done <- tc.enqueue() }()
+		awaitLockWait(t, pool)
+		if err := prune.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", tc.key, err)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE idempotency_key = $1`, tc.key); n != 0 {
+			t.Fatalf("%s: %d rows after an enqueue raced its prune, want 0", tc.key, n)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE state = 'available'`); n != 0 {
+		t.Fatalf("%d available jobs, want 0", n)
+	}
+}
+
+func TestPruneTombstonesPastRetainKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "k:1", "k:2")
+	settle(t, pool, "sent", time.Hour, "k:1", "k:2")
+	if _, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{RetainKeys: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_tombstone SET pruned_at = now() - interval '2 hours' WHERE key_hash = sendonce_key_hash('k:1')`)
+	// RetainKeys 0 keeps them for ever.
+	if res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{}); err != nil || res.Tombstones != 0 {
+		t.Fatalf("Prune without RetainKeys = %+v, %v; want no tombstone deleted", res, err)
+	}
+	res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{RetainKeys: time.Hour})
+	if err != nil || res.Tombstones != 1 {
+		t.Fatalf("Prune = %+v, %v; want 1 tombstone deleted", res, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_tombstone WHERE key_hash = sendonce_key_hash('k:2')`); n != 1 {
+		t.Fatal("k:2's tombstone is gone")
+	}
+	if _, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: -time.Second}); err == nil {
+		t.Fatal("Prune with a negative retention did not fail")
+	}
+}

@@ -1,0 +1,327 @@
+package sendstate_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// setup gives an outbox and a scheduler over a fresh database, with email
+// intents enqueued under the given keys.
+func setup(t *testing.T, keys ...string) (*pgxpool.Pool, *outbox.Outbox, *sendstate.Scheduler) {
+	t.Helper()
+	pool, ob := outboxtest.New(t)
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, ob, keys...)
+	return pool, ob, &sendstate.Scheduler{Pool: pool, River: rc, Queue: outbox.DefaultQueue}
+}
+
+func enqueue(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, keys ...string) {
+	t.Helper()
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		for _, k := range keys {
+			if _, err := ob.Enqueue(context.Background(), tx, outbox.Intent{Key: k, Payload: json.RawMessage(outboxtest.InvoiceBody)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, pool *pgxpool.Pool, key string) *outbox.Record {
+	t.Helper()
+	ob, err := outbox.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outboxtest.Get(t, ob, key)
+}
+
+func TestClaimManyAndMarkSentMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "m:1", "m:2", "m:3")
+	claim(t, pool, "m:3")
+	sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "m:3", MessageID: "msg_3"})
+
+	reqs := []sendstate.ClaimRequest{request(t, pool, "m:1"), request(t, pool, "m:2"), request(t, pool, "m:3"), {Key: "m:missing", JobID: -1},
+		{Key: "m:1", JobID: -2}} // a job that is not the intent's own claims nothing
+	claimed, err := sendstate.ClaimMany(ctx, pool, reqs, claimOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, m2 := claimed[reqs[0].JobID], claimed[reqs[1].JobID]
+	if len(claimed) != 2 || m1 == nil || m2 == nil || m1.Record.State != outbox.StateSending || m2.Record.Attempts != 1 ||
+		m1.Record.FirstAttemptAt == nil || m1.WindowLeft < outbox.DefaultReplayWindow-time.Minute || m1.WindowLeft > outbox.DefaultReplayWindow {
+		t.Fatalf("claimed %v, want m:1 and m:2 sending with a whole window left", claimed)
+	}
+	_, _, err = sendstate.MarkSentMany(ctx, pool, []sendstate.Sent{{Key: "m:1", MessageID: "msg_1"}, {Key: "m:2", MessageID: "msg_2", Replayed: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"m:1": "msg_1", "m:2": "msg_2", "m:3": "msg_3"} {
+		rec := get(t, pool, key)
+		if rec.State != outbox.StateSent || rec.MessageID != want || rec.Replayed != (key == "m:2") || rec.SentAt == nil {
+			t.Errorf("%s: %+v", key, rec)
+		}
+	}
+}
+
+var claimOpts = sendstate.ClaimOptions{ReplayWindow: outbox.DefaultReplayWindow, KeyFingerprint: "sha256:000000000001"}
+
+// request is the claim the intent's own job would make.
+func request(t *testing.T, pool *pgxpool.Pool, key string) sendstate.ClaimRequest {
+	t.Helper()
+	rec := get(t, pool, key)
+	if rec.JobID == nil {
+		t.Fatalf("%s has no job: %+v", key, rec)
+	}
+	return sendstate.ClaimRequest{Key: key, JobID: *rec.JobID}
+}
+
+// claim claims the intent as its own job would.
+func claim(t *testing.T, pool *pgxpool.Pool, key string) *sendstate.Claimed {
+	t.Helper()
+	c, ok, err := sendstate.Claim(context.Background(), pool, request(t, pool, key), claimOpts)
+	if err != nil || !ok {
+		t.Fatalf("claim %s: %+v, %v, %v", key, c, ok, err)
+	}
+	return c
+}
+
+// fail parks the intent as its own job would.
+func fail(t *testing.T, pool *pgxpool.Pool, key, reason string, uncertain bool) {
+	t.Helper()
+	err := sendstate.MarkFailed(context.Background(), pool, sendstate.Outcome{Key: key, JobID: request(t, pool, key).JobID, Reason: reason, Uncertain: uncertain})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Hole 2: nothing moved an intent whose River job ended without it.
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	keys := []string{"s:discarded", "s:deleted", "s:cancelled", "s:live", "s:sent"}
+	pool, _, jobs := setup(t, keys...)
+	old := map[string]int64{}
+	for _, k := range keys {
+		old[k] = *get(t, pool, k).JobID
+	}
+	// (a) A River client that does not know sendonce's kind rescued the job
+	// of a crashed worker and discarded it, leaving the intent sending.
+	claim(t, pool, "s:discarded")
+	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, old["s:discarded"])
+	// (b) Deleted, and (c) cancelled, in the River UI.
+	pgtest.Exec(t, pool, `DELETE FROM river_job WHERE id = $1`, old["s:deleted"])
+	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1`, old["s:cancelled"])
+	// A sent intent whose job completed is settled.
+	claim(t, pool, "s:sent")
+	if _, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "s:sent", MessageID: "msg_1"}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, old["s:sent"])
+
+	n, err := jobs.Reconcile(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("Reconcile = %d, %v; want 3", n, err)
+	}
+	for _, k := range []string{"s:discarded", "s:deleted", "s:cancelled"} {
+		rec := get(t, pool, k)
+		if *rec.JobID == old[k] || jobState(t, pool, *rec.JobID) != "available" {
+			t.Errorf("%s: job %d (was %d), want a new available job", k, *rec.JobID, old[k])
+		}
+	}
+	if get(t, pool, "s:discarded").State != outbox.StateSending {
+		t.Errorf("a rescued sending intent must stay sending, so its next claim marks it uncertain")
+	}
+	for _, k := range []string{"s:live", "s:sent"} {
+		if rec := get(t, pool, k); *rec.JobID != old[k] {
+			t.Errorf("%s: job changed from %d to %d", k, old[k], *rec.JobID)
+		}
+	}
+	if n, err := jobs.Reconcile(ctx); err != nil || n != 0 {
+		t.Fatalf("second Reconcile = %d, %v; want 0", n, err)
+	}
+}
+
+// Hole 3: a success recorded after another run parked the intent as failed
+// was dropped, and a later retry sent it again.
+func TestSentWinsOverFailed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t, "f:1")
+	claim(t, pool, "f:1")
+	fail(t, pool, "f:1", "409 conflict_error: request in progress", true)
+	overrode, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "f:1", MessageID: "msg_9", Replayed: true})
+	rec := get(t, pool, "f:1")
+	if err != nil || !overrode || rec.State != outbox.StateSent || rec.MessageID != "msg_9" || !rec.Replayed {
+		t.Fatalf("MarkSent over failed = %v, %v; intent %+v", overrode, err, rec)
+	}
+	if _, err := ob.Retry(ctx, "f:1", nil); err == nil {
+		t.Fatal("a sent intent was retried")
+	}
+}
+
+// Hole 4: the window is measured on the database's clock; the claim says
+// how much of it is left.
+func TestClaimMeasuresTheWindowInTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "c:w")
+	claim(t, pool, "c:w")
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'pending', first_attempt_at = now() - interval '22 hours 59 minutes'`)
+	c := claim(t, pool, "c:w")
+	if c.WindowLeft <= 50*time.Second || c.WindowLeft > time.Minute {
+		t.Fatalf("window left %s, want just under a minute", c.WindowLeft)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'pending', first_attempt_at = now() - interval '23 hours 1 second'`)
+	if c := claim(t, pool, "c:w"); c.WindowLeft > 0 {
+		t.Fatalf("window left %s, want none", c.WindowLeft)
+	}
+	_ = ctx
+}
+
+func jobState(t *testing.T, pool *pgxpool.Pool, id int64) string {
+	t.Helper()
+	return outboxtest.Value[string](t, pool, `SELECT state::text FROM river_job WHERE id = $1`, id)
+}
+
+// A row inserted by plain SQL (a producer in another language) gets a job.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, jobs := setup(t)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('php:order:77', 'email', $1)`, outboxtest.InvoiceBody)
+	n, err := jobs.Sweep(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1", n, err)
+	}
+	if rec := get(t, pool, "php:order:77"); rec.JobID == nil || jobState(t, pool, *rec.JobID) != "available" {
+		t.Fatalf("swept intent %+v: want an available job", rec)
+	}
+	if n, _ := jobs.Sweep(ctx); n != 0 {
+		t.Fatalf("second Sweep scheduled %d, want 0", n)
+	}
+}
+
+// MarkSentMany reads whether a row was failed back from the last_error it
+// writes (an UPDATE cannot return old values): only a failed row counts as
+// overridden, not one that merely carries an earlier attempt's error, and
+// a success clears that error as it always did.
+func TestMarkSentManyTellsOverriddenFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "o:retried", "o:failed", "o:pending")
+	claim(t, pool, "o:retried")
+	if err := sendstate.MarkPending(ctx, pool, sendstate.Outcome{Key: "o:retried", JobID: request(t, pool, "o:retried").JobID,
+		Reason: "503 server_error: try again", Uncertain: true}); err != nil {
+		t.Fatal(err)
+	}
+	claim(t, pool, "o:retried")
+	claim(t, pool, "o:failed")
+	fail(t, pool, "o:failed", "gave up after 10 attempts", true)
+
+	overrode, _, err := sendstate.MarkSentMany(ctx, pool, []sendstate.Sent{
+		{Key: "o:retried", MessageID: "msg_r"}, {Key: "o:failed", MessageID: "msg_f"},
+		{Key: "o:pending", MessageID: "msg_p"}, {Key: "o:missing", MessageID: "msg_m"}})
+	if err != nil || len(overrode) != 1 || overrode[0] != "o:failed" {
+		t.Fatalf("MarkSentMany = %v, %v; want [o:failed]", overrode, err)
+	}
+	if rec := get(t, pool, "o:retried"); rec.State != outbox.StateSent || rec.LastError != "" || !rec.Uncertain {
+		t.Errorf("o:retried: %+v, want sent, last error cleared, still uncertain", rec)
+	}
+	if rec := get(t, pool, "o:failed"); rec.State != outbox.StateSent ||
+		rec.LastError != "sent by an attempt that overlapped the one that parked it: gave up after 10 attempts" {
+		t.Errorf("o:failed: %+v", rec)
+	}
+	if rec := get(t, pool, "o:pending"); rec.State != outbox.StateSent || rec.MessageID != "msg_p" {
+		t.Errorf("o:pending: %+v", rec)
+	}
+}
+
+// The check of what is sent runs after an update since migration 5 (a
+// BEFORE trigger made every update of the worker lock its row first); it
+// still refuses a bad change and lets a good one through.
+func TestUpdateOfWhatIsSentIsChecked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "u:1")
+	_, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET payload = '{"from": "billing@example.com", "text": "hi"}' WHERE idempotency_key = 'u:1'`)
+	if err == nil || !strings.Contains(err.Error(), `payload needs at least one recipient in "to"`) {
+		t.Fatalf("update to a payload without recipients: %v", err)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET payload = $1 WHERE idempotency_key = 'u:1'`, outboxtest.InvoiceBody)
+	claim(t, pool, "u:1") // the worker's own updates do not set those columns
+}
+
+// A claim and a mark find their rows by key, whatever the statistics say.
+// Analysed while nothing was unsettled and then given a backlog, the
+// planner drove a claim written with a plain state predicate from the
+// index of unsettled intents: every batch read the whole backlog.
+func TestClaimAndMarkFindRowsByKeyAfterStaleStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t, "p:0")
+	claim(t, pool, "p:0")
+	if _, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "p:0", MessageID: "msg_0"}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `ANALYZE sendonce_outbox`)
+	keys := make([]string, 2000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("p:%d", i+1)
+	}
+	enqueue(t, pool, ob, keys...)
+	var reqs []sendstate.ClaimRequest
+	var sent []sendstate.Sent
+	for _, k := range keys[:100] {
+		reqs = append(reqs, request(t, pool, k))
+		sent = append(sent, sendstate.Sent{Key: k, MessageID: "msg_" + k})
+	}
+
+	// One connection of its own, whose statistics are flushed on demand.
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	scans := func() int64 {
+		if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		return outboxtest.Value[int64](t, pool, `SELECT idx_scan FROM pg_stat_user_indexes
+			WHERE indexrelname = 'sendonce_outbox_unsettled_idx'`)
+	}
+	before := scans()
+	if claimed, err := sendstate.ClaimMany(ctx, conn, reqs, claimOpts); err != nil || len(claimed) != len(reqs) {
+		t.Fatalf("ClaimMany = %d claims, %v; want %d", len(claimed), err, len(reqs))
+	}
+	if _, _, err := sendstate.MarkSentMany(ctx, conn, sent); err != nil {
+		t.Fatal(err)
+	}
+	if n := scans() - before; n != 0 {
+		t.Fatalf("the claim and the mark scanned the index of unsettled intents %d times, want none", n)
+	}
+}

@@ -1,0 +1,395 @@
+package demo_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/ops/demo"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
+	"github.com/sendonce/sendonce/migrations"
+)
+
+// sendonceBin is the real sendonce binary, built by TestMain; the demo's
+// workers are that binary's `work` command, as in `sendonce demo`.
+var sendonceBin, buildErr = "", error(nil)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !testing.Short() {
+		sendonceBin, buildErr = buildSendonce()
+	}
+	pgtest.Main(m)
+}
+
+// buildSendonce builds cmd/sendonce next to the test binary: go test
+// removes that directory when the run ends.
+func buildSendonce() (string, error) {
+	dir := os.TempDir()
+	if exe, err := os.Executable(); err == nil {
+		dir = filepath.Dir(exe)
+	}
+	bin := filepath.Join(dir, "sendonce-for-demo-test")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/sendonce/sendonce/cmd/sendonce")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/sendonce: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func worker(t *testing.T) func(ctx context.Context, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the whole demo with worker processes; skipped in -short")
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return func(ctx context.Context, env []string, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, sendonceBin, append([]string{"work"}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		return cmd
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// figure reads a number of the report, such as "invoices committed".
+func figure(t *testing.T, out, label string) int {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(label) + `\s+(\d+)\s`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no %q in the report", label)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+var pidRE = regexp.MustCompile(`Worker (\d) \(pid (\d+)\)`)
+
+// workerPIDs are the worker processes the demo said it started.
+func workerPIDs(out string) []int {
+	var pids []int
+	for _, m := range pidRE.FindAllStringSubmatch(out, -1) {
+		pid, _ := strconv.Atoi(m[2])
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func assertGone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("worker pid %d is still there after Run returned (kill -0: %v)", pid, err)
+		}
+	}
+}
+
+// runDemo runs the demo to the end and checks its report: 40 invoices,
+// 4 declined, 36 sent once each, replays after the kill, one bounce and the
+// next email to that address suppressed; and the webhook secret the
+// workers got shown nowhere.
+//
+// With keep set, the demo keeps its throwaway cluster up after the report
+// (Options.Keep): keep runs with the output so far once the demo says so,
+// and then the demo is stopped as by Ctrl-C.
+func runDemo(t *testing.T, databaseURL string, keep func(out string)) string {
+	t.Helper()
+	cmd := worker(t)
+	var secrets []string // OPENEMAIL_WEBHOOK_SECRET of each worker
+	recordSecret := func(ctx context.Context, env []string, args ...string) *exec.Cmd {
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "OPENEMAIL_WEBHOOK_SECRET="); ok {
+				secrets = append(secrets, v)
+			}
+		}
+		return cmd(ctx, env, args...)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	var out, logs syncbuf.Buffer // Options.Out, read while the demo runs; every log line
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	kept := &markWriter{w: &out, mark: "stays up until you press Ctrl-C", seen: make(chan struct{})}
+	if keep != nil {
+		go func() {
+			select {
+			case <-kept.seen:
+				keep(out.String())
+			case <-runCtx.Done():
+			}
+			stop()
+		}()
+	}
+	start := time.Now()
+	err := demo.Run(runCtx, demo.Options{
+		DatabaseURL: databaseURL,
+		Out:         kept,
+		Keep:        keep != nil,
+		Logger: slog.New(slog.NewMultiHandler(testLogger(t).Handler(),
+			slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+		WorkerCommand: recordSecret,
+		Invoices:      40,
+		Seed:          7,
+	})
+	o := out.String()
+	if keep != nil && ctx.Err() != nil {
+		t.Fatalf("the demo with Keep never said its database stays up:\n%s", o)
+	}
+	t.Logf("demo output (%s):\n%s", time.Since(start).Round(time.Millisecond), o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	for label, want := range map[string]int{
+		"invoices committed":    36,
+		"invoices rolled back":  4,
+		"intents sent":          36,
+		"deliveries at the API": 36,
+		"duplicates at the API": 0,
+		"bounced":               1,
+		"suppressed":            1,
+	} {
+		if got := figure(t, o, label); got != want {
+			t.Errorf("%s = %d, want %d", label, got, want)
+		}
+	}
+	if !regexp.MustCompile(`SIGKILL: worker 1 \(pid \d+\) is dead`).MatchString(o) {
+		t.Errorf("no worker was killed")
+	} else if got := figure(t, o, "replayed"); got < 1 {
+		t.Errorf("replayed = %d after a kill in the window, want at least 1", got)
+	}
+	// The story tells the recovery it shows: the interrupted sends are
+	// handed to new jobs within seconds of the kill, not by River's
+	// rescuer after a leader's lease lapses.
+	if strings.Contains(o, "wait for River's rescuer") || strings.Contains(o, "waiting for the rescuer") ||
+		!strings.Contains(o, "gives them new jobs") {
+		t.Errorf("the demo's text of the recovery does not match what it shows (replays seconds after the kill)")
+	}
+	pids := workerPIDs(o)
+	if len(pids) != 2 {
+		t.Errorf("the demo named %d worker pids, want 2", len(pids))
+	}
+	assertGone(t, pids)
+
+	// Step 5 tells the bounce and the suppressed reminder, before the report.
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^5\. A bounce comes back\n(?s:.*)^6\. Report$`),
+		regexp.MustCompile(`invoice:inv_[0-9a-f]{4}_0040 has delivery status "bounced"`),
+		regexp.MustCompile(`charles@example\.org is on the suppression list`),
+		regexp.MustCompile(`key "reminder:inv_[0-9a-f]{4}_0040"`),
+		regexp.MustCompile(`parked it as "suppressed":\s+0 API calls`),
+		regexp.MustCompile(`(?m)^\s+bounced\s+1\s+charles@example\.org, by webhook; now on the suppression list$`),
+		regexp.MustCompile(`(?m)^\s+suppressed\s+1\s+the next email to the bounced address; 0 API calls$`),
+	} {
+		if !want.MatchString(o) {
+			t.Errorf("the output does not match %s", want)
+		}
+	}
+	if len(secrets) != 2 || secrets[0] == "" || secrets[0] != secrets[1] {
+		t.Fatalf("the workers got webhook secrets %d, want one of this run, the same for both", len(secrets))
+	}
+	for name, text := range map[string]string{"output": o, "log": logs.String()} {
+		if strings.Contains(text, secrets[0]) {
+			t.Errorf("the webhook secret shows in the demo's %s", name)
+		}
+	}
+	return o
+}
+
+func TestRunOnYourDatabase(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDBURL(t)
+	// A run killed before its cleanup left the bouncing address on the
+	// suppression list: the demo takes it off before its workers start,
+	// or the invoice's email would be parked instead of sent.
+	pool, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Up(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO sendonce_suppression (address, reason, source)
+		VALUES ('charles@example.org', 'bounced', 'webhook whd_left_by_a_killed_demo')`); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	o := runDemo(t, url, nil)
+
+	// On a database of the caller's own, the demo drops its table and
+	// leaves the outbox rows, and takes the address that bounced off the
+	// suppression list.
+	conn := wantNoInvoiceTable(t, url)
+	var sent, replayed, bounced int
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'sent'), count(*) FILTER (WHERE replayed),
+			count(*) FILTER (WHERE delivery_status = 'bounced')
+		FROM sendonce_outbox WHERE idempotency_key LIKE 'invoice:inv\_%'`).Scan(&sent, &replayed, &bounced); err != nil {
+		t.Fatal(err)
+	}
+	if want := figure(t, o, "replayed"); sent != 36 || replayed != want || bounced != 1 {
+		t.Errorf("outbox left with %d sent, %d replayed, %d bounced; want 36, the report's %d, 1", sent, replayed, bounced, want)
+	}
+	var reminders []string
+	rows, err := conn.Query(t.Context(), `SELECT state FROM sendonce_outbox WHERE idempotency_key LIKE 'reminder:inv\_%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reminders, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(reminders) != 1 || reminders[0] != "suppressed" {
+		t.Errorf("reminders left in the outbox in states %q, want one suppressed", reminders)
+	}
+	var listed int
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM sendonce_suppression`).Scan(&listed); err != nil {
+		t.Fatal(err)
+	}
+	if listed != 0 || !strings.Contains(o, "took charles@example.org off the suppression list") {
+		t.Errorf("%d addresses left on the suppression list, want 0, and the cleanup said so:\n%s", listed, o)
+	}
+}
+
+var portRE = regexp.MustCompile(`Up on 127\.0\.0\.1:(\d+) `)
+
+// markWriter writes to w and closes seen once what was written holds mark.
+type markWriter struct {
+	w    *syncbuf.Buffer
+	mark string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (m *markWriter) Write(p []byte) (int, error) {
+	n, err := m.w.Write(p)
+	if strings.Contains(m.w.String(), m.mark) {
+		m.once.Do(func() { close(m.seen) })
+	}
+	return n, err
+}
+
+// TestRunOnAThrowawayCluster runs the demo with --keep: after the report,
+// the commands it names work on the database it printed, and after Ctrl-C
+// the cluster is gone.
+func TestRunOnAThrowawayCluster(t *testing.T) {
+	t.Parallel()
+	var status string
+	o := runDemo(t, "", func(out string) {
+		m := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("the demo kept its database but printed no DATABASE_URL:\n%s", out)
+			return
+		}
+		cmd := exec.Command(sendonceBin, "status")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+m[1])
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("sendonce status on the kept database: %v\n%s", err, b)
+		}
+		status = string(b)
+	})
+	if !regexp.MustCompile(`(?m)^sent\s+36$`).MatchString(status) {
+		t.Errorf("sendonce status on the kept database does not count the 36 sent invoices:\n%s", status)
+	}
+	for _, want := range []string{"sendonce status", "sendonce list --state sent", "it stays up below"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("the demo's last lines do not say %q", want)
+		}
+	}
+	m := portRE.FindStringSubmatch(o)
+	if m == nil {
+		t.Fatal("the demo did not say where its throwaway PostgreSQL runs")
+	}
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+m[1], time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the throwaway PostgreSQL on port %s still accepts connections after Run", m[1])
+	}
+	if !strings.Contains(o, "removed the throwaway PostgreSQL") {
+		t.Errorf("the demo did not say it removed the throwaway PostgreSQL")
+	}
+}
+
+func TestRunCancelledCleansUp(t *testing.T) {
+	cmd := worker(t)
+	url := pgtest.NewDBURL(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	var out syncbuf.Buffer // Options.Out, read while the demo runs
+	done := make(chan error, 1)
+	go func() {
+		done <- demo.Run(ctx, demo.Options{
+			DatabaseURL:   url,
+			Out:           &out,
+			Logger:        testLogger(t),
+			WorkerCommand: cmd,
+			Invoices:      40,
+		})
+	}()
+
+	// Cancel as soon as worker 1 runs, as Ctrl-C would.
+	deadline := time.Now().Add(60 * time.Second)
+	for len(workerPIDs(out.String())) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned before starting a worker: %v\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no worker started within 60s:\n%s", out.String())
+		}
+	}
+	cancel()
+
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Run did not return within 30s of the cancellation:\n%s", out.String())
+	}
+	t.Logf("demo output:\n%s", out.String())
+	assertGone(t, workerPIDs(out.String()))
+	wantNoInvoiceTable(t, url)
+}
+
+// wantNoInvoiceTable checks that the demo dropped its table from the
+// database at url, and returns a connection to it for further checks.
+func wantNoInvoiceTable(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	var table *string
+	if err := conn.QueryRow(t.Context(), `SELECT to_regclass('demo_invoices')::text`).Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	if table != nil {
+		t.Errorf("table demo_invoices is still there after Run")
+	}
+	return conn
+}

@@ -193,7 +193,7 @@ func TestNewRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
 	} // A lease too short to renew in time (five renewals a lease) would
 	// have live workers taken for dead.
 	for _, lease := range []time.Duration{-time.Second, 100 * time.Millisecond} {
-		if _, err := worker.New(pool, &worker.Config{Client: c, Lease: lease}); err == nil || !strings.Contains(err.Error(), "lease") {
+		if _, err := worker.New(pool, &worker.Config{Client: c, Lease: lease}); err == nil || !strings.Contains(err.Error(), "Config.Lease") {
 			t.Errorf("New with lease %s: %v, want a refusal naming the lease", lease, err)
 		}
 	}

@@ -52,29 +52,13 @@ func TestBinary(t *testing.T) {
 
 	// work: send one, then SIGTERM → exit 0.
 	wantOK(t, runBinary(t, bin, environ, emailBody("bin@example.com"), "enqueue", "--key", "bin:2"))
-	cmd := exec.Command(bin, "work", "--http-addr", "127.0.0.1:0", "--fetch-poll-interval", "50ms", "--log-format", "json")
-	cmd.Env = environ
-	stdoutPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Read on a timeout while work may still be writing it.
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdoutPipe)
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "sendonce work: queue=sendonce ") {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("no startup line: %q\n%s", lines.Text(), stderr.String())
-	}
+	cmd, lines, stderr := startBinaryWork(t, bin, environ, "sendonce work: queue=sendonce ",
+		"--http-addr", "127.0.0.1:0", "--fetch-poll-interval", "50ms", "--log-format", "json")
 	ctx := t.Context()
 	if err := fake.WaitDeliveries(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	stopWork(t, cmd, lines, &stderr)
+	stopWork(t, cmd, lines, stderr)
 	logs := stderr.String()
 	if !strings.Contains(logs, `"msg":"stopped"`) {
 		t.Errorf("no JSON \"stopped\" log line:\n%s", logs)
@@ -102,6 +86,33 @@ func runBinary(t *testing.T, bin string, environ []string, stdin string, args ..
 	r := result{code, stdout.String(), stderr.String()}
 	wantNoLeak(t, "sendonce "+strings.Join(args, " "), r)
 	return r
+}
+
+// startBinaryWork starts `sendonce work` (bin) with the environment and the
+// flags given, and waits for its startup line, which must begin with
+// prefix. It returns the running command, its stdout from the line after
+// the startup line, and its stderr, which is read on a timeout while work
+// may still be writing it; stop it with stopWork.
+func startBinaryWork(t *testing.T, bin string, environ []string, prefix string, args ...string) (*exec.Cmd, *bufio.Scanner, *syncbuf.Buffer) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"work"}, args...)...)
+	cmd.Env = environ
+	stdoutPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := new(syncbuf.Buffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdoutPipe)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), prefix) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("no startup line: %q\n%s", lines.Text(), stderr.String())
+	}
+	return cmd, lines, stderr
 }
 
 // stopWork sends a running `sendonce work` SIGTERM, drains its stdout and

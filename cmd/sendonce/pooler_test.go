@@ -112,9 +112,7 @@ func TestWorkThroughTransactionPooler(t *testing.T) {
 // and values that name no pooler mode.
 func TestPoolerFlag(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	env := workEnv(dbURL, fake)
+	dbURL, _, env := newWorkEnv(t)
 	wantError(t, sendonce(t, env, "", "status", "--pooler", "statement"), 2, "--pooler", `"statement"`, "none, session or transaction")
 	env["SENDONCE_POOLER"] = "bogus"
 	wantError(t, sendonce(t, env, "", "status"), 2, "SENDONCE_POOLER", "bogus")

@@ -7,9 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // uiSecret is a UI token's secret the leak check (wantNoLeak) looks for.
@@ -47,9 +44,7 @@ func TestWorkRefusesUITokenOnTheCommandLine(t *testing.T) {
 // but never its content.
 func TestWorkUITokenFromAFile(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	env := workEnv(dbURL, fake)
+	_, _, env := newWorkEnv(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "ui-token")
 	if err := os.WriteFile(file, []byte("ops:"+uiSecret+",bob:"+uiSecret+"-b\n"), 0o600); err != nil {

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
-	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
 // collector is an OTLP/HTTP trace receiver that keeps what it is sent.
@@ -95,23 +92,8 @@ func TestBinaryTraces(t *testing.T) {
 		t.Fatalf("malformed traceparent: %v, want the check's refusal", err)
 	}
 
-	cmd := exec.Command(bin, "work", "--http-addr", "", "--fetch-poll-interval", "50ms", "--sweep-interval", "50ms", "--log-format", "json")
-	cmd.Env = environ
-	stdoutPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdoutPipe)
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "sendonce work: ") {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("no startup line: %q\n%s", lines.Text(), stderr.String())
-	}
+	cmd, lines, stderr := startBinaryWork(t, bin, environ, "sendonce work: ",
+		"--http-addr", "", "--fetch-poll-interval", "50ms", "--sweep-interval", "50ms", "--log-format", "json")
 	if err := fake.WaitDeliveries(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +101,7 @@ func TestBinaryTraces(t *testing.T) {
 	eventually(t, 30*time.Second, "the intent sent", func() bool {
 		return count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent'`) == 1
 	})
-	stopWork(t, cmd, lines, &stderr)
+	stopWork(t, cmd, lines, stderr)
 	if !strings.Contains(stderr.String(), `"msg":"tracing on","exporter":"otlp"`) {
 		t.Errorf("no \"tracing on\" log line:\n%s", stderr.String())
 	}

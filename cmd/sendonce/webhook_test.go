@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/webhook"
 )
@@ -20,9 +18,7 @@ const testWebhookSecret = "whsec_LEAKCHECK_hook"
 
 func TestWorkWebhooks(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	env := workEnv(dbURL, fake)
+	dbURL, _, env := newWorkEnv(t)
 	env["OPENEMAIL_WEBHOOK_SECRET"] = "whsec_LEAKCHECK_old, " + testWebhookSecret
 	pool := poolFor(t, dbURL)
 	for i, key := range []string{"hook:1", "hook:2"} {

@@ -10,9 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // httpDo makes a real request to u with host as its Host header, and the
@@ -50,9 +47,7 @@ func httpDo(t *testing.T, method, u, host, body string, header ...string) (int, 
 // the operator's requests on a loopback name still work.
 func TestWorkRefusesAForeignHostWithoutToken(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	env := workEnv(dbURL, fake)
+	dbURL, _, env := newWorkEnv(t)
 	pool := poolFor(t, dbURL)
 	const key = "password-reset:user_7:token_abc"
 	body := `{"from":"accounts@example.com","to":"ada@example.com","subject":"Reset your password","text":"https://app.example.com/reset?t=RESETLINK-4f9a2c"}`

@@ -1,24 +1,16 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"maps"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // --api-rate takes quotas (issue 23): 500/d and 1000000/mo beside rates.
 // What is not a limit is refused with one line naming it, exit 2.
 func TestWorkAPIRateQuotas(t *testing.T) {
 	t.Parallel()
-	base := workEnv(pgtest.NewDBURL(t), fakeapi.NewTest(t, fakeapi.Config{}))
-	env := maps.Clone(base)
-	env["SENDONCE_API_RATE"] = "0/mo"
+	_, _, base := newWorkEnv(t)
+	env := withEnv(base, "SENDONCE_API_RATE", "0/mo")
 	for _, tc := range []struct {
 		name     string
 		env      map[string]string
@@ -31,11 +23,7 @@ func TestWorkAPIRateQuotas(t *testing.T) {
 		{"a negative pause", base, []string{"--max-pause", "-1s"}, []string{"--max-pause", "-1s", "want a positive duration"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
-			var out, errb bytes.Buffer
-			code := run(ctx, append([]string{"work", "--http-addr", ""}, tc.args...), mapEnv(tc.env), strings.NewReader(""), &out, &errb)
-			wantError(t, result{code, out.String(), errb.String()}, 2, tc.mentions...)
+			wantWorkRefused(t, tc.env, tc.args, tc.mentions...)
 		})
 	}
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,36 @@ func workEnv(dbURL string, fake *fakeapi.Server) map[string]string {
 	return env
 }
 
+// newWorkEnv makes a migrated database and a fake API for the test and
+// returns the database's URL, the fake and the environment of a worker
+// against both.
+func newWorkEnv(t *testing.T) (dbURL string, fake *fakeapi.Server, env map[string]string) {
+	t.Helper()
+	dbURL = pgtest.NewDBURL(t)
+	fake = fakeapi.NewTest(t, fakeapi.Config{})
+	return dbURL, fake, workEnv(dbURL, fake)
+}
+
+// withEnv is a copy of env with the variable k set to v.
+func withEnv(env map[string]string, k, v string) map[string]string {
+	env = maps.Clone(env)
+	env[k] = v
+	return env
+}
+
+// wantWorkRefused runs `sendonce work --http-addr "" args...` under env and
+// wants it refused up front: exit 2, naming every one of mentions. A
+// worker that took the value would run until stopped: the deadline stops
+// it, and the exit code tells.
+func wantWorkRefused(t *testing.T, env map[string]string, args []string, mentions ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, append([]string{"work", "--http-addr", ""}, args...), mapEnv(env), strings.NewReader(""), &out, &errb)
+	wantError(t, result{code, out.String(), errb.String()}, 2, mentions...)
+}
+
 // fastArgs make a test worker quick to notice work and to stop.
 var fastArgs = []string{"--http-addr", "127.0.0.1:0", "--fetch-poll-interval", "50ms", "--sweep-interval", "50ms",
 	"--shutdown-grace", "10s", "--log-level", "debug"}
@@ -38,9 +69,7 @@ func metricValue(exposition, series string) string {
 
 func TestWorkSendsAndServesOperations(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	env := workEnv(dbURL, fake)
+	dbURL, fake, env := newWorkEnv(t)
 	pool := poolFor(t, dbURL)
 
 	var outputs []result
@@ -173,14 +202,8 @@ func TestWorkFinishesSendsInFlightOnShutdown(t *testing.T) {
 
 func TestWorkRefusesToStart(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	base := workEnv(dbURL, fake)
-	with := func(k, v string) map[string]string {
-		env := maps.Clone(base)
-		env[k] = v
-		return env
-	}
+	_, _, base := newWorkEnv(t)
+	with := func(k, v string) map[string]string { return withEnv(base, k, v) }
 	for _, tc := range []struct {
 		name     string
 		env      map[string]string
@@ -228,9 +251,7 @@ func TestWorkRefusesToStart(t *testing.T) {
 
 func TestWorkUITokenOffLoopback(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	env := workEnv(dbURL, fake)
+	_, _, env := newWorkEnv(t)
 	env["SENDONCE_UI_TOKEN"] = "ops:ui-S3CRET"
 	env["SENDONCE_UI_ACTIONS"] = "true"
 	w := startWork(t, env, append(fastArgs, "--http-addr", "0.0.0.0:0")...)

@@ -15,11 +15,10 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// drain has senders take tokens from the budgets until ctx ends, and
-// counts them.
-func drain(ctx context.Context, t *testing.T, budgets []*budget.Budget, sendersEach int) *atomic.Int64 {
+// take has senders take tokens from the budgets until ctx ends, and calls
+// taken for each token taken.
+func take(ctx context.Context, t *testing.T, budgets []*budget.Budget, sendersEach int, taken func()) {
 	t.Helper()
-	var n atomic.Int64
 	var wg sync.WaitGroup
 	for _, b := range budgets {
 		for range sendersEach {
@@ -31,14 +30,22 @@ func drain(ctx context.Context, t *testing.T, budgets []*budget.Budget, sendersE
 						return
 					}
 					if ok {
-						n.Add(1)
+						taken()
 					}
 				}
 			})
 		}
 	}
 	t.Cleanup(wg.Wait)
-	return &n
+}
+
+// drain has senders take tokens from the budgets until ctx ends, and
+// counts them.
+func drain(ctx context.Context, t *testing.T, budgets []*budget.Budget, sendersEach int) *atomic.Int64 {
+	t.Helper()
+	n := new(atomic.Int64)
+	take(ctx, t, budgets, sendersEach, func() { n.Add(1) })
+	return n
 }
 
 // rateOver counts the tokens taken over d, after a settling second.

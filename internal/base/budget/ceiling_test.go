@@ -1,7 +1,6 @@
 package budget_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/sendonce/sendonce/internal/base/budget"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
 // tally counts the tokens a fleet takes and tells when a count is reached,
@@ -53,30 +53,6 @@ func (c *tally) at(n int) <-chan struct{} {
 	return ch
 }
 
-// take has senders take tokens from the budgets until ctx ends, counting
-// them in c.
-func take(ctx context.Context, t *testing.T, budgets []*budget.Budget, sendersEach int, c *tally) {
-	t.Helper()
-	var wg sync.WaitGroup
-	for _, b := range budgets {
-		for range sendersEach {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					ok, _, err := b.Wait(ctx, time.Second)
-					if err != nil && ctx.Err() == nil {
-						t.Error(err)
-						return
-					}
-					if ok {
-						c.add()
-					}
-				}
-			})
-		}
-	}
-	t.Cleanup(wg.Wait)
-}
-
 func await(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -84,24 +60,6 @@ func await(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
 	case <-ctx.Done():
 		t.Fatalf("gave up waiting for %s", what)
 	}
-}
-
-// syncBuffer is a log destination safe for the budget's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A worker started with a rate far below the fleet's (issue 22, hole 16:
@@ -118,14 +76,14 @@ func TestMisconfiguredWorkerDoesNotStallTheFleet(t *testing.T) {
 	defer cancel()
 	const fast, slow = 20.0, 1.0 / 3600
 	alone, with, slowTook := &tally{}, &tally{}, &tally{}
-	take(ctx, t, fleet(pool, "sha256:alone", fast, 3), 10, alone)
-	take(ctx, t, fleet(pool, "sha256:with-slow", fast, 3), 10, with)
+	take(ctx, t, fleet(pool, "sha256:alone", fast, 3), 10, alone.add)
+	take(ctx, t, fleet(pool, "sha256:with-slow", fast, 3), 10, with.add)
 	// The slow worker starts once the fleet has leased, as a worker
 	// started late into a running fleet.
 	await(ctx, t, with.at(1), "the fleet's first token")
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	slowWorker := budget.New(pool, "sha256:with-slow", budget.Config{Rate: slow, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	take(ctx, t, []*budget.Budget{slowWorker}, 10, slowTook)
+	take(ctx, t, []*budget.Budget{slowWorker}, 10, slowTook.add)
 
 	// The window: 100 tokens of the fleet alone, after its first 40 (the
 	// bucket's first second and a second of pace).

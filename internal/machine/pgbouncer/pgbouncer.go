@@ -6,7 +6,7 @@
 // The binary is the machine's (Debian's pgbouncer package, 1.18 on
 // bookworm; sysdeps installs it when missing, see sysdeps.PgBouncer). PgBouncer refuses to run as root,
 // so when the current user is root it runs as the "postgres" user, as
-// pgcluster runs PostgreSQL. It listens on a free loopback port and lets
+// pgcluster runs PostgreSQL (pgcluster.RunAsPostgres). It listens on a free loopback port and lets
 // any client in (auth_type trust); it logs into the server as the server
 // URL's user, with its password if it has one.
 package pgbouncer
@@ -17,11 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,6 +30,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sendonce/sendonce/internal/machine/pgcluster"
 	"github.com/sendonce/sendonce/internal/machine/sysdeps"
 )
 
@@ -87,7 +86,7 @@ type Bouncer struct {
 func Start(ctx context.Context, serverURL string, opts Options) (*Bouncer, error) {
 	out := io.Writer(os.Stderr)
 	if opts.Logf != nil {
-		out = logWriter(opts.Logf)
+		out = pgcluster.LogWriter(opts.Logf)
 	}
 	bin, err := sysdeps.Ensure(ctx, sysdeps.PgBouncer, out)
 	if err != nil {
@@ -114,20 +113,10 @@ func Start(ctx context.Context, serverURL string, opts Options) (*Bouncer, error
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: create directory: %w", err)
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, errors.New("pgbouncer: running as root, and PgBouncer refuses root, but there is no \"postgres\" user to run it as")
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("pgbouncer: chown %s: %w", dir, err)
-		}
+	cred, err := pgcluster.RunAsPostgres("PgBouncer", dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
 
 	// The server side: every database, as the URL's user. The client side:
@@ -144,7 +133,7 @@ func Start(ctx context.Context, serverURL string, opts Options) (*Bouncer, error
 
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := pgcluster.FreePort()
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("pgbouncer: find a free port: %w", err)
@@ -300,30 +289,9 @@ func quote(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-// logWriter passes what is written to it, line by line, to a Logf.
-type logWriter func(format string, args ...any)
-
-func (w logWriter) Write(p []byte) (int, error) {
-	for line := range strings.Lines(string(p)) {
-		if line = strings.TrimRight(line, "\n"); line != "" {
-			w("%s", line)
-		}
-	}
-	return len(p), nil
 }

@@ -126,7 +126,7 @@ func isExec(p string) bool {
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	out := io.Writer(os.Stderr)
 	if opts.Logf != nil {
-		out = logWriter(opts.Logf)
+		out = LogWriter(opts.Logf)
 	}
 	bin, err := EnsureBinDir(ctx, out)
 	if err != nil {
@@ -142,19 +142,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("pgcluster: create directory: %w", err)
 	}
 	c.Dir = dir
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, errors.New("pgcluster: running as root, and PostgreSQL refuses root, but there is no \"postgres\" user to run it as (create one, or run as another user)")
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("pgcluster: chown %s: %w", dir, err)
-		}
+	if c.cred, err = RunAsPostgres("PostgreSQL", dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		os.RemoveAll(dir)
@@ -184,7 +174,7 @@ func (c *Cluster) logf(format string, args ...any) {
 func (c *Cluster) startOnFreePort(ctx context.Context) error {
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return fmt.Errorf("pgcluster: find a free port: %w", err)
 		}
@@ -257,10 +247,32 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) (string,
 	return strings.TrimSpace(out.String()), err
 }
 
-// logWriter passes what is written to it, line by line, to a Logf.
-type logWriter func(format string, args ...any)
+// RunAsPostgres is the credential under which to run prog (PostgreSQL, or
+// PgBouncer), which refuses to run as root: nil when the current user is
+// not root; otherwise the "postgres" user's, and dir, where prog keeps its
+// files, is handed to that user.
+func RunAsPostgres(prog, dir string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, and %s refuses root, but there is no \"postgres\" user to run it as (create one, or run as another user)", prog)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, fmt.Errorf("chown %s: %w", dir, err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
 
-func (w logWriter) Write(p []byte) (int, error) {
+// LogWriter passes what is written to it, line by line, to a Logf (as
+// Options.Logf).
+type LogWriter func(format string, args ...any)
+
+// Write passes each non-empty line of p to w; it never fails.
+func (w LogWriter) Write(p []byte) (int, error) {
 	for line := range strings.Lines(string(p)) {
 		if line = strings.TrimRight(line, "\n"); line != "" {
 			w("%s", line)
@@ -269,7 +281,9 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func freePort() (int, error) {
+// FreePort is a TCP port free on the loopback interface when it was asked
+// for: the kernel's pick, closed again at once.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -169,17 +170,16 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 // counts is rows per state.
 type counts map[string]int
 
-func (c counts) String() string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+func (c counts) String() string { return "{" + joinCounts(c, "=", " ") + "}" }
+
+// joinCounts writes c in key order, each key and its count joined by sep,
+// the pairs by between.
+func joinCounts(c map[string]int, sep, between string) string {
 	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, c[k]))
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		parts = append(parts, fmt.Sprintf("%s%s%d", k, sep, c[k]))
 	}
-	return "{" + strings.Join(parts, " ") + "}"
+	return strings.Join(parts, between)
 }
 
 func (c counts) total() int {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
@@ -35,15 +36,8 @@ func TestPausedWorker(t *testing.T) {
 	intents := makeIntents(rng, fmt.Sprintf("paused-%d", suite.seed), n)
 	enqueueGo(t, pool, intents)
 	ctx := context.Background()
-	waitForServerUptime(t, pool)
-
 	opts := workerOptions{Concurrency: 8, Defaults: true}
-	victim := startWorker(t, "victim", e, opts)
-	victim.riverClientID(t, 30*time.Second)
-	waitFor(t, 60*time.Second, "deliveries the victim is waiting on", func() (bool, string) {
-		d, p := deliveryWindow(srv)
-		return p >= 4, fmt.Sprintf("%d delivered, %d unanswered", d, p)
-	})
+	victim := startVictim(t, pool, srv, e, opts)
 	if err := syscall.Kill(-victim.pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +131,21 @@ func (p *proc) logged(s string) int {
 		}
 	}
 	return n
+}
+
+// startVictim starts the worker a test will stop or kill, once the server
+// has been up longer than the restart grace (waitForServerUptime), and
+// returns when it waits on 4 or more deliveries the API has not answered.
+func startVictim(t testing.TB, pool *pgxpool.Pool, srv *fakeapi.Server, e env, opts workerOptions) *proc {
+	t.Helper()
+	waitForServerUptime(t, pool)
+	victim := startWorker(t, "victim", e, opts)
+	victim.riverClientID(t, 30*time.Second)
+	waitFor(t, 60*time.Second, "deliveries the victim is waiting on", func() (bool, string) {
+		d, p := deliveryWindow(srv)
+		return p >= 4, fmt.Sprintf("%d delivered, %d unanswered", d, p)
+	})
+	return victim
 }
 
 // waitForServerUptime waits until the database server has been up longer

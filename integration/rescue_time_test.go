@@ -51,15 +51,8 @@ func rescueTime(t *testing.T, v variant) {
 	intents := makeIntents(rng, prefix, n)
 	enqueueGo(t, producers, intents)
 
-	waitForServerUptime(t, pool)
-
 	opts := workerOptions{Concurrency: 8, Defaults: true}
-	victim := startWorker(t, "victim", e, opts)
-	victim.riverClientID(t, 30*time.Second)
-	waitFor(t, 60*time.Second, "deliveries the victim is waiting on", func() (bool, string) {
-		d, p := deliveryWindow(srv)
-		return p >= 4, fmt.Sprintf("%d delivered, %d unanswered", d, p)
-	})
+	victim := startVictim(t, pool, srv, e, opts)
 	survivor := startWorker(t, "survivor", e, opts)
 	survivor.riverClientID(t, 30*time.Second)
 	victim.kill()

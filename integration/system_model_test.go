@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/mail"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -615,15 +614,4 @@ func (m *model) opCounts() (ops, faults map[string]int) {
 	return ops, faults
 }
 
-func fmtCounts(c map[string]int) string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s:%d", k, c[k]))
-	}
-	return strings.Join(parts, ",")
-}
+func fmtCounts(c map[string]int) string { return joinCounts(c, ":", ",") }

@@ -421,27 +421,37 @@ func (r *sysRunner) opCancel() {
 	}
 	key := r.keys[max(0, len(r.keys)-1-r.rng.IntN(min(len(r.keys), 8)))]
 	cli := r.rng.IntN(3) == 0
-	op := r.begin("cancel", fmt.Sprintf("%s cli=%v", key, cli))
+	op, o := r.keyOp("cancel", key, cli, func(ctx context.Context) error {
+		_, err := r.ob.Cancel(ctx, key)
+		return err
+	})
+	in := r.m.intent(key)
+	if o != outNo && in.Canceled != outYes {
+		in.Canceled, in.CanceledAt = o, op.End
+	}
+}
+
+// keyOp runs the operation kind (cancel, retry) on key, by `sendonce KIND
+// KEY` when cli, else by goOp, and records it with its outcome.
+func (r *sysRunner) keyOp(kind, key string, cli bool, goOp func(ctx context.Context) error) (*sysOp, sysOutcome) {
+	op := r.begin(kind, fmt.Sprintf("%s cli=%v", key, cli))
 	op.Keys = []string{key}
 	var o sysOutcome
 	var err error
 	if cli {
-		res := run(r.t, "cancel", r.e, nil, "cancel", key)
+		res := run(r.t, kind, r.e, nil, kind, key)
 		o = outYes
 		if res.code != 0 {
 			o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
 		}
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		_, err = r.ob.Cancel(ctx, key)
+		err = goOp(ctx)
 		cancel()
 		o = goOutcome(err)
 	}
 	r.end(op, o, err)
-	in := r.m.intent(key)
-	if o != outNo && in.Canceled != outYes {
-		in.Canceled, in.CanceledAt = o, op.End
-	}
+	return op, o
 }
 
 // goOutcome classifies the error of a one-statement Go operation.
@@ -469,22 +479,10 @@ func (r *sysRunner) opRetry() {
 	}
 	key := keys[r.rng.IntN(len(keys))]
 	cli := r.rng.IntN(3) == 0
-	op := r.begin("retry", fmt.Sprintf("%s cli=%v", key, cli))
-	op.Keys = []string{key}
-	var o sysOutcome
-	if cli {
-		res := run(r.t, "retry", r.e, nil, "retry", key)
-		o = outYes
-		if res.code != 0 {
-			o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
-		}
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		_, err = r.ob.Retry(ctx, key, &outbox.RetryOptions{ReplayWindow: sysReplayWindow})
-		cancel()
-		o = goOutcome(err)
-	}
-	r.end(op, o, err)
+	op, o := r.keyOp("retry", key, cli, func(ctx context.Context) error {
+		_, err := r.ob.Retry(ctx, key, &outbox.RetryOptions{ReplayWindow: sysReplayWindow})
+		return err
+	})
 	if o != outNo {
 		in := r.m.intent(key)
 		in.RetriedAt = append(in.RetriedAt, op.End)

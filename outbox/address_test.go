@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/mail"
-	"os"
 	"strings"
 	"testing"
 
@@ -16,34 +15,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/base/suppress"
+	"github.com/sendonce/sendonce/internal/testkit/addrforms"
 	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
-// formCase is one row of internal/base/suppress/testdata/forms.json: an address
+// formCase is one row of the address forms' table (addrforms): an address
 // form and its normal form ("": refused).
-type formCase struct {
-	Form   string `json:"form"`
-	Normal string `json:"normal"`
-	Why    string `json:"why"`
-}
+type formCase = addrforms.Case
 
+// loadForms is the table's forms, and two more over the suppression list's
+// length.
 func loadForms(t testing.TB) []formCase {
-	t.Helper()
-	b, err := os.ReadFile("../internal/base/suppress/testdata/forms.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []formCase
-	if err := json.Unmarshal(b, &all); err != nil {
-		t.Fatal(err)
-	}
-	var out []formCase
-	for _, c := range all {
-		if c.Form != "" {
-			out = append(out, c)
-		}
-	}
+	out := addrforms.Load(t)
 	// An address over the suppression list's 320 characters.
 	long := strings.Repeat("a", 64) + "@" + strings.Repeat("d", 255) + ".com" // 324
 	return append(out, formCase{Form: long, Why: "320"}, formCase{Form: "Ada <" + long + ">", Why: "320"})

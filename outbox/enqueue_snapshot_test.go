@@ -50,24 +50,6 @@ func pruneAll(t *testing.T, pool *pgxpool.Pool, key string) {
 	}
 }
 
-// pruneOpen deletes key's row and writes its tombstone as a prune does,
-// in a transaction left open.
-func pruneOpen(t *testing.T, pool *pgxpool.Pool, key string) pgx.Tx {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = tx.Exec(ctx, `WITH d AS (DELETE FROM sendonce_outbox WHERE idempotency_key = $1 RETURNING *)
-		INSERT INTO sendonce_tombstone (key_hash, intent_hash, state)
-		SELECT sendonce_key_hash(idempotency_key), sendonce_intent_hash(kind, template_id, payload), state FROM d`, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tx
-}
-
 // awaitLockWaits waits until n sessions of the test's database wait for a
 // lock.
 func awaitLockWaits(t *testing.T, pool *pgxpool.Pool, n int) {
@@ -154,7 +136,7 @@ func TestEnqueueInSnapshotOlderThanAPrune(t *testing.T) {
 		{name: "prune-during-enqueue", pruned: true,
 			before: func(key string) { original(key); settleSent(t, pool, key) },
 			after:  func(string) {},
-			during: func(key string) pgx.Tx { return pruneOpen(t, pool, key) }},
+			during: func(key string) pgx.Tx { return outboxtest.PruneOpen(t, pool, key) }},
 		// Not pruned: the intent committed after the snapshot and is
 		// still there. PostgreSQL refuses the conflict with a row the
 		// snapshot cannot see itself.

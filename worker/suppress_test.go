@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
+	"github.com/sendonce/sendonce/internal/testkit/addrforms"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -160,14 +160,7 @@ func TestSuppressedMemberSentAlone(t *testing.T) {
 // parked as suppressed; none reaches the API.
 func TestSuppressedAddressForms(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../internal/base/suppress/testdata/forms.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var forms []struct{ Form, Normal string }
-	if err := json.Unmarshal(b, &forms); err != nil {
-		t.Fatal(err)
-	}
+	forms := addrforms.Load(t)
 	h := newHarness(t, SendConfig{})
 	h.suppress("ada@example.com")
 	isAda := func(a string) bool {

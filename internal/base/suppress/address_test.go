@@ -1,7 +1,6 @@
 package suppress
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/mail"
 	"os"
@@ -11,43 +10,16 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sendonce/sendonce/internal/testkit/addrforms"
 )
-
-// formCase is one row of testdata/forms.json, the table of address forms
-// that the Go and SQL tests of the address rule share.
-type formCase struct {
-	Form   string `json:"form"`
-	Normal string `json:"normal"` // "": refused
-	API    bool   `json:"api"`    // net/mail accepts it
-	Why    string `json:"why"`
-	Note   string `json:"note"`
-}
-
-func loadForms(t testing.TB) []formCase {
-	t.Helper()
-	b, err := os.ReadFile("testdata/forms.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []formCase
-	if err := json.Unmarshal(b, &all); err != nil {
-		t.Fatal(err)
-	}
-	var out []formCase
-	for _, c := range all {
-		if c.Form != "" {
-			out = append(out, c)
-		}
-	}
-	return out
-}
 
 // TestAddressForms checks Address against the table, and that every form
 // it accepts means to the API's parser (net/mail, as the fake API uses it)
 // the address it normalises to: a form Address reads differently from the
 // API is a form whose suppressed address gets mailed.
 func TestAddressForms(t *testing.T) {
-	for _, c := range loadForms(t) {
+	for _, c := range addrforms.Load(t) {
 		if got := Address(c.Form); got != c.Normal {
 			t.Errorf("Address(%q) = %q, want %q", c.Form, got, c.Normal)
 		}
@@ -88,7 +60,7 @@ func byExpression(a string) string {
 // accepts, the API's parser reads as the same address; a normal form is
 // its own normal form.
 func FuzzAddress(f *testing.F) {
-	for _, c := range loadForms(f) {
+	for _, c := range addrforms.Load(f) {
 		f.Add(c.Form)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -181,24 +181,6 @@ func TestPrunedKeyIsExistingOrKeyReuse(t *testing.T) {
 	}
 }
 
-// prunePending deletes key's row and writes its tombstone as Prune does,
-// in a transaction left open.
-func prunePending(t *testing.T, pool *pgxpool.Pool, key string) pgx.Tx {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = tx.Exec(ctx, `WITH d AS (DELETE FROM sendonce_outbox WHERE idempotency_key = $1 RETURNING *)
-		INSERT INTO sendonce_tombstone (key_hash, intent_hash, state)
-		SELECT sendonce_key_hash(idempotency_key), sendonce_intent_hash(kind, template_id, payload), state FROM d`, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tx
-}
-
 // awaitLockWait waits until some session waits for a lock.
 func awaitLockWait(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
@@ -247,7 +229,7 @@ func TestEnqueueRacingAPrune(t *testing.T) {
 			return nil
 		}},
 	} {
-		prune := prunePending(t, pool, tc.key)
+		prune := outboxtest.PruneOpen(t, pool, tc.key)
 		done := make(chan error, 1)
 		go func() { done <- tc.enqueue() }()
 		awaitLockWait(t, pool)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
@@ -46,4 +47,23 @@ func Value[T any](t testing.TB, pool *pgxpool.Pool, sql string, args ...any) T {
 		t.Fatalf("outboxtest: %s: %v", sql, err)
 	}
 	return v
+}
+
+// PruneOpen deletes key's row and writes its tombstone as a prune does
+// (sendstate.Prune), in a transaction left open for the test to race
+// against and to end.
+func PruneOpen(t testing.TB, pool *pgxpool.Pool, key string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `WITH d AS (DELETE FROM sendonce_outbox WHERE idempotency_key = $1 RETURNING *)
+		INSERT INTO sendonce_tombstone (key_hash, intent_hash, state)
+		SELECT sendonce_key_hash(idempotency_key), sendonce_intent_hash(kind, template_id, payload), state FROM d`, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }

@@ -1,7 +1,6 @@
 package fakeapi
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -44,26 +43,20 @@ const quotaSyntax = "want COUNT/d or COUNT/mo, such as 500/d or 100000/mo; sever
 // ParseQuota reads one or more quotas separated by commas: "500/d",
 // "100000/mo", "500/d,10000/mo". Every one must hold.
 func ParseQuota(s string) ([]Quota, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, errors.New("quota is empty: " + quotaSyntax)
-	}
-	var out []Quota
-	for item := range strings.SplitSeq(s, ",") {
-		item = strings.TrimSpace(item)
+	return parseList("quota", s, quotaSyntax, func(item string) (Quota, error) {
 		count, unit, ok := strings.Cut(item, "/")
 		n, err := strconv.Atoi(strings.TrimSpace(count))
 		unit = strings.TrimSpace(unit)
 		switch {
 		case !ok || err != nil:
-			return nil, fmt.Errorf("quota %q: %s", item, quotaSyntax)
+			return Quota{}, fmt.Errorf("quota %q: %s", item, quotaSyntax)
 		case n < 1 || n > maxRateCount:
-			return nil, fmt.Errorf("quota %q: count %d is not between 1 and %d", item, n, maxRateCount)
+			return Quota{}, fmt.Errorf("quota %q: count %d is not between 1 and %d", item, n, maxRateCount)
 		case unit != "d" && unit != "mo":
-			return nil, fmt.Errorf("quota %q: unit %q is not d or mo", item, unit)
+			return Quota{}, fmt.Errorf("quota %q: unit %q is not d or mo", item, unit)
 		}
-		out = append(out, Quota{Count: n, Monthly: unit == "mo"})
-	}
-	return out, nil
+		return Quota{Count: n, Monthly: unit == "mo"}, nil
+	})
 }
 
 // quotaKey names the count of one API key under one of Config.Quota.

@@ -83,20 +83,32 @@ const rateSyntax = "want COUNT/UNIT with UNIT s, m or h, such as 10/s, 600/m or 
 // limit must hold for a request to pass. The error names the item and what
 // is wrong with it.
 func ParseRate(s string) ([]RateLimit, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, errors.New("rate is empty: " + rateSyntax)
-	}
-	var out []RateLimit
-	for item := range strings.SplitSeq(s, ",") {
-		item = strings.TrimSpace(item)
+	return parseList("rate", s, rateSyntax, func(item string) (RateLimit, error) {
 		if item == "" {
-			return nil, fmt.Errorf("rate %q has an empty item between commas: %s", s, rateSyntax)
+			return RateLimit{}, fmt.Errorf("rate %q has an empty item between commas: %s", s, rateSyntax)
 		}
 		l, err := parseRateItem(item)
 		if err != nil {
-			return nil, fmt.Errorf("rate %q: %v", item, err)
+			return RateLimit{}, fmt.Errorf("rate %q: %v", item, err)
 		}
-		out = append(out, l)
+		return l, nil
+	})
+}
+
+// parseList reads s, a list of what (a rate, a quota) separated by commas,
+// with parseItem, which gets each item without the spaces around it and
+// names it in its error; syntax says what the list should look like.
+func parseList[T any](what, s, syntax string, parseItem func(item string) (T, error)) ([]T, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New(what + " is empty: " + syntax)
+	}
+	var out []T
+	for item := range strings.SplitSeq(s, ",") {
+		v, err := parseItem(strings.TrimSpace(item))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
 	}
 	return out, nil
 }

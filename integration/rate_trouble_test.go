@@ -31,18 +31,14 @@ func TestPoisonIntents(t *testing.T) {
 	for i, poison := range []bool{false, true} {
 		name := map[bool]string{false: "alone", true: "poison"}[poison]
 		rng := rngFor("poison-" + name)
-		var faults []fakeapi.Fault
-		if poison {
-			faults = []fakeapi.Fault{{Kind: fakeapi.FaultRateLimit, Key: "poison:"}}
-		}
-		srv := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{apiKey}, Seed: seedFor("poison-" + name), Faults: faults})
+		srv := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{apiKey}, Seed: seedFor("poison-" + name), Faults: bench.PoisonFaults(poison)})
 		dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "poison_"+name)
 		ordinary := makeIntents(rng, fmt.Sprintf("ord-%s-%d", name, suite.seed), n)
 		all := ordinary
 		if poison {
-			all = append(append(append(append([]intent{}, ordinary[:300]...), emailIntent("poison:0", "poison-0@example.test")),
-				ordinary[300:700]...), emailIntent("poison:1", "poison-1@example.test"))
-			all = append(all, ordinary[700:]...)
+			all = bench.WithPoison(ordinary, func(i int) intent {
+				return emailIntent(fmt.Sprintf("%s%d", bench.PoisonPrefix, i), fmt.Sprintf("poison-%d@example.test", i))
+			})
 		}
 		enqueueGo(t, pool, all)
 		w := startWorker(t, "worker-"+name, processEnv(dbURL, srv), workerOptions{Concurrency: 10, Defaults: true})
@@ -54,7 +50,7 @@ func TestPoisonIntents(t *testing.T) {
 			return err == nil && o["sent"] == n, fmt.Sprint(o, err)
 		})
 		var poisonTries int
-		spans[i], poisonTries = bench.DrainSpan(srv.Requests(), "poison:")
+		spans[i], poisonTries = bench.DrainSpan(srv.Requests(), bench.PoisonPrefix)
 		w.stop(t)
 		if poison {
 			rows, err := pool.Query(context.Background(), `SELECT idempotency_key, state, attempts, coalesce(last_error, '') FROM sendonce_outbox

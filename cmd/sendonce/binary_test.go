@@ -13,13 +13,16 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
-// buildBinary builds the command once per test binary.
+// buildBinary builds the command for the test; under -short it skips the
+// test instead.
 func buildBinary(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
 	bin := filepath.Join(t.TempDir(), "sendonce")
 	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -31,19 +34,9 @@ func buildBinary(t *testing.T) string {
 // TestBinary checks what only a real process shows: exit statuses, and
 // SIGTERM stopping `work` cleanly.
 func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	t.Parallel()
 	bin := buildBinary(t)
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
-	environ := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"DATABASE_URL=" + dbURL,
-		"OPENEMAIL_API_KEY=" + testAPIKey,
-		"OPENEMAIL_BASE_URL=" + fake.URL(),
-	}
+	_, fake, environ := newBinaryEnv(t)
 
 	// Bad input: exit 1, one line, nothing on stdout.
 	wantError(t, runBinary(t, bin, environ, `{"from": nope}`, "enqueue", "--key", "bin:1"), 1, "malformed JSON")
@@ -66,6 +59,21 @@ func TestBinary(t *testing.T) {
 	if strings.Contains(logs, "LEAKCHECK") || strings.Contains(logs, "BODYMARKER") {
 		t.Errorf("the API key or a body leaked into the logs:\n%s", logs)
 	}
+}
+
+// newBinaryEnv makes a migrated database and a fake API for the test and
+// returns the database's URL, the fake and the environment of the built
+// command against both, and extra (NAME=value each).
+func newBinaryEnv(t *testing.T, extra ...string) (dbURL string, fake *fakeapi.Server, environ []string) {
+	t.Helper()
+	dbURL, fake, _ = newWorkEnv(t)
+	environ = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"DATABASE_URL=" + dbURL,
+		"OPENEMAIL_API_KEY=" + testAPIKey,
+		"OPENEMAIL_BASE_URL=" + fake.URL(),
+	}, extra...)
+	return dbURL, fake, environ
 }
 
 // runBinary runs bin to its end with the environment and stdin given.

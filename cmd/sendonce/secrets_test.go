@@ -80,13 +80,7 @@ func TestWorkUITokenFromAFile(t *testing.T) {
 	}
 	both := maps.Clone(env)
 	both["SENDONCE_UI_TOKEN"] = uiSecret
-	for _, tc := range []struct {
-		name     string
-		env      map[string]string
-		args     []string
-		code     int
-		mentions []string
-	}{
+	for _, tc := range []refusal{
 		{"missing file", env, []string{"--ui-token-file", filepath.Join(dir, "nope")}, 2, []string{"--ui-token-file", "nope"}},
 		{"empty file", env, []string{"--ui-token-file", empty}, 2, []string{"--ui-token-file", "empty"}},
 		{"file and variable", both, []string{"--ui-token-file", file}, 2, []string{"SENDONCE_UI_TOKEN", "--ui-token-file", "not both"}},

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,9 +13,6 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/sendonce/sendonce/fakeapi"
-	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
 
 // collector is an OTLP/HTTP trace receiver that keeps what it is sent.
@@ -57,24 +53,15 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // its spans there, the last of them when SIGTERM stops it; the send span of
 // an intent a plain-SQL producer inserted with a traceparent links to it.
 func TestBinaryTraces(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	t.Parallel()
 	bin := buildBinary(t)
-	dbURL := pgtest.NewDBURL(t)
-	fake := fakeapi.NewTest(t, fakeapi.Config{})
 	col := &collector{}
 	srv := httptest.NewServer(col)
 	defer srv.Close()
-	environ := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"DATABASE_URL=" + dbURL,
-		"OPENEMAIL_API_KEY=" + testAPIKey,
-		"OPENEMAIL_BASE_URL=" + fake.URL(),
-		"OTEL_EXPORTER_OTLP_ENDPOINT=" + srv.URL,
+	dbURL, fake, environ := newBinaryEnv(t,
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+srv.URL,
 		"OTEL_BSP_SCHEDULE_DELAY=3600000", // an hour: the spans go out at exit
-	}
+	)
 
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	pool := poolFor(t, dbURL)

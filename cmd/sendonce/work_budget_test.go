@@ -6,18 +6,5 @@ import "testing"
 // 15); a pause that is no pause, or a negative one, is refused up front.
 func TestWorkRefusesABadMaxPause(t *testing.T) {
 	t.Parallel()
-	_, _, base := newWorkEnv(t)
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		args []string
-	}{
-		{"negative", base, []string{"--max-pause", "-1s"}},
-		{"zero", base, []string{"--max-pause", "0"}},
-		{"zero from the environment", withEnv(base, "SENDONCE_MAX_PAUSE", "0"), nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			wantWorkRefused(t, tc.env, tc.args, "--max-pause", "want a positive duration")
-		})
-	}
+	wantDurationRefused(t, "--max-pause", "SENDONCE_MAX_PAUSE", "0", "zero from the environment", "want a positive duration")
 }

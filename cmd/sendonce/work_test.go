@@ -40,6 +40,16 @@ func withEnv(env map[string]string, k, v string) map[string]string {
 	return env
 }
 
+// refusal is a way to start work wrong: under env, with args, it exits
+// code with a message naming every one of mentions.
+type refusal struct {
+	name     string
+	env      map[string]string
+	args     []string
+	code     int
+	mentions []string
+}
+
 // wantWorkRefused runs `sendonce work --http-addr "" args...` under env and
 // wants it refused up front: exit 2, naming every one of mentions. A
 // worker that took the value would run until stopped: the deadline stops
@@ -51,6 +61,27 @@ func wantWorkRefused(t *testing.T, env map[string]string, args []string, mention
 	var out, errb bytes.Buffer
 	code := run(ctx, append([]string{"work", "--http-addr", ""}, args...), mapEnv(env), strings.NewReader(""), &out, &errb)
 	wantError(t, result{code, out.String(), errb.String()}, 2, mentions...)
+}
+
+// wantDurationRefused checks that work refuses flag (a duration) negative,
+// zero, and the environment variable envVar set to envValue (the subtest
+// envCase), each with a message naming flag and want.
+func wantDurationRefused(t *testing.T, flag, envVar, envValue, envCase, want string) {
+	t.Helper()
+	_, _, base := newWorkEnv(t)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"negative", base, []string{flag, "-1s"}},
+		{"zero", base, []string{flag, "0"}},
+		{envCase, withEnv(base, envVar, envValue), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantWorkRefused(t, tc.env, tc.args, flag, want)
+		})
+	}
 }
 
 // fastArgs make a test worker quick to notice work and to stop.
@@ -204,13 +235,7 @@ func TestWorkRefusesToStart(t *testing.T) {
 	t.Parallel()
 	_, _, base := newWorkEnv(t)
 	with := func(k, v string) map[string]string { return withEnv(base, k, v) }
-	for _, tc := range []struct {
-		name     string
-		env      map[string]string
-		args     []string
-		code     int
-		mentions []string
-	}{
+	for _, tc := range []refusal{
 		{"no API key", with("OPENEMAIL_API_KEY", ""), nil, 1, []string{"OPENEMAIL_API_KEY is not set"}},
 		{"invalid API key", with("OPENEMAIL_API_KEY", "sk_LEAKCHECK_123"), nil, 1, []string{"OPENEMAIL_API_KEY", "oe_live_"}},
 		{"non-loopback without a token", base, []string{"--http-addr", "0.0.0.0:0"}, 2, []string{"--ui-token", "not loopback"}},

@@ -107,11 +107,7 @@ func (s *Trouble) drainPoison(ctx context.Context, env *Env, bin string) error {
 		if err := env.Reset(ctx); err != nil {
 			return err
 		}
-		var faults []fakeapi.Fault
-		if poison {
-			faults = []fakeapi.Fault{{Kind: fakeapi.FaultRateLimit, Key: "poison:"}}
-		}
-		srv := fakeapi.New(fakeapi.Config{APIKeys: []string{APIKey}, Faults: faults})
+		srv := fakeapi.New(fakeapi.Config{APIKeys: []string{APIKey}, Faults: PoisonFaults(poison)})
 		url, err := srv.Start("127.0.0.1:0")
 		if err != nil {
 			return fmt.Errorf("bench: poison: %w", err)
@@ -123,11 +119,9 @@ func (s *Trouble) drainPoison(ctx context.Context, env *Env, bin string) error {
 		}
 		intents := Intents("ord", poisonN)
 		if poison {
-			p := func(i int) outbox.Intent {
-				return outbox.Intent{Key: fmt.Sprintf("poison:%d", i), Kind: outbox.KindEmail, Payload: Payload(poisonN + i)}
-			}
-			intents = append(append(append(append([]outbox.Intent{}, intents[:300]...), p(0)), intents[300:700]...), p(1))
-			intents = append(intents, Intents("ord", poisonN)[700:]...)
+			intents = WithPoison(intents, func(i int) outbox.Intent {
+				return outbox.Intent{Key: fmt.Sprintf("%s%d", PoisonPrefix, i), Kind: outbox.KindEmail, Payload: Payload(poisonN + i)}
+			})
 		}
 		if err := EnqueueBatches(ctx, env.Admin, ob, intents, 1000); err != nil {
 			return fmt.Errorf("bench: poison: %w", err)
@@ -145,7 +139,7 @@ func (s *Trouble) drainPoison(ctx context.Context, env *Env, bin string) error {
 			return err
 		}
 		var tries int
-		spans[i], tries = DrainSpan(srv.Requests(), "poison:")
+		spans[i], tries = DrainSpan(srv.Requests(), PoisonPrefix)
 		if poison {
 			var pending int
 			if err := env.Admin.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox WHERE idempotency_key LIKE 'poison:%' AND state = $1`,
@@ -285,6 +279,31 @@ func (s *Trouble) Notes() []string {
 
 // Close removes the built binary.
 func (s *Trouble) Close() error { return s.fleet.Close() }
+
+// PoisonPrefix starts the keys of the poison intents of the trouble
+// scenario and its integration test.
+const PoisonPrefix = "poison:"
+
+// PoisonFaults are the fake API's faults in the poison scenario: with
+// poison, every request of a key that starts with PoisonPrefix is answered
+// 429 with no Retry-After, forever; without, none.
+func PoisonFaults(poison bool) []fakeapi.Fault {
+	if !poison {
+		return nil
+	}
+	return []fakeapi.Fault{{Kind: fakeapi.FaultRateLimit, Key: PoisonPrefix}}
+}
+
+// WithPoison is ordinary (at least 700 intents) with the two poison
+// intents, poison(0) and poison(1), placed after its 300th and its 700th.
+func WithPoison[T any](ordinary []T, poison func(i int) T) []T {
+	out := make([]T, 0, len(ordinary)+2)
+	out = append(out, ordinary[:300]...)
+	out = append(out, poison(0))
+	out = append(out, ordinary[300:700]...)
+	out = append(out, poison(1))
+	return append(out, ordinary[700:]...)
+}
 
 // DrainSpan is how long the requests took to drain the intents whose keys
 // do not start with except: from the first such request's arrival to the

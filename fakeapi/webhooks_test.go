@@ -129,6 +129,24 @@ func sendEmail(t *testing.T, base, to string, h http.Header) string {
 	return r.body["id"].(string)
 }
 
+// sendHooked starts a fake that sends webhooks under rules to a receiver
+// of the test's own, sends one email to each of to, and waits for n
+// webhooks. It returns the fake, the receiver and the emails' ids, in the
+// order of to.
+func sendHooked(t *testing.T, rules string, n int, to ...string) (*fakeapi.Server, *receiver, []string) {
+	t.Helper()
+	rc := newReceiver(t)
+	srv, base := startTest(t, hookConfig(rc, rules))
+	ids := make([]string, len(to))
+	for i, addr := range to {
+		ids[i] = sendEmail(t, base, addr, nil)
+	}
+	if err := srv.WaitWebhooks(waitCtx(t), n); err != nil {
+		t.Fatal(err)
+	}
+	return srv, rc, ids
+}
+
 // byEmail indexes hooks by data.emailId.
 func byEmail(hooks []hook) map[string][]hook {
 	out := map[string][]hook{}
@@ -240,12 +258,8 @@ func TestWebhookBounceTimesAndNoURL(t *testing.T) {
 
 func TestWebhookDuplicateKeepsDeliveryID(t *testing.T) {
 	t.Parallel()
-	rc := newReceiver(t)
-	srv, base := startTest(t, hookConfig(rc, "webhook_duplicate;to=dup@"))
-	dup := sendEmail(t, base, "dup@example.com", nil)
-	if err := srv.WaitWebhooks(waitCtx(t), 1); err != nil {
-		t.Fatal(err)
-	}
+	srv, rc, ids := sendHooked(t, "webhook_duplicate;to=dup@", 1, "dup@example.com")
+	dup := ids[0]
 	hooks := rc.hooks()
 	if len(hooks) != 2 {
 		t.Fatalf("%d hooks, want the event twice", len(hooks))
@@ -268,15 +282,9 @@ func TestWebhookDuplicateKeepsDeliveryID(t *testing.T) {
 
 func TestWebhookOutOfOrderAndDelay(t *testing.T) {
 	t.Parallel()
-	rc := newReceiver(t)
-	srv, base := startTest(t, hookConfig(rc, "webhook_out_of_order;to=first@,webhook_delay=300ms;to=slow@"))
-	first := sendEmail(t, base, "first@example.com", nil)
-	second := sendEmail(t, base, "second@example.com", nil)
-	slow := sendEmail(t, base, "slow@example.com", nil)
-	fast := sendEmail(t, base, "fast@example.com", nil)
-	if err := srv.WaitWebhooks(waitCtx(t), 4); err != nil {
-		t.Fatal(err)
-	}
+	_, rc, ids := sendHooked(t, "webhook_out_of_order;to=first@,webhook_delay=300ms;to=slow@", 4,
+		"first@example.com", "second@example.com", "slow@example.com", "fast@example.com")
+	first, second, slow, fast := ids[0], ids[1], ids[2], ids[3]
 	pos := map[string]int{}
 	for i, h := range rc.hooks() {
 		pos[h.event.Data.EmailID] = i
@@ -294,14 +302,9 @@ func TestWebhookOutOfOrderAndDelay(t *testing.T) {
 
 func TestWebhookBadSignatureAndStale(t *testing.T) {
 	t.Parallel()
-	rc := newReceiver(t)
-	srv, base := startTest(t, hookConfig(rc, "webhook_bad_signature;to=bad@,webhook_stale;to=stale@"))
-	good := sendEmail(t, base, "good@example.com", nil)
-	bad := sendEmail(t, base, "bad@example.com", nil)
-	stale := sendEmail(t, base, "stale@example.com", nil)
-	if err := srv.WaitWebhooks(waitCtx(t), 3); err != nil {
-		t.Fatal(err)
-	}
+	_, rc, ids := sendHooked(t, "webhook_bad_signature;to=bad@,webhook_stale;to=stale@", 3,
+		"good@example.com", "bad@example.com", "stale@example.com")
+	good, bad, stale := ids[0], ids[1], ids[2]
 	got := byEmail(rc.hooks())
 	if err := got[good][0].verifyErr; err != nil {
 		t.Errorf("good: %v", err)

@@ -552,6 +552,20 @@ func (h *harness) awaitLockWaits(n int, done <-chan struct{}) {
 	}
 }
 
+// whileWaiting runs f in a goroutine and returns once n sessions of the
+// test's database wait for a lock (awaitLockWaits), or f has ended; the
+// function it returns waits for f to end.
+func (h *harness) whileWaiting(n int, f func()) (wait func()) {
+	h.t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	h.awaitLockWaits(n, done)
+	return func() { <-done }
+}
+
 // checkRunCanceled checks what the members and batches of a canceled run
 // became: every member canceled (res counts them), and no job sends one.
 func (h *harness) checkRunCanceled(run string, res *outbox.RunCancel, keys []string) {
@@ -616,18 +630,13 @@ func TestFreezeRacingCancelRun(t *testing.T) {
 			t.Fatalf("freeze: %d joined, %v", len(joined), err)
 		}
 		// CancelRun runs while the freeze is not yet committed.
-		done := make(chan struct{})
 		var res *outbox.RunCancel
 		var cancelErr error
-		go func() {
-			defer close(done)
-			res, cancelErr = h.ob.CancelRun(ctx, "digest:1")
-		}()
-		h.awaitLockWaits(1, done)
+		canceled := h.whileWaiting(1, func() { res, cancelErr = h.ob.CancelRun(ctx, "digest:1") })
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		<-done
+		canceled()
 		if cancelErr != nil {
 			t.Fatal(cancelErr)
 		}
@@ -656,28 +665,18 @@ func TestFreezeRacingCancelRun(t *testing.T) {
 		if _, err := claim.Exec(ctx, `SELECT 1 FROM sendonce_batch WHERE idempotency_key = $1 FOR UPDATE`, earlyKey); err != nil {
 			t.Fatal(err)
 		}
-		cancelDone := make(chan struct{})
 		var res *outbox.RunCancel
 		var cancelErr error
-		go func() {
-			defer close(cancelDone)
-			res, cancelErr = h.ob.CancelRun(ctx, "digest:2")
-		}()
-		h.awaitLockWaits(1, cancelDone)
+		canceled := h.whileWaiting(1, func() { res, cancelErr = h.ob.CancelRun(ctx, "digest:2") })
 		// The freeze runs while the cancel is not yet committed.
-		freezeDone := make(chan struct{})
 		var frozen []int64
 		var freezeErr error
-		go func() {
-			defer close(freezeDone)
-			_, frozen, freezeErr = b.Freeze(ctx, outbox.DefaultQueue, "digest:2", reqs)
-		}()
-		h.awaitLockWaits(2, freezeDone)
+		froze := h.whileWaiting(2, func() { _, frozen, freezeErr = b.Freeze(ctx, outbox.DefaultQueue, "digest:2", reqs) })
 		if err := claim.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		<-cancelDone
-		<-freezeDone
+		canceled()
+		froze()
 		if cancelErr != nil || freezeErr != nil {
 			t.Fatalf("CancelRun: %v; Freeze: %v", cancelErr, freezeErr)
 		}

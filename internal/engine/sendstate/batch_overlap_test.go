@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
@@ -35,6 +37,25 @@ func claimBatchAs(t *testing.T, jobs *sendstate.Scheduler, key string, jobID int
 	return b
 }
 
+// overlap is a batch of m:1 and m:2 claimed twice under one worker's
+// lease, first by its job's run and second by an overlapping run.
+type overlap struct {
+	pool          *pgxpool.Pool
+	key           string
+	jobID         int64
+	lease         sendstate.Lease
+	first, second *sendstate.Batch
+}
+
+func claimOverlapping(t *testing.T) overlap {
+	t.Helper()
+	jobs, key, jobID := freezeTwo(t)
+	ov := overlap{pool: jobs.Pool, key: key, jobID: jobID, lease: takeLease(t, jobs.Pool, "worker0")}
+	ov.first = claimBatchAs(t, jobs, key, jobID, ov.lease)
+	ov.second = claimBatchAs(t, jobs, key, jobID, ov.lease) // the job's overlapping run
+	return ov
+}
+
 // The flake of integration TestDBRestart/coalesce (seed 98304899): River
 // ran a batch's job twice at once after the database restart (a completion
 // that the outage delayed set the job available again while its next run
@@ -47,12 +68,8 @@ func claimBatchAs(t *testing.T, jobs *sendstate.Scheduler, key string, jobID int
 func TestOverlappingBatchRunsRecordTheLaterClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	jobs, key, jobID := freezeTwo(t)
-	pool := jobs.Pool
-	l := takeLease(t, pool, "worker0")
-
-	first := claimBatchAs(t, jobs, key, jobID, l)
-	second := claimBatchAs(t, jobs, key, jobID, l) // the job's overlapping run
+	ov := claimOverlapping(t)
+	pool, key, l, first, second := ov.pool, ov.key, ov.lease, ov.first, ov.second
 	if !second.Uncertain || second.Attempts != first.Attempts+1 {
 		t.Fatalf("second claim: attempts %d uncertain %v, want %d and uncertain", second.Attempts, second.Uncertain, first.Attempts+1)
 	}
@@ -79,13 +96,10 @@ func TestOverlappingBatchRunsRecordTheLaterClaim(t *testing.T) {
 func TestSupersededBatchRunMarksNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	jobs, key, jobID := freezeTwo(t)
-	pool := jobs.Pool
-	l := takeLease(t, pool, "worker0")
-	first := claimBatchAs(t, jobs, key, jobID, l)
-	claimBatchAs(t, jobs, key, jobID, l)
+	ov := claimOverlapping(t)
+	pool, key := ov.pool, ov.key
 
-	o := sendstate.Outcome{Key: key, JobID: jobID, Reason: "503", Uncertain: true, Owner: l.Epoch, Attempt: first.Attempts}
+	o := sendstate.Outcome{Key: key, JobID: ov.jobID, Reason: "503", Uncertain: true, Owner: ov.lease.Epoch, Attempt: ov.first.Attempts}
 	if err := sendstate.MarkBatchPending(ctx, pool, o); err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,16 @@ func claimAs(t *testing.T, pool *pgxpool.Pool, key string, l sendstate.Lease) *s
 	return c
 }
 
+// claimedUnderLease sets up an outbox holding key (setup), takes a lease
+// for the worker name and claims key under it.
+func claimedUnderLease(t *testing.T, key, name string) (*pgxpool.Pool, *sendstate.Scheduler, sendstate.Lease) {
+	t.Helper()
+	pool, _, jobs := setup(t, key)
+	l := takeLease(t, pool, name)
+	claimAs(t, pool, key, l)
+	return pool, jobs, l
+}
+
 // A worker that dies leaves its intents sending; once a sweeper has ended
 // its lapsed lease, RescueAbandoned hands them to new jobs. A held lease,
 // even one past its end within the restart grace, keeps them.
@@ -157,9 +167,7 @@ func TestLapsedOwnerRecordsNothing(t *testing.T) {
 func TestLateRenewalKeepsTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _, _ := setup(t, "late:1")
-	l := takeLease(t, pool, "slow")
-	claimAs(t, pool, "late:1", l)
+	pool, _, l := claimedUnderLease(t, "late:1", "slow")
 	lapse(t, pool, l)
 	if held, err := sendstate.RenewLease(ctx, pool, l, sendstate.DefaultLease); err != nil || !held {
 		t.Fatalf("RenewLease = %v, %v; want held", held, err)
@@ -174,9 +182,7 @@ func TestLateRenewalKeepsTheLease(t *testing.T) {
 func TestReleasedLeaseIsRescuedAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _, jobs := setup(t, "rel:1")
-	l := takeLease(t, pool, "stopping")
-	claimAs(t, pool, "rel:1", l)
+	pool, jobs, l := claimedUnderLease(t, "rel:1", "stopping")
 	if err := sendstate.ReleaseLease(ctx, pool, l); err != nil {
 		t.Fatal(err)
 	}
@@ -218,9 +224,7 @@ func TestLapsedOwnerRecordsNoBatch(t *testing.T) {
 func TestRescueReadsOnlyThisDatabasesLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	poolA, _, jobsA := setup(t, "xa:live")
-	la := takeLease(t, poolA, "a")
-	claimAs(t, poolA, "xa:live", la)
+	poolA, jobsA, la := claimedUnderLease(t, "xa:live", "a")
 	// Database xb on the same server: its worker with the same epoch
 	// claimed an intent and is gone (no lease row).
 	poolB, _, jobsB := setup(t, "xb:dead")

@@ -298,14 +298,7 @@ func claimBatch(ctx context.Context, tx pgx.Tx, req ClaimRequest, opts ClaimOpti
 			FOR UPDATE OF b),
 		ub AS (
 			UPDATE sendonce_batch b
-			SET state = 'sending', attempts = b.attempts + 1,
-				uncertain = b.uncertain OR l.old_state = 'sending',
-				first_attempt_at = coalesce(b.first_attempt_at, now()),
-				claimed_by = $3,
-				api_key_fingerprint = CASE
-					WHEN $4 = '' THEN b.api_key_fingerprint
-					WHEN b.uncertain OR l.old_state = 'sending' THEN coalesce(b.api_key_fingerprint, $4)
-					ELSE $4 END,
+			SET `+claimSet("b", "l.old_state")+`,
 				updated_at = now()
 			FROM l WHERE b.id = l.id AND l.old_state IN ('pending', 'sending')
 			RETURNING b.*),

@@ -33,6 +33,26 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// claimSet is the SET list that claims the row aliased alias, an intent
+// or a batch, whose state before the claim the expression was reads: one
+// attempt more, uncertain once a claim finds it sending (an attempt before
+// may have reached the API), the first attempt's time kept, claimed by the
+// owner $3, and the API key's fingerprint $4 recorded unless it is empty or
+// the claim is uncertain and an earlier attempt's fingerprint stands (the
+// send parks an uncertain intent whose key has changed). ClaimMany and
+// claimBatch share it, so that an intent and a batch are claimed by one
+// rule.
+func claimSet(alias, was string) string {
+	return `state = 'sending', attempts = ` + alias + `.attempts + 1,
+			uncertain = ` + alias + `.uncertain OR ` + was + ` = 'sending',
+			first_attempt_at = coalesce(` + alias + `.first_attempt_at, now()),
+			claimed_by = $3,
+			api_key_fingerprint = CASE
+				WHEN $4 = '' THEN ` + alias + `.api_key_fingerprint
+				WHEN ` + alias + `.uncertain OR ` + was + ` = 'sending' THEN coalesce(` + alias + `.api_key_fingerprint, $4)
+				ELSE $4 END`
+}
+
 // claimColumns is what a claim returns of an intent: what a send needs,
 // and the trace context its span links to.
 const claimColumns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), state, attempts,
@@ -129,14 +149,7 @@ func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOption
 		owner = &opts.Owner
 	}
 	rows, err := db.Query(ctx, `UPDATE sendonce_outbox o
-		SET state = 'sending', attempts = o.attempts + 1,
-			uncertain = o.uncertain OR o.state = 'sending',
-			first_attempt_at = coalesce(o.first_attempt_at, now()),
-			claimed_by = $3,
-			api_key_fingerprint = CASE
-				WHEN $4 = '' THEN o.api_key_fingerprint
-				WHEN o.uncertain OR o.state = 'sending' THEN coalesce(o.api_key_fingerprint, $4)
-				ELSE $4 END,
+		SET `+claimSet("o", "o.state")+`,
 			suppressed_recipients = CASE
 				WHEN o.first_attempt_at IS NOT NULL THEN o.suppressed_recipients
 				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) THEN sendonce_suppressed(o.kind, o.payload) END,

@@ -22,7 +22,8 @@
 // Beside the layers, never imported by production code:
 //
 //	testkit/  kits for tests: a migrated test database (pgtest), outbox
-//	          assertions (outboxtest), a goroutine-safe buffer (syncbuf).
+//	          assertions (outboxtest), a goroutine-safe buffer (syncbuf),
+//	          the address forms' table (addrforms).
 //	checks/   tests of the repository itself: the README's quick start runs
 //	          (readme), docker-compose.yml loads (composecheck).
 //	bench/    the benchmark harness behind `make bench`.

@@ -91,7 +91,9 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 			AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
 			AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
 			AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
-			AND NOT ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) AND sendonce_suppressed(o.kind, o.payload) IS NOT NULL)
+			AND NOT (((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe))))
+				AND sendonce_suppressed(o.kind, o.payload, o.topic) IS NOT NULL)
 		ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
 	if err != nil {
 		return "", nil, err
@@ -247,7 +249,8 @@ func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts Ba
 		var id int64
 		var lookup bool
 		// Lock the batch first, as the claim would (and CancelRun does).
-		err := tx.QueryRow(ctx, `SELECT b.id, b.first_attempt_at IS NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+		err := tx.QueryRow(ctx, `SELECT b.id, b.first_attempt_at IS NULL AND ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+				OR (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
 			FROM sendonce_batch b
 			WHERE b.idempotency_key = $1 AND b.job_id = $2 AND (b.state IN ('pending', 'sending')) IS TRUE
 				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
@@ -350,7 +353,7 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 	}
 	// The members are locked after their batch, in the order of ids.
 	rows, err := tx.Query(ctx, `SELECT o.idempotency_key, o.job_id, s.addrs
-		FROM sendonce_outbox o CROSS JOIN LATERAL sendonce_suppressed(o.kind, o.payload) AS s(addrs)
+		FROM sendonce_outbox o CROSS JOIN LATERAL sendonce_suppressed(o.kind, o.payload, o.topic) AS s(addrs)
 		WHERE o.idempotency_key = ANY($1) AND o.batch_key = $2 AND (o.state IN ('pending', 'sending')) IS TRUE
 			AND s.addrs IS NOT NULL
 		ORDER BY o.id FOR UPDATE OF o`, keys, req.Key)

@@ -174,3 +174,12 @@ func Merge(email json.RawMessage, headers map[string]string) (json.RawMessage, e
 	top["headers"] = b
 	return json.Marshal(top)
 }
+
+// Must is New for tests and constants: it panics on an error.
+func Must(base, secret string, previous ...string) *Signer {
+	s, err := New(base, "", secret, previous...)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

@@ -14,7 +14,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/base/unsub"
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/internal/ops/unsubscribe"
 	"github.com/sendonce/sendonce/outbox"
 )
@@ -189,4 +194,70 @@ func urlToken(address, topic string) string {
 	tok := unsub.Must("https://x.test", testUnsubSecret).Token(address, topic)
 	body, _, _ := strings.Cut(tok, ".")
 	return body
+}
+
+// TestTopicRunCoalescedBatch: a run with topic digest gives its members
+// the topic; frozen into a batch, each member's email carries its own
+// List-Unsubscribe; an address unsubscribed after the freeze is taken out
+// by the batch's first claim (suppressed, naming address and topic), and
+// the others are sent in one call.
+func TestTopicRunCoalescedBatch(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	h, srv := unsubHarness(t, &logs)
+	ctx := context.Background()
+	intents := []outbox.Intent{
+		{Key: "d:0", Payload: topicEmail("ada@example.com", "D")},
+		{Key: "d:1", Payload: topicEmail("bo@example.com", "D")},
+		{Key: "d:2", Payload: topicEmail("cy@example.com", "D")},
+	}
+	var reqs []sendstate.ClaimRequest
+	if err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		res, err := h.ob.EnqueueRun(ctx, tx, outbox.Run{Key: "digest:w49", Topic: "digest", Intents: intents})
+		for _, r := range res.Intents {
+			if r.Record.Topic != "digest" {
+				t.Errorf("member %s topic %q, want the run's", r.Record.Key, r.Record.Topic)
+			}
+			reqs = append(reqs, sendstate.ClaimRequest{Key: r.Record.Key, JobID: *r.Record.JobID})
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b := &sendstate.Batcher{Pool: h.pool, River: h.river, Unsubscribe: h.worker.signer}
+	batchKey, joined, err := b.Freeze(ctx, outbox.DefaultQueue, "digest:w49", reqs)
+	if err != nil || len(joined) != 3 {
+		t.Fatalf("freeze: %d joined, %v", len(joined), err)
+	}
+	if _, err := h.ob.Unsubscribe(ctx, "Bo <bo@example.com>", "digest", "test"); err != nil {
+		t.Fatal(err)
+	}
+	bw := &batchWorker{w: h.worker, batcher: b}
+	var jobID int64
+	if err := h.pool.QueryRow(ctx, `SELECT job_id FROM sendonce_batch WHERE idempotency_key = $1`, batchKey).Scan(&jobID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := workAs(h, jobID, 1, river.Worker[sendjob.BatchArgs](bw)); err != nil || !completed(res) {
+		t.Fatalf("batch: %s", show(res, err))
+	}
+	if rec := h.get("d:1"); rec.State != outbox.StateSuppressed || !strings.Contains(rec.LastError, "bo@example.com (unsubscribed from topic digest)") {
+		t.Fatalf("bo: %s %q", rec.State, rec.LastError)
+	}
+	ds := h.fake.Deliveries()
+	if len(ds) != 2 {
+		t.Fatalf("%d deliveries, want 2 (ada, cy)", len(ds))
+	}
+	signer := unsub.Must(srv.URL, testUnsubSecret)
+	for _, d := range ds {
+		var sent struct {
+			Headers map[string]string `json:"headers"`
+		}
+		if err := json.Unmarshal(d.Payload, &sent); err != nil {
+			t.Fatal(err)
+		}
+		if want := "<" + signer.URL(d.To[0], "digest") + ">"; sent.Headers["List-Unsubscribe"] != want ||
+			sent.Headers["List-Unsubscribe-Post"] != unsub.OneClickValue {
+			t.Errorf("to %s: headers %v, want List-Unsubscribe %s", d.To[0], sent.Headers, want)
+		}
+	}
 }

@@ -173,11 +173,26 @@ func TestUnsubscribeDuringRun(t *testing.T) {
 	// deliveries of the run are its sent members, each once.
 	byKey := map[string]int{}
 	byAddr := map[string]int{}
+	badHeaders := 0
 	for _, d := range srv.Deliveries()[probesDelivered:] {
 		for _, to := range d.To {
 			byAddr[to]++
 		}
 		byKey[d.MessageID]++
+		var body struct {
+			Headers map[string]string `json:"headers"`
+		}
+		_ = json.Unmarshal(d.Payload, &body)
+		m := unsubLink.FindStringSubmatch(body.Headers["List-Unsubscribe"])
+		var i int
+		_, serr := fmt.Sscanf(d.To[0], "reader%05d@example.test", &i)
+		if m == nil || body.Headers["List-Unsubscribe-Post"] != "List-Unsubscribe=One-Click" || serr != nil ||
+			(links[i] != "" && links[i] != m[1]) {
+			badHeaders++
+		}
+	}
+	if badHeaders != 0 {
+		t.Errorf("%d deliveries without their own List-Unsubscribe and List-Unsubscribe-Post", badHeaders)
 	}
 	dups := 0
 	for _, c := range byAddr {

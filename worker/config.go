@@ -343,12 +343,12 @@ type Unsubscribe struct {
 }
 
 // String names the settings without the secret.
-func (u *Unsubscribe) String() string {
+func (u Unsubscribe) String() string {
 	return fmt.Sprintf("worker.Unsubscribe{URL: %q, Mailto: %q, Secret: [redacted]}", u.URL, u.Mailto)
 }
 
 // GoString is String.
-func (u *Unsubscribe) GoString() string { return u.String() }
+func (u Unsubscribe) GoString() string { return u.String() }
 
 func (c *SendConfig) withDefaults() SendConfig {
 	out := *c

@@ -182,7 +182,7 @@ func TestOneClickUnsubscribe(t *testing.T) {
 	if strings.Contains(logs.String(), testUnsubSecret) {
 		t.Fatalf("the secret is in the logs:\n%s", logs.String())
 	}
-	for _, v := range []any{h.worker.signer, h.worker.cfg.Unsubscribe} {
+	for _, v := range []any{h.worker.signer, *h.worker.signer, h.worker.cfg.Unsubscribe, *h.worker.cfg.Unsubscribe} {
 		if s := fmt.Sprintf("%v %+v %#v", v, v, v); strings.Contains(s, testUnsubSecret) {
 			t.Fatalf("the secret is printed: %s", s)
 		}

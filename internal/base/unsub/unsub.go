@@ -78,12 +78,12 @@ func isLoopback(h string) bool {
 }
 
 // String names the Signer without its secrets.
-func (s *Signer) String() string {
+func (s Signer) String() string {
 	return fmt.Sprintf("unsub.Signer{url: %s, secrets: %d}", s.base, len(s.secrets))
 }
 
 // GoString is String, so %#v prints no secret either.
-func (s *Signer) GoString() string { return s.String() }
+func (s Signer) GoString() string { return s.String() }
 
 func mac(secret []byte, address, topic string) []byte {
 	m := hmac.New(sha256.New, secret)

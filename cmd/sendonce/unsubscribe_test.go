@@ -81,3 +81,28 @@ func TestSuppressionTopic(t *testing.T) {
 		t.Errorf("a bad topic: %s", r)
 	}
 }
+
+// TestEnqueueTopic: enqueue --topic sets an intent's topic, and a run's
+// for its members; a bad topic is refused naming the field.
+func TestEnqueueTopic(t *testing.T) {
+	t.Parallel()
+	_, env := newDBEnv(t)
+	body := `{"from":"news@example.com","to":["ada@example.com"],"subject":"D","text":"Hi."}`
+	r := sendonce(t, env, body, "enqueue", "--key", "digest:1", "--topic", "digest", "--json")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, `"topic": "digest"`) {
+		t.Errorf("enqueue --topic: %s", r.stdout)
+	}
+	r = sendonce(t, env, `{"key":"d:2","payload":`+body+`}`+"\n"+`{"key":"d:3","topic":"news","payload":`+body+`}`+"\n",
+		"enqueue", "--run", "digest:w1", "--topic", "digest")
+	wantOK(t, r)
+	for key, want := range map[string]string{"d:2": `"topic": "digest"`, "d:3": `"topic": "news"`} {
+		if r := sendonce(t, env, "", "show", key, "--json"); !strings.Contains(r.stdout, want) {
+			t.Errorf("show %s: want %s in\n%s", key, want, r.stdout)
+		}
+	}
+	r = sendonce(t, env, body, "enqueue", "--key", "digest:4", "--topic", "Digest")
+	if r.code != 2 || !strings.Contains(r.stderr, "invalid topic") {
+		t.Errorf("a bad topic: %s", r)
+	}
+}

@@ -784,3 +784,47 @@ func (r *sysRunner) opPruneRace() {
 	op.Result += fmt.Sprintf(" existing=%v", existing)
 	r.committed(op, s.Key, in.Variant, o, existing, err)
 }
+
+// sysTopic is the topic opTopicUnsubscribe unsubscribes pool addresses
+// from. No intent of the system test has a topic, so the model holds that
+// these unsubscribes suppress nothing: a topic's entry stops only that
+// topic's intents, and an intent parked as suppressed with none of its
+// recipients ever on the (global) list is a violation (model check 2).
+const sysTopic = "sysnews"
+
+// opTopicUnsubscribe unsubscribes (or resubscribes) an address of the pool
+// from sysTopic, by Go or `sendonce suppression add/remove --topic`.
+func (r *sysRunner) opTopicUnsubscribe(add bool) {
+	form := sysForm(r.rng, sysNames[r.rng.IntN(len(sysNames))])
+	cli := r.rng.IntN(3) == 0
+	kind := "unsubscribe-topic"
+	if !add {
+		kind = "resubscribe-topic"
+	}
+	op := r.begin(kind, fmt.Sprintf("%q topic=%s cli=%v", form, sysTopic, cli))
+	op.Addrs = []string{canonical(form)}
+	var o sysOutcome
+	var err error
+	if cli {
+		sub := "add"
+		if !add {
+			sub = "remove"
+		}
+		res := run(r.t, "suppression", r.e, nil, "suppression", sub, form, "--topic", sysTopic)
+		o = outYes
+		if res.code != 0 {
+			o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		if add {
+			_, err = r.ob.Unsubscribe(ctx, form, sysTopic, "system test")
+		} else {
+			_, err = r.ob.Resubscribe(ctx, form, sysTopic, "system test")
+		}
+		cancel()
+		o = goOutcome(err)
+	}
+	r.end(op, o, err)
+	// Not an address op of the model's (m.addrOps): it changes no intent.
+}

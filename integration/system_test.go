@@ -376,6 +376,8 @@ func (r *sysRunner) step() {
 		{2, r.opRetry},
 		{3, func() { r.opSuppression(true) }},
 		{2, func() { r.opSuppression(false) }},
+		{2, func() { r.opTopicUnsubscribe(true) }},
+		{1, func() { r.opTopicUnsubscribe(false) }},
 		{2, r.opPrune},
 		{2, r.opPruneRace},
 		{3, r.opRunCreate},

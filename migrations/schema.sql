@@ -513,6 +513,18 @@ CREATE FUNCTION public.sendonce_recipients(kind text, payload jsonb) RETURNS SET
         THEN payload -> 'emails' ELSE '[]'::jsonb END) AS e
 $$;
 
+-- FUNCTION sendonce_run_topic()
+CREATE FUNCTION public.sendonce_run_topic() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.kind <> 'broadcast' THEN
+        NEW.topic := (SELECT r.topic FROM sendonce_run r WHERE r.key = NEW.run_key);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- FUNCTION sendonce_suppressed(text, jsonb)
 CREATE FUNCTION public.sendonce_suppressed(kind text, payload jsonb) RETURNS text[]
     LANGUAGE sql STABLE
@@ -521,6 +533,22 @@ CREATE FUNCTION public.sendonce_suppressed(kind text, payload jsonb) RETURNS tex
     FROM sendonce_recipients(kind, payload) AS r
     JOIN sendonce_suppression s ON s.address = r
 $$;
+
+-- FUNCTION sendonce_suppressed(text, jsonb, text)
+CREATE FUNCTION public.sendonce_suppressed(kind text, payload jsonb, topic text) RETURNS text[]
+    LANGUAGE sql STABLE
+    AS $_$
+    SELECT array_agg(DISTINCT a ORDER BY a) FROM (
+        SELECT s.address AS a
+        FROM sendonce_recipients(kind, payload) AS r
+        JOIN sendonce_suppression s ON s.address = r
+        UNION ALL
+        SELECT u.address
+        FROM sendonce_recipients(kind, payload) AS r
+        JOIN sendonce_unsubscribe u ON u.address = r AND u.topic = $3
+        WHERE $3 IS NOT NULL
+    ) x
+$_$;
 
 -- FUNCTION sendonce_suppression_set(text[], boolean, text, text, timestamp with time zone)
 CREATE FUNCTION public.sendonce_suppression_set(p_addrs text[], p_removed boolean, p_reason text, p_source text, p_at timestamp with time zone) RETURNS integer
@@ -630,8 +658,11 @@ CREATE TABLE public.sendonce_outbox (
     suppressed_recipients text[],
     traceparent text,
     tracestate text,
+    topic text,
+    list_unsubscribe jsonb,
     CONSTRAINT sendonce_outbox_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT sendonce_outbox_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'canceled'::text, 'suppressed'::text]))),
+    CONSTRAINT sendonce_outbox_topic_check CHECK (((topic IS NULL) OR ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text) AND (kind <> 'broadcast'::text)))),
     CONSTRAINT sendonce_outbox_traceparent_check CHECK ((traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)),
     CONSTRAINT sendonce_outbox_tracestate_check CHECK ((length(tracestate) <= 512))
 )
@@ -692,8 +723,10 @@ CREATE TABLE public.sendonce_run (
     occurrence timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    topic text,
     CONSTRAINT sendonce_run_key_check CHECK ((key ~ '^[A-Za-z0-9_.:-]{1,200}$'::text)),
-    CONSTRAINT sendonce_run_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'canceled'::text])))
+    CONSTRAINT sendonce_run_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'canceled'::text]))),
+    CONSTRAINT sendonce_run_topic_check CHECK ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text))
 );
 
 -- TABLE sendonce_schedule
@@ -711,9 +744,11 @@ CREATE TABLE public.sendonce_schedule (
     last_error text,
     failed_at timestamp with time zone,
     retry_at timestamp with time zone,
+    topic text,
     CONSTRAINT sendonce_schedule_missed_check CHECK ((missed = ANY (ARRAY['late'::text, 'skip'::text]))),
     CONSTRAINT sendonce_schedule_name_check CHECK ((name ~ '^[A-Za-z0-9_.-]{1,100}$'::text)),
-    CONSTRAINT sendonce_schedule_source_check CHECK (((producer IS NULL) <> (statement IS NULL)))
+    CONSTRAINT sendonce_schedule_source_check CHECK (((producer IS NULL) <> (statement IS NULL))),
+    CONSTRAINT sendonce_schedule_topic_check CHECK ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text))
 );
 
 -- TABLE sendonce_suppression
@@ -739,6 +774,37 @@ CREATE TABLE public.sendonce_tombstone (
     intent_hash bytea NOT NULL,
     state text NOT NULL,
     pruned_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- TABLE sendonce_unsubscribe
+CREATE TABLE public.sendonce_unsubscribe (
+    address text NOT NULL,
+    topic text NOT NULL,
+    source text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sendonce_unsubscribe_address_check CHECK (((address = public.sendonce_address(address)) AND (address ~~ '_%@_%'::text) AND (length(address) <= 320))),
+    CONSTRAINT sendonce_unsubscribe_topic_check CHECK ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text))
+);
+
+-- TABLE sendonce_unsubscribe_event
+CREATE TABLE public.sendonce_unsubscribe_event (
+    id bigint NOT NULL,
+    address text NOT NULL,
+    topic text NOT NULL,
+    action text NOT NULL,
+    source text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sendonce_unsubscribe_event_action_check CHECK ((action = ANY (ARRAY['unsubscribed'::text, 'resubscribed'::text])))
+);
+
+-- SEQUENCE sendonce_unsubscribe_event_id_seq
+ALTER TABLE public.sendonce_unsubscribe_event ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.sendonce_unsubscribe_event_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 -- TABLE sendonce_worker
@@ -815,6 +881,14 @@ ALTER TABLE ONLY public.sendonce_suppression
 ALTER TABLE ONLY public.sendonce_tombstone
     ADD CONSTRAINT sendonce_tombstone_pkey PRIMARY KEY (key_hash);
 
+-- CONSTRAINT sendonce_unsubscribe_event sendonce_unsubscribe_event_pkey
+ALTER TABLE ONLY public.sendonce_unsubscribe_event
+    ADD CONSTRAINT sendonce_unsubscribe_event_pkey PRIMARY KEY (id);
+
+-- CONSTRAINT sendonce_unsubscribe sendonce_unsubscribe_pkey
+ALTER TABLE ONLY public.sendonce_unsubscribe
+    ADD CONSTRAINT sendonce_unsubscribe_pkey PRIMARY KEY (address, topic);
+
 -- CONSTRAINT sendonce_worker sendonce_worker_epoch_key
 ALTER TABLE ONLY public.sendonce_worker
     ADD CONSTRAINT sendonce_worker_epoch_key UNIQUE (epoch);
@@ -850,6 +924,9 @@ CREATE INDEX sendonce_outbox_unsettled_idx ON public.sendonce_outbox USING btree
 -- INDEX sendonce_tombstone_pruned_at_idx
 CREATE INDEX sendonce_tombstone_pruned_at_idx ON public.sendonce_tombstone USING brin (pruned_at);
 
+-- INDEX sendonce_unsubscribe_event_topic_idx
+CREATE INDEX sendonce_unsubscribe_event_topic_idx ON public.sendonce_unsubscribe_event USING btree (topic, created_at);
+
 -- TRIGGER sendonce_outbox sendonce_outbox_check
 CREATE TRIGGER sendonce_outbox_check BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_check();
 
@@ -861,6 +938,9 @@ CREATE TRIGGER sendonce_outbox_notify AFTER INSERT ON public.sendonce_outbox FOR
 
 -- TRIGGER sendonce_outbox sendonce_outbox_run_member
 CREATE TRIGGER sendonce_outbox_run_member BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_outbox_run_member();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_run_topic
+CREATE TRIGGER sendonce_outbox_run_topic BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.topic IS NULL) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_run_topic();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_snapshot
 CREATE TRIGGER sendonce_outbox_snapshot AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (current_setting('transaction_isolation'::text) <> ALL (ARRAY['read committed'::text, 'read uncommitted'::text])))) EXECUTE FUNCTION public.sendonce_outbox_snapshot();

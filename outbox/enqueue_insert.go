@@ -52,11 +52,11 @@ import (
 const insertSQL = `
 	WITH i AS MATERIALIZED (
 		SELECT *, nextval('river_job_id_seq'::regclass) AS job_id
-		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::timestamptz[], $6::jsonb[]) WITH ORDINALITY
-			AS i(key, kind, payload, template_id, send_at, args, ord)
+		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::timestamptz[], $6::jsonb[], $15::text[]) WITH ORDINALITY
+			AS i(key, kind, payload, template_id, send_at, args, topic, ord)
 	), o AS (
-		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id, run_key, traceparent, tracestate)
-		SELECT key, kind, payload, template_id, send_at, job_id, nullif($11, ''), nullif($12, ''), nullif($13, '') FROM i
+		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, job_id, run_key, traceparent, tracestate, topic)
+		SELECT key, kind, payload, template_id, send_at, job_id, nullif($11, ''), nullif($12, ''), nullif($13, ''), nullif(topic, '') FROM i
 		WHERE NOT EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(i.key))
 		ORDER BY ord
 		ON CONFLICT (idempotency_key) DO NOTHING
@@ -129,6 +129,10 @@ func (o *Outbox) insert(ctx context.Context, tx producerTx, in []Intent, idx []i
 		available = available || in[i].SendAt.IsZero()
 	}
 	kinds, payloads, templates, sendAts := columnsOf(batch)
+	topics := make([]string, len(batch))
+	for n := range batch {
+		topics[n] = batch[n].Topic
+	}
 	parent, state := traceContext(ctx)
 	notify := ""
 	if available {
@@ -136,7 +140,7 @@ func (o *Outbox) insert(ctx context.Context, tx producerTx, in []Intent, idx []i
 	}
 	inserted, seen, snapshot, err := scanInserted(tx.Query(ctx, insertSQL,
 		keys, kinds, payloads, templates, sendAts, args,
-		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run, parent, state, notify))
+		sendjob.Args{}.Kind(), opts.MaxAttempts, opts.Priority, opts.Queue, run, parent, state, notify, topics))
 	if err != nil {
 		if isSerializationFailure(err) {
 			// A row under one of the keys committed after the snapshot

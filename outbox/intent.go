@@ -43,6 +43,22 @@ const MaxBatchEmails = 100
 // letters, digits, "_", ".", ":" and "-".
 var keyRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
 
+// TopicPattern is the rule for a topic, in Go as in the table's check
+// (sendonce_outbox_topic_check).
+const TopicPattern = `^[a-z][a-z0-9_-]{0,63}$`
+
+var topicRE = regexp.MustCompile(TopicPattern)
+
+// ValidateTopic checks a topic (of an intent, a run or a schedule)
+// against TopicPattern; the empty topic is valid (none).
+func ValidateTopic(topic string) error {
+	if topic != "" && !topicRE.MatchString(topic) {
+		return invalid("topic", fmt.Sprintf(
+			"%q: want 1 to 64 lowercase letters, digits, \"_\" and \"-\", starting with a letter (sendonce_outbox_topic_check)", shorten(topic)))
+	}
+	return nil
+}
+
 // Intent is a send the application wants made: the API body of one of the
 // four send calls, and the idempotency key that makes it happen once.
 type Intent struct {
@@ -62,6 +78,14 @@ type Intent struct {
 	TemplateID string
 	// SendAt holds the send until then; zero sends as soon as possible.
 	SendAt time.Time
+	// Topic names what the send is about for its recipient ("digest",
+	// "product-news"): 1 to 64 lowercase letters, digits, "_" and "-",
+	// starting with a letter (TopicPattern). Empty: a transactional send,
+	// which no unsubscribe stops. An intent with a topic carries
+	// List-Unsubscribe headers (RFC 8058) and is not sent to an address
+	// unsubscribed from its topic. A run's topic (Run.Topic) is its
+	// members' unless they name their own. Not for a broadcast.
+	Topic string
 
 	raw json.RawMessage // Payload as JSON text, once validated
 	run string          // the run's key, when enqueued by EnqueueRun
@@ -144,6 +168,12 @@ func (in *Intent) check(payload json.RawMessage) error {
 	kind := in.kind()
 	if !kind.Valid() {
 		return invalid("kind", fmt.Sprintf("unknown kind %q: want email, batch, template or broadcast", in.Kind))
+	}
+	if err := ValidateTopic(in.Topic); err != nil {
+		return err
+	}
+	if kind == KindBroadcast && in.Topic != "" {
+		return invalid("topic", "a broadcast goes to an audience the API keeps, and unsubscribes there: no topic (sendonce_outbox_topic_check)")
 	}
 	if kind == KindTemplate && in.TemplateID == "" {
 		return invalid("template_id", "kind template needs a template id")

@@ -86,6 +86,13 @@ type Record struct {
 	// none. The worker's send span links to it (see the README's Tracing).
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
+	// Topic is the intent's topic (Intent.Topic, or its run's); empty for
+	// a transactional send.
+	Topic string `json:"topic,omitempty"`
+	// ListUnsubscribe holds the List-Unsubscribe headers the first claim
+	// of an intent with a topic froze (an object; for a batch, an array of
+	// one per email), sent with every attempt; nil until then.
+	ListUnsubscribe json.RawMessage `json:"listUnsubscribe,omitempty"`
 	// PrunedAt is set only on the Record of an EnqueueResult whose key
 	// names an intent pruned by retention (sendonce prune): when it was
 	// pruned. Such a Record has no ID, job or times; its State is the
@@ -101,14 +108,15 @@ const columns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), 
 	coalesce(message_id, ''), replayed, coalesce(last_error, ''), job_id, first_attempt_at,
 	created_at, updated_at, sent_at, uncertain, snoozes, coalesce(api_key_fingerprint, ''), forced_retry_at, claimed_by,
 	coalesce(batch_key, ''), coalesce(delivery_status, ''), delivery_status_at, suppressed_recipients,
-	coalesce(traceparent, ''), coalesce(tracestate, '')`
+	coalesce(traceparent, ''), coalesce(tracestate, ''), coalesce(topic, ''), list_unsubscribe`
 
 func scanRecord(row pgx.Row, extra ...any) (*Record, error) {
 	r := &Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.SendAt, &r.State, &r.Attempts,
 		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
 		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy,
-		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt, &r.SuppressedRecipients, &r.TraceParent, &r.TraceState}
+		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt, &r.SuppressedRecipients, &r.TraceParent, &r.TraceState,
+		&r.Topic, &r.ListUnsubscribe}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

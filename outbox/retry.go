@@ -166,7 +166,7 @@ func (o *Outbox) retryBatch(ctx context.Context, tx pgx.Tx, cur *Record) (*Recor
 // refused, since it would only be parked again.
 func (o *Outbox) retrySuppressed(ctx context.Context, tx pgx.Tx, cur *Record) (*Record, error) {
 	var still []string
-	if err := tx.QueryRow(ctx, `SELECT sendonce_suppressed(kind, payload) FROM sendonce_outbox WHERE id = $1`,
+	if err := tx.QueryRow(ctx, `SELECT sendonce_suppressed(kind, payload, topic) FROM sendonce_outbox WHERE id = $1`,
 		cur.ID).Scan(&still); err != nil {
 		return nil, fmt.Errorf("read suppressed recipients: %w", err)
 	}

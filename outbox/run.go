@@ -27,6 +27,11 @@ type Run struct {
 	SendAt time.Time
 	// Intents are the members to enqueue.
 	Intents []Intent
+	// Topic is the topic of the members that name none of their own (see
+	// Intent.Topic; a broadcast member keeps none), in Go and for members
+	// inserted by SQL with the run's key alike. It is set when the run is
+	// created; enqueueing into the run again leaves its topic as it was.
+	Topic string
 }
 
 // RunState is where a run stands.
@@ -101,6 +106,9 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 		return nil, invalid("run key", fmt.Sprintf(
 			"%q: want 1 to 200 letters, digits, \"_\", \".\", \":\" and \"-\"", shorten(run.Key)))
 	}
+	if err := ValidateTopic(run.Topic); err != nil {
+		return nil, err
+	}
 	var sendAt *time.Time
 	if !run.SendAt.IsZero() {
 		sendAt = &run.SendAt
@@ -119,10 +127,10 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	// for and its state read; a cancel that comes later waits for this
 	// transaction and cancels its members with the others.
 	err = tx.QueryRow(ctx, `WITH i AS (
-			INSERT INTO sendonce_run (key, send_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING state)
+			INSERT INTO sendonce_run (key, send_at, topic) VALUES ($1, $2, nullif($3, '')) ON CONFLICT (key) DO NOTHING RETURNING state)
 		SELECT true, state FROM i UNION ALL
 		SELECT false, state FROM (SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE) r WHERE NOT EXISTS (SELECT 1 FROM i)`,
-		run.Key, sendAt).Scan(&res.Created, &state)
+		run.Key, sendAt, run.Topic).Scan(&res.Created, &state)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: enqueue run %q: %w", run.Key, err)
 	}

@@ -40,6 +40,9 @@ type Schedule struct {
 	// worker ran: MissedLate (default) creates the latest of them once, late;
 	// MissedSkip creates only those less than a minute late.
 	Missed Missed `json:"missed"`
+	// Topic is the topic of the runs it creates, and so of their members
+	// (see Run.Topic); empty: none.
+	Topic string `json:"topic,omitempty"`
 	// NextAt is the next occurrence (read only).
 	NextAt time.Time `json:"nextAt"`
 	// LastRun is the key of the last run created (read only).
@@ -89,6 +92,9 @@ func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error
 	if s.Missed != MissedLate && s.Missed != MissedSkip {
 		return nil, invalid("missed", fmt.Sprintf("%q: want late or skip", s.Missed))
 	}
+	if err := ValidateTopic(s.Topic); err != nil {
+		return nil, err
+	}
 	s.NextAt = sched.Next(time.Now())
 	if s.NextAt.IsZero() {
 		return nil, invalid("spec", fmt.Sprintf("%q never occurs", s.Spec))
@@ -99,11 +105,11 @@ func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error
 	} else {
 		statement = &s.Statement
 	}
-	_, err = o.pool.Exec(ctx, `INSERT INTO sendonce_schedule (name, spec, producer, statement, missed, next_at)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (name) DO UPDATE SET spec = $2, producer = $3, statement = $4, missed = $5, next_at = $6,
+	_, err = o.pool.Exec(ctx, `INSERT INTO sendonce_schedule (name, spec, producer, statement, missed, next_at, topic)
+		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''))
+		ON CONFLICT (name) DO UPDATE SET spec = $2, producer = $3, statement = $4, missed = $5, next_at = $6, topic = nullif($7, ''),
 			failures = 0, last_error = NULL, failed_at = NULL, retry_at = NULL, updated_at = now()`,
-		s.Name, s.Spec, producer, statement, string(s.Missed), s.NextAt)
+		s.Name, s.Spec, producer, statement, string(s.Missed), s.NextAt, s.Topic)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: save schedule %q: %w", s.Name, err)
 	}
@@ -113,7 +119,7 @@ func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error
 // Schedules lists the schedules by name.
 func (o *Outbox) Schedules(ctx context.Context) ([]*Schedule, error) {
 	rows, err := o.pool.Query(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at, coalesce(last_run, ''),
-			failures, coalesce(last_error, ''), failed_at, retry_at
+			failures, coalesce(last_error, ''), failed_at, retry_at, coalesce(topic, '')
 		FROM sendonce_schedule ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: schedules: %w", err)
@@ -121,7 +127,7 @@ func (o *Outbox) Schedules(ctx context.Context) ([]*Schedule, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Schedule, error) {
 		s := &Schedule{}
 		return s, r.Scan(&s.Name, &s.Spec, &s.Producer, &s.Statement, &s.Missed, &s.NextAt, &s.LastRun,
-			&s.Failures, &s.LastError, &s.FailedAt, &s.RetryAt)
+			&s.Failures, &s.LastError, &s.FailedAt, &s.RetryAt, &s.Topic)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: schedules: %w", err)

@@ -108,3 +108,55 @@ func insertSQL(ctx context.Context, pool *pgxpool.Pool, key, kind, template, pay
 		VALUES ($1, COALESCE(NULLIF($2, ''), 'email'), NULLIF($3, ''), $4::jsonb)`, key, kind, template, payload)
 	return err
 }
+
+// TestTopicValidationGoAndSQL holds the topic rule in step, as
+// TestIntentValidationGoAndSQL does the others: Intent.Validate and the
+// table's check accept and refuse the same topics, Go naming the field
+// "topic" and SQL its check.
+func TestTopicValidationGoAndSQL(t *testing.T) {
+	t.Parallel()
+	pool, _ := outboxtest.New(t)
+	ctx := context.Background()
+	email := `{"from":"shop@example.test","to":["ada@example.test"],"subject":"Hello","text":"Hi."}`
+	broadcast := `{"from":"shop@example.test","subject":"News","html":"<p>News</p>","audienceId":"aud_1"}`
+	for _, tt := range []struct {
+		topic   string
+		kind    outbox.Kind
+		payload string
+		ok      bool
+	}{
+		{"digest", "", email, true},
+		{"product-news", "", email, true},
+		{"a_1", "", email, true},
+		{strings.Repeat("t", 64), "", email, true},
+		{strings.Repeat("t", 65), "", email, false},
+		{"Digest", "", email, false},
+		{"1digest", "", email, false},
+		{"digest news", "", email, false},
+		{"-", "", email, false},
+		{"digest", outbox.KindBroadcast, broadcast, false},
+	} {
+		in := outbox.Intent{Key: "t:topic", Kind: tt.kind, Payload: tt.payload, Topic: tt.topic}
+		goErr := in.Validate()
+		var invalid *outbox.InvalidError
+		switch {
+		case tt.ok && goErr != nil:
+			t.Errorf("topic %q: Go refuses it: %v", tt.topic, goErr)
+		case !tt.ok && (!errors.As(goErr, &invalid) || invalid.Field != "topic"):
+			t.Errorf("topic %q: Go says %v, want it refused naming topic", tt.topic, goErr)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sqlErr := tx.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, topic)
+			VALUES ('t:topic', COALESCE(NULLIF($1, ''), 'email'), $2::jsonb, $3)`, string(tt.kind), tt.payload, tt.topic)
+		_ = tx.Rollback(ctx)
+		switch {
+		case tt.ok && sqlErr != nil:
+			t.Errorf("topic %q: SQL refuses it: %v", tt.topic, sqlErr)
+		case !tt.ok && (sqlErr == nil || !strings.Contains(sqlErr.Error(), "sendonce_outbox_topic_check")):
+			t.Errorf("topic %q: SQL says %v, want it refused naming sendonce_outbox_topic_check", tt.topic, sqlErr)
+		}
+	}
+}

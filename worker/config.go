@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"github.com/sendonce/sendonce/internal/base/unsub"
+
 	"fmt"
 	"log/slog"
 	"time"
@@ -249,6 +251,11 @@ func (c *SendConfig) validate() error {
 		return fmt.Errorf("worker: SendConfig.PartlySuppressed %q: want %q or %q",
 			c.PartlySuppressed, PartlySuppressedSend, PartlySuppressedPark)
 	}
+	if c.Unsubscribe != nil {
+		if _, err := unsub.New(c.Unsubscribe.URL, c.Unsubscribe.Mailto, c.Unsubscribe.Secret); err != nil {
+			return fmt.Errorf("worker: SendConfig.Unsubscribe: %w", err)
+		}
+	}
 	if c.MaxPause < 0 {
 		return fmt.Errorf("worker: SendConfig.MaxPause %s: want a positive duration (0: the default, %s)", c.MaxPause, DefaultMaxPause)
 	}
@@ -313,9 +320,35 @@ type SendConfig struct {
 	PartlySuppressed PartlySuppressed
 	// Observer, when set, is told of every attempt's outcome.
 	Observer Observer
+	// Unsubscribe, when set, gives intents with a topic their
+	// List-Unsubscribe headers (RFC 8058 one-click). Without it an intent
+	// with a topic is parked as failed, never sent without them.
+	Unsubscribe *Unsubscribe
 	// Logger receives a line per outcome; never the API key or bodies.
 	Logger *slog.Logger
 }
+
+// Unsubscribe configures the List-Unsubscribe headers of intents with a
+// topic (see the README's Unsubscribe).
+type Unsubscribe struct {
+	// URL is the public base address of the unsubscribe endpoint (sendonce
+	// work --webhook-addr behind its HTTPS name): https://mail.example.com
+	// gives links https://mail.example.com/u/TOKEN.
+	URL string
+	// Mailto, when set, adds <mailto:ADDRESS?subject=unsubscribe%20TOKEN>
+	// to List-Unsubscribe; sendonce does not read that mailbox.
+	Mailto string
+	// Secret signs the tokens (at least 16 characters); never logged.
+	Secret string
+}
+
+// String names the settings without the secret.
+func (u Unsubscribe) String() string {
+	return fmt.Sprintf("worker.Unsubscribe{URL: %q, Mailto: %q, Secret: [redacted]}", u.URL, u.Mailto)
+}
+
+// GoString is String.
+func (u Unsubscribe) GoString() string { return u.String() }
 
 func (c *SendConfig) withDefaults() SendConfig {
 	out := *c

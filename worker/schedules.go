@@ -275,7 +275,8 @@ func (t *ticker) report(s due, failed *scheduleFailure, made bool) {
 // create makes the occurrence's run and its members, unless the run is
 // there already.
 func (t *ticker) create(ctx context.Context, tx pgx.Tx, name, producer, statement string, occ Occurrence) (bool, error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO sendonce_run (key, schedule_name, occurrence) VALUES ($1, $2, $3)
+	tag, err := tx.Exec(ctx, `INSERT INTO sendonce_run (key, schedule_name, occurrence, topic)
+		SELECT $1, $2, $3, (SELECT topic FROM sendonce_schedule WHERE name = $2)
 		ON CONFLICT (key) DO NOTHING`, occ.RunKey, name, occ.At)
 	if err != nil || tag.RowsAffected() == 0 {
 		return false, err

@@ -19,6 +19,7 @@ import (
 	"github.com/sendonce/sendonce/internal/base/budget"
 	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/base/suppress"
+	"github.com/sendonce/sendonce/internal/base/unsub"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/outbox"
 )
@@ -50,6 +51,10 @@ type sendWorker struct {
 	// when the sendWorker runs on a River client of the application's own.
 	lease *liveness
 
+	// signer, when set (from SendConfig.Unsubscribe), signs the
+	// List-Unsubscribe headers of intents with a topic.
+	signer *unsub.Signer
+
 	// keyFingerprint identifies the client's API key.
 	keyFingerprint string
 
@@ -75,7 +80,11 @@ func newSendWorker(pool *pgxpool.Pool, c *client.Client, cfg *SendConfig) *sendW
 	if cfg == nil {
 		cfg = &SendConfig{}
 	}
-	return &sendWorker{pool: pool, client: c, cfg: cfg.withDefaults(), keyFingerprint: c.KeyFingerprint(), tracer: otel.Tracer(tracerName)}
+	w := &sendWorker{pool: pool, client: c, cfg: cfg.withDefaults(), keyFingerprint: c.KeyFingerprint(), tracer: otel.Tracer(tracerName)}
+	if u := cfg.Unsubscribe; u != nil {
+		w.signer, _ = unsub.New(u.URL, u.Mailto, u.Secret) // checked by SendConfig.validate
+	}
+	return w
 }
 
 // NextRetry spaces River's attempts: RetryBase·2^(attempt-1), at most
@@ -153,6 +162,9 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (er
 	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft,
 		bulk: bulk, span: span, owner: c.Owner, leasedAt: leasedAt, rateLimited: rateLimitedBefore(job.JobRow)}
 	if err := a.check(ctx); err != nil {
+		return err
+	}
+	if parked, err := a.listUnsubscribe(ctx); parked || err != nil {
 		return err
 	}
 	if parked, err := a.suppress(ctx); parked || err != nil {

@@ -73,7 +73,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budget.Config{
 		Rate: budgetRate(conf.RateLimits), Quotas: budgetQuotas(conf.RateLimits), QuotaZone: conf.QuotaZone,
 		MaxPause: sendWorker.cfg.MaxPause, Logger: logger, Now: conf.now})
-	batcher := &sendstate.Batcher{Pool: pool}
+	batcher := &sendstate.Batcher{Pool: pool, Unsubscribe: sendWorker.signer}
 	rc, err := newRiverClient(pool, &conf, sendWorker, batcher)
 	if err != nil {
 		return nil, err

@@ -51,6 +51,7 @@ type enqueueOptions struct {
 	queue    string
 	json     bool
 	run      string
+	topic    string
 }
 
 // enqueueOutput is enqueue's --json answer.
@@ -80,6 +81,7 @@ func (a *app) enqueueCommand() *cobra.Command {
 	f.StringVar(&o.file, "file", "", `read the JSON body from this file; "-" or absent: stdin`)
 	f.StringVar(&o.queue, "queue", outbox.DefaultQueue, "River queue of the send job; the worker must work the same queue")
 	f.StringVar(&o.run, "run", "", "enqueue the members of this run, read as NDJSON (one member per line), instead of one intent")
+	f.StringVar(&o.topic, "topic", "", "the intent's topic (with --run: the run's), e.g. digest: List-Unsubscribe headers, and no send to an address unsubscribed from it")
 	f.BoolVar(&o.json, "json", false, "print the intent as JSON")
 	bindEnv(f, "queue", "SENDONCE_QUEUE")
 	return cmd
@@ -87,7 +89,10 @@ func (a *app) enqueueCommand() *cobra.Command {
 
 // readIntent checks the flags and reads the body, before any connection.
 func (a *app) readIntent(o *enqueueOptions) (outbox.Intent, error) {
-	in := outbox.Intent{Key: o.key, Kind: outbox.Kind(o.kind), TemplateID: o.template}
+	in := outbox.Intent{Key: o.key, Kind: outbox.Kind(o.kind), TemplateID: o.template, Topic: o.topic}
+	if err := outbox.ValidateTopic(o.topic); err != nil {
+		return in, usageError{err}
+	}
 	if o.key == "" {
 		return in, usagef("--key is required: derive it from the cause of the send, e.g. --key invoice:inv_4192")
 	}
@@ -208,7 +213,7 @@ func (a *app) enqueueRun(cmd *cobra.Command, o *enqueueOptions) error {
 	case o.queue == "":
 		return usagef("--queue must not be empty")
 	}
-	run := outbox.Run{Key: o.run}
+	run := outbox.Run{Key: o.run, Topic: o.topic}
 	if o.sendAt != "" {
 		t, err := time.Parse(time.RFC3339, o.sendAt)
 		if err != nil {

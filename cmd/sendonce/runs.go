@@ -260,7 +260,7 @@ func (a *app) scheduleCommand() *cobra.Command {
   sendonce schedule list
   sendonce schedule remove digest`,
 	}
-	var spec, sqlFile, producer, missed string
+	var spec, sqlFile, producer, missed, topic string
 	var asJSON bool
 	add := &cobra.Command{
 		Use:   "add NAME --spec SPEC (--sql-file F | --producer NAME)",
@@ -272,7 +272,7 @@ func (a *app) scheduleCommand() *cobra.Command {
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			s := outbox.Schedule{Name: args[0], Spec: spec, Producer: producer, Missed: outbox.Missed(missed)}
+			s := outbox.Schedule{Name: args[0], Spec: spec, Producer: producer, Missed: outbox.Missed(missed), Topic: topic}
 			if spec == "" {
 				return usagef("--spec is required, as in --spec '0 8 * * MON Europe/Berlin'")
 			}
@@ -310,6 +310,7 @@ func (a *app) scheduleCommand() *cobra.Command {
 	add.Flags().StringVar(&sqlFile, "sql-file", "", "a SQL statement that inserts the members ($1 = run key, $2 = occurrence)")
 	add.Flags().StringVar(&producer, "producer", "", "the name of a Go producer registered with the workers")
 	add.Flags().StringVar(&missed, "missed", string(outbox.MissedLate), "occurrences missed while no worker ran: late or skip")
+	add.Flags().StringVar(&topic, "topic", "", "the topic of the runs it creates and their members (one-click unsubscribe; see the README's Unsubscribe)")
 	add.Flags().BoolVar(&asJSON, "json", false, "print the schedule as JSON")
 	list := &cobra.Command{
 		Use:   "list",
@@ -374,10 +375,11 @@ type runLine struct {
 	TemplateID string          `json:"templateId"`
 	SendAt     *time.Time      `json:"sendAt"`
 	Payload    json.RawMessage `json:"payload"`
+	Topic      string          `json:"topic"`
 }
 
 // readRunIntents reads NDJSON members: one JSON object per line with key,
-// payload and optionally kind, templateId and sendAt. Every line is checked
+// payload and optionally kind, templateId, sendAt and topic. Every line is checked
 // before anything is written; an error names the line.
 func readRunIntents(r io.Reader, source string) ([]outbox.Intent, error) {
 	var out []outbox.Intent
@@ -399,7 +401,7 @@ func readRunIntents(r io.Reader, source string) ([]outbox.Intent, error) {
 		if l.Key == "" {
 			return nil, fmt.Errorf("%s line %d: no \"key\": derive each member's key from the cause of its send", source, n)
 		}
-		in := outbox.Intent{Key: l.Key, Kind: outbox.Kind(l.Kind), TemplateID: l.TemplateID, Payload: []byte(l.Payload)}
+		in := outbox.Intent{Key: l.Key, Kind: outbox.Kind(l.Kind), TemplateID: l.TemplateID, Payload: []byte(l.Payload), Topic: l.Topic}
 		if l.SendAt != nil {
 			in.SendAt = *l.SendAt
 		}

@@ -22,8 +22,14 @@ An intent parked as suppressed goes again with sendonce retry, once its
 addresses are off the list.
 
   list [--reason R]          the list in address order
+  list --topic T             the addresses unsubscribed from topic T
   add ADDRESS...             suppresses addresses by hand (reason manual)
-  remove ADDRESS...          takes addresses off the list`
+  add ADDRESS... --topic T   unsubscribes addresses from topic T by hand
+  remove ADDRESS...          takes addresses off the list
+  remove ADDRESS... --topic T  resubscribes addresses to topic T
+
+An unsubscribe (the one-click links of intents with a topic, or --topic)
+stops only that topic's intents; a bounce or a complaint stops them all.`
 
 func (a *app) suppressionCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -33,13 +39,16 @@ func (a *app) suppressionCommand() *cobra.Command {
 		Args:  noArgs,
 	}
 	var asJSON bool
-	var reason, after, source string
+	var reason, after, source, topic string
 	var limit int
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the suppressed addresses",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if topic != "" {
+				return a.listUnsubscribes(cmd.Context(), topic, after, limit, asJSON)
+			}
 			all, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) ([]outbox.Suppression, error) {
 				return ob.Suppressions(ctx, &outbox.SuppressionParams{Reason: outbox.SuppressionReason(reason), After: after, Limit: limit})
 			})
@@ -64,6 +73,7 @@ func (a *app) suppressionCommand() *cobra.Command {
 	list.Flags().StringVar(&reason, "reason", "", "only this reason: bounced, complained, api or manual")
 	list.Flags().StringVar(&after, "after", "", "page: only addresses after this one")
 	list.Flags().IntVar(&limit, "limit", 100, "at most this many addresses (up to 10000)")
+	list.Flags().StringVar(&topic, "topic", "", "list the addresses unsubscribed from this topic instead")
 
 	addresses := func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
@@ -77,6 +87,9 @@ func (a *app) suppressionCommand() *cobra.Command {
 		Args:  addresses,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			n, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) (int, error) {
+				if topic != "" {
+					return eachAddress(ctx, args, func(addr string) (bool, error) { return ob.Unsubscribe(ctx, addr, topic, source) })
+				}
 				return ob.Suppress(ctx, args, source)
 			})
 			if err != nil {
@@ -87,12 +100,18 @@ func (a *app) suppressionCommand() *cobra.Command {
 		}),
 	}
 	add.Flags().StringVar(&source, "source", "sendonce suppression add", "who or why, stored with each address")
+	add.Flags().StringVar(&topic, "topic", "", "unsubscribe the addresses from this topic only")
 	remove := &cobra.Command{
 		Use:   "remove ADDRESS...",
 		Short: "Take addresses off the suppression list",
 		Args:  addresses,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			n, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) (int, error) {
+				if topic != "" {
+					return eachAddress(ctx, args, func(addr string) (bool, error) {
+						return ob.Resubscribe(ctx, addr, topic, "sendonce suppression remove")
+					})
+				}
 				return ob.Unsuppress(ctx, args)
 			})
 			if err != nil {
@@ -102,6 +121,44 @@ func (a *app) suppressionCommand() *cobra.Command {
 			return nil
 		}),
 	}
+	remove.Flags().StringVar(&topic, "topic", "", "resubscribe the addresses to this topic (take back their unsubscribe)")
 	cmd.AddCommand(list, add, remove)
 	return cmd
+}
+
+// eachAddress applies one change per address, counting those it changed.
+func eachAddress(ctx context.Context, addrs []string, change func(string) (bool, error)) (int, error) {
+	n := 0
+	for _, addr := range addrs {
+		ok, err := change(addr)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// listUnsubscribes prints the addresses unsubscribed from topic.
+func (a *app) listUnsubscribes(ctx context.Context, topic, after string, limit int, asJSON bool) error {
+	all, err := fromOutbox(ctx, a, "", func(ob *outbox.Outbox, ctx context.Context) ([]outbox.Unsubscription, error) {
+		return ob.Unsubscriptions(ctx, &outbox.UnsubscriptionParams{Topic: topic, After: after, Limit: limit})
+	})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if all == nil {
+			all = []outbox.Unsubscription{}
+		}
+		return printJSON(a.stdout, all)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ADDRESS\tTOPIC\tSINCE\tSOURCE")
+	for _, u := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Address, u.Topic, stamp(u.CreatedAt), u.Source)
+	}
+	return tw.Flush()
 }

@@ -17,9 +17,11 @@ import (
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/internal/base/tracing"
+	"github.com/sendonce/sendonce/internal/base/unsub"
 	"github.com/sendonce/sendonce/internal/ops/httpserver"
 	"github.com/sendonce/sendonce/internal/ops/metrics"
 	"github.com/sendonce/sendonce/internal/ops/outboxui"
+	"github.com/sendonce/sendonce/internal/ops/unsubscribe"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/webhook"
 	"github.com/sendonce/sendonce/worker"
@@ -28,6 +30,14 @@ import (
 // envWebhookSecret holds the webhook signing secret(s), comma-separated
 // while one is being rotated. There is no flag: flags show in ps.
 const envWebhookSecret = "OPENEMAIL_WEBHOOK_SECRET"
+
+// envUnsubscribeSecret signs the one-click unsubscribe tokens, and
+// envUnsubscribePrevious holds the secret(s) before it, comma-separated,
+// still accepted. There is no flag: flags show in ps.
+const (
+	envUnsubscribeSecret   = "SENDONCE_UNSUBSCRIBE_SECRET"
+	envUnsubscribePrevious = "SENDONCE_UNSUBSCRIBE_SECRET_PREVIOUS"
+)
 
 // webhookPath is where --webhook-addr's listener takes deliveries.
 const webhookPath = "/webhooks/openemail"
@@ -108,6 +118,15 @@ complained, failed, suppressed: see "sendonce show" and "list --delivery").
 A refused delivery (bad or stale signature 401, bad body 400, over 1 MiB 413)
 stores nothing. work refuses to start with --webhook-addr and no secret.
 
+--unsubscribe-url URL (https://…, the public name of --webhook-addr's
+listener) gives intents with a topic List-Unsubscribe and
+List-Unsubscribe-Post headers (RFC 8058 one-click), signed with the secret
+from SENDONCE_UNSUBSCRIBE_SECRET (only from the environment; the one before
+it stays valid while in SENDONCE_UNSUBSCRIBE_SECRET_PREVIOUS), and serves
+POST/GET /u/TOKEN on --webhook-addr. --unsubscribe-mailto ADDRESS adds a
+mailto: form. Without --unsubscribe-url an intent with a topic is parked as
+failed, never sent without the headers.
+
 Tracing (OpenTelemetry) is off unless the standard environment asks for it:
 OTEL_TRACES_EXPORTER=otlp|console (none: off), or an OTLP endpoint in
 OTEL_EXPORTER_OTLP_ENDPOINT. Each send is a span under River's job span,
@@ -160,6 +179,9 @@ type workOptions struct {
 	coalesce          int
 	coalesceWait      time.Duration
 	webhookAddr       string
+	unsubscribeURL    string
+	unsubscribeMailto string
+	unsubscribe       *worker.Unsubscribe // from unsubscribeSigner
 	partlySuppressed  string
 	retain            retention
 	retainKeys        retention
@@ -233,6 +255,9 @@ func (a *app) workCommand() *cobra.Command {
 		"an intent with some recipients on the suppression list: send (to the others) or park (as suppressed)")
 	f.StringVar(&o.webhookAddr, "webhook-addr", "",
 		"listen address for the API's delivery webhooks (POST "+webhookPath+"; secret from "+envWebhookSecret+"); empty disables")
+	f.StringVar(&o.unsubscribeURL, "unsubscribe-url", "",
+		"public https base URL of --webhook-addr's listener for one-click unsubscribe links (URL/u/TOKEN; secret from "+envUnsubscribeSecret+"); empty: intents with a topic are parked")
+	f.StringVar(&o.unsubscribeMailto, "unsubscribe-mailto", "", "an address to add as a mailto: form of List-Unsubscribe (sendonce does not read it)")
 	o.retainKeys = retention(worker.DefaultRetainKeys)
 	f.Var(&o.retain, "retain", "delete settled intents settled longer ago than this, e.g. 30d (see sendonce prune); 0: keep for ever")
 	f.Var(&o.retainKeys, "retain-keys", "with --retain, keep pruned intents' key tombstones this long (0: for ever)")
@@ -268,6 +293,8 @@ func (a *app) workCommand() *cobra.Command {
 		"ui-actions":          "SENDONCE_UI_ACTIONS",
 		"webhook-addr":        "SENDONCE_WEBHOOK_ADDR",
 		"partly-suppressed":   "SENDONCE_PARTLY_SUPPRESSED",
+		"unsubscribe-url":     "SENDONCE_UNSUBSCRIBE_URL",
+		"unsubscribe-mailto":  "SENDONCE_UNSUBSCRIBE_MAILTO",
 	} {
 		bindEnv(f, flag, env)
 	}
@@ -362,6 +389,10 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 			return usagef("--webhook-addr %s needs the signing secret in %s (comma-separated to rotate)", o.webhookAddr, envWebhookSecret)
 		}
 	}
+	signer, err := a.unsubscribeSigner(o)
+	if err != nil {
+		return err
+	}
 	c, err := a.apiClient(o, m)
 	if err != nil {
 		return err
@@ -400,7 +431,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	if err != nil {
 		return err
 	}
-	hookSrv, err := serveWebhooks(o, pool, secrets, log)
+	hookSrv, err := serveWebhooks(o, pool, secrets, ob, signer, m, log)
 	if err != nil {
 		opsSrv.close()
 		return err
@@ -507,6 +538,7 @@ func (o *workOptions) workerConfig(c *client.Client, m *metrics.Metrics, log *sl
 			Observer:      m,
 
 			PartlySuppressed: worker.PartlySuppressed(o.partlySuppressed),
+			Unsubscribe:      o.unsubscribe,
 		},
 		Logger: log,
 	}
@@ -601,7 +633,8 @@ func (a *app) serveOps(ctx context.Context, o *workOptions, w *worker.Worker, ob
 
 // serveWebhooks serves the API's delivery webhooks on --webhook-addr (nil
 // when it is empty).
-func serveWebhooks(o *workOptions, pool *pgxpool.Pool, secrets []string, log *slog.Logger) (*listener, error) {
+func serveWebhooks(o *workOptions, pool *pgxpool.Pool, secrets []string, ob *outbox.Outbox, signer *unsub.Signer,
+	m *metrics.Metrics, log *slog.Logger) (*listener, error) {
 	if o.webhookAddr == "" {
 		return nil, nil
 	}
@@ -611,6 +644,15 @@ func serveWebhooks(o *workOptions, pool *pgxpool.Pool, secrets []string, log *sl
 	}
 	mux := http.NewServeMux()
 	mux.Handle(webhookPath, h)
+	if signer != nil {
+		// The one-click unsubscribe endpoint, with the webhook receiver's
+		// limits: 1 MiB of body, the server's timeouts below.
+		u, err := unsubscribe.New(ob, signer, log, m.Registry)
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle(unsubscribe.Pattern, u)
+	}
 	ln, err := net.Listen("tcp", o.webhookAddr)
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on --webhook-addr: %w", err)
@@ -671,6 +713,27 @@ func ready(ctx context.Context, pool *pgxpool.Pool, dsn string) error {
 		return errors.New("database unreachable: " + errorLine(err, dsnSecrets(dsn)...))
 	}
 	return nil
+}
+
+// unsubscribeSigner is the signer of the unsubscribe tokens (nil without
+// --unsubscribe-url). Its errors name the variables, never a value.
+func (a *app) unsubscribeSigner(o *workOptions) (*unsub.Signer, error) {
+	if o.unsubscribeURL == "" {
+		return nil, nil
+	}
+	secret := a.getenv(envUnsubscribeSecret)
+	if secret == "" {
+		return nil, usagef("--unsubscribe-url needs the signing secret in %s", envUnsubscribeSecret)
+	}
+	if o.webhookAddr == "" {
+		return nil, usagef("--unsubscribe-url needs --webhook-addr, the public listener that serves %s", unsubscribe.Pattern)
+	}
+	s, err := unsub.New(o.unsubscribeURL, o.unsubscribeMailto, secret, webhookSecrets(a.getenv(envUnsubscribePrevious))...)
+	if err != nil {
+		return nil, usagef("%v (secret from %s, previous from %s)", err, envUnsubscribeSecret, envUnsubscribePrevious)
+	}
+	o.unsubscribe = &worker.Unsubscribe{URL: o.unsubscribeURL, Mailto: o.unsubscribeMailto, Secret: secret}
+	return s, nil
 }
 
 // webhookSecrets splits the secret variable at commas, dropping blanks.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/base/suppress"
+	"github.com/sendonce/sendonce/internal/base/unsub"
 )
 
 // BatchKeyPrefix starts the idempotency key of every coalesced batch.
@@ -26,6 +27,10 @@ const BatchKeyPrefix = "sendonce-batch:"
 type Batcher struct {
 	Pool  *pgxpool.Pool
 	River *river.Client[pgx.Tx]
+	// Unsubscribe signs the List-Unsubscribe headers of members with a
+	// topic, frozen into the batch's body and onto each member's row; nil:
+	// an intent with a topic does not join a batch (its own job parks it).
+	Unsubscribe *unsub.Signer
 }
 
 // Freeze binds the intents of the given jobs into one batch on queue, of
@@ -86,13 +91,17 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 	for i, r := range reqs {
 		keys[i], jobIDs[i] = r.Key, r.JobID
 	}
-	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.job_id, o.payload::text FROM sendonce_outbox o
+	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.job_id, o.payload::text, coalesce(o.topic, ''), o.list_unsubscribe::text
+		FROM sendonce_outbox o
 		WHERE o.idempotency_key = ANY($1)
 			AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
 			AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
 			AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
-			AND NOT ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) AND sendonce_suppressed(o.kind, o.payload) IS NOT NULL)
-		ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run)
+			AND NOT (((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe))))
+				AND sendonce_suppressed(o.kind, o.payload, o.topic) IS NOT NULL)
+			AND (o.topic IS NULL OR $4)
+		ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run, b.Unsubscribe != nil)
 	if err != nil {
 		return "", nil, err
 	}
@@ -101,9 +110,13 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 	for rows.Next() {
 		var m member
 		var jobID int64
-		if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload); err != nil {
+		var frozen *string
+		if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload, &m.topic, &frozen); err != nil {
 			rows.Close()
 			return "", nil, err
+		}
+		if frozen != nil {
+			m.headers = *frozen
 		}
 		ms, joined = append(ms, m), append(joined, jobID)
 	}
@@ -114,6 +127,11 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 	if len(ms) < 2 {
 		return "", nil, nil
 	}
+	for i := range ms {
+		if err := b.withHeaders(ctx, tx, &ms[i]); err != nil {
+			return "", nil, err
+		}
+	}
 	key, err := insertBatch(ctx, tx, b.River, queue, run, ms)
 	if err != nil {
 		return "", nil, err
@@ -121,10 +139,36 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 	return key, joined, nil
 }
 
-// member is an intent joining a batch: its row, key and payload as JSON.
+// member is an intent joining a batch: its row, key and payload as JSON,
+// its topic and its frozen List-Unsubscribe headers ("" when none).
 type member struct {
-	id           int64
-	key, payload string
+	id                           int64
+	key, payload, topic, headers string
+}
+
+// withHeaders freezes a member's List-Unsubscribe headers on its row (once:
+// they are kept if it had them) and puts them into its payload for the
+// batch's body, which is frozen in the same transaction.
+func (b *Batcher) withHeaders(ctx context.Context, tx pgx.Tx, m *member) error {
+	if m.topic == "" {
+		return nil
+	}
+	if m.headers == "" {
+		h, err := b.Unsubscribe.Freeze("email", json.RawMessage(m.payload), m.topic, nil)
+		if err != nil {
+			return err
+		}
+		m.headers = string(h)
+		if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET list_unsubscribe = $2::jsonb WHERE id = $1`, m.id, m.headers); err != nil {
+			return err
+		}
+	}
+	p, err := unsub.Attach("email", json.RawMessage(m.payload), json.RawMessage(m.headers))
+	if err != nil {
+		return err
+	}
+	m.payload = string(p)
+	return nil
 }
 
 // insertBatch writes a frozen batch of the members, in order (its body is
@@ -247,7 +291,8 @@ func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts Ba
 		var id int64
 		var lookup bool
 		// Lock the batch first, as the claim would (and CancelRun does).
-		err := tx.QueryRow(ctx, `SELECT b.id, b.first_attempt_at IS NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+		err := tx.QueryRow(ctx, `SELECT b.id, b.first_attempt_at IS NULL AND ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+				OR (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
 			FROM sendonce_batch b
 			WHERE b.idempotency_key = $1 AND b.job_id = $2 AND (b.state IN ('pending', 'sending')) IS TRUE
 				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
@@ -343,7 +388,7 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 	}
 	// The members are locked after their batch, in the order of ids.
 	rows, err := tx.Query(ctx, `SELECT o.idempotency_key, o.job_id, s.addrs
-		FROM sendonce_outbox o CROSS JOIN LATERAL sendonce_suppressed(o.kind, o.payload) AS s(addrs)
+		FROM sendonce_outbox o CROSS JOIN LATERAL sendonce_suppressed(o.kind, o.payload, o.topic) AS s(addrs)
 		WHERE o.idempotency_key = ANY($1) AND o.batch_key = $2 AND (o.state IN ('pending', 'sending')) IS TRUE
 			AND s.addrs IS NOT NULL
 		ORDER BY o.id FOR UPDATE OF o`, keys, req.Key)

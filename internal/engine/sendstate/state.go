@@ -57,13 +57,13 @@ func claimSet(alias, was string) string {
 // and the trace context its span links to.
 const claimColumns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), state, attempts,
 	uncertain, snoozes, coalesce(api_key_fingerprint, ''), job_id, first_attempt_at, suppressed_recipients,
-	coalesce(traceparent, ''), coalesce(tracestate, '')`
+	coalesce(traceparent, ''), coalesce(tracestate, ''), coalesce(topic, ''), list_unsubscribe`
 
 func scanClaimed(row pgx.Row, extra ...any) (*outbox.Record, error) {
 	r := &outbox.Record{}
 	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.State, &r.Attempts,
 		&r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.JobID, &r.FirstAttemptAt, &r.SuppressedRecipients,
-		&r.TraceParent, &r.TraceState}
+		&r.TraceParent, &r.TraceState, &r.Topic, &r.ListUnsubscribe}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
@@ -128,7 +128,9 @@ type Claimed struct {
 // The first claim of an intent (no first attempt yet) looks its recipients
 // up on the suppression list and stores what it finds (NULL: none) with
 // the claim, so that every attempt sends the same body; with the list empty
-// that is one lookup per statement, not per row.
+// that is one lookup per statement, not per row. An intent with a topic is
+// looked up on the unsubscribes of its topic too (sendonce_suppressed with
+// a topic): an address unsubscribed from it is suppressed for it alone.
 //
 // The state is checked on the row the key found, never used to find rows:
 // `(state IN (…)) IS TRUE` means the same as the bare IN, but no index can
@@ -152,7 +154,9 @@ func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOption
 		SET `+claimSet("o", "o.state")+`,
 			suppressed_recipients = CASE
 				WHEN o.first_attempt_at IS NOT NULL THEN o.suppressed_recipients
-				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression)) THEN sendonce_suppressed(o.kind, o.payload) END,
+				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
+					THEN sendonce_suppressed(o.kind, o.payload, o.topic) END,
 			updated_at = now()
 		FROM unnest($1::text[], $2::bigint[]) AS r(req_key, req_job_id)
 		WHERE o.idempotency_key = r.req_key AND o.job_id = r.req_job_id AND (o.state IN ('pending', 'sending')) IS TRUE
@@ -364,7 +368,7 @@ func update(ctx context.Context, db DB, op, sql string, args ...any) error {
 
 // MarkSuppressed parks an intent whose send must not go out because of the
 // suppression list, with the reason, followed by the suppressed addresses
-// and why each is on the list. No attempt reached the API (the first
+// and why each is on the list (its reason, or "unsubscribed from topic T"). No attempt reached the API (the first
 // claim decided it), so the claim is undone: no attempts, no first attempt,
 // nothing uncertain; a retry after the address is taken off the list looks
 // the recipients up again. Only the intent's own job may, and
@@ -372,8 +376,12 @@ func update(ctx context.Context, db DB, op, sql string, args ...any) error {
 func MarkSuppressed(ctx context.Context, db DB, o Outcome) error {
 	return update(ctx, db, "mark suppressed", `UPDATE sendonce_outbox o
 		SET state = 'suppressed', attempts = 0,
-			last_error = $3 || coalesce(': ' || (SELECT string_agg(s.address || ' (' || s.reason || ')', ', ' ORDER BY s.address)
-				FROM sendonce_suppression s WHERE s.address = ANY(suppressed_recipients)), ''), first_attempt_at = NULL, uncertain = false,
+			last_error = $3 || coalesce(': ' || (SELECT string_agg(x.address || ' (' || x.why || ')', ', ' ORDER BY x.address)
+				FROM (SELECT s.address, s.reason AS why FROM sendonce_suppression s WHERE s.address = ANY(o.suppressed_recipients)
+					UNION ALL
+					SELECT u.address, 'unsubscribed from topic ' || u.topic FROM sendonce_unsubscribe u
+					WHERE u.address = ANY(o.suppressed_recipients) AND u.topic = o.topic
+						AND NOT EXISTS (SELECT 1 FROM sendonce_suppression s WHERE s.address = u.address)) x), ''), first_attempt_at = NULL, uncertain = false,
 			api_key_fingerprint = NULL, updated_at = now()
 		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("o", "$4::int4"),
 		o.Key, o.JobID, o.Reason, o.Owner)

@@ -31,6 +31,8 @@ type overviewData struct {
 	Budgets  []budgetRow
 	Runs     []runRow
 	Failures []failureGroup
+	// Unsubscribes are the unsubscribes per topic (one-click and by hand).
+	Unsubscribes []outbox.TopicUnsubscribes
 }
 
 type count struct {
@@ -115,6 +117,9 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 		return nil, err
 	}
 	if d.Workers, err = h.workers(ctx); err != nil {
+		return nil, err
+	}
+	if d.Unsubscribes, err = h.ob.UnsubscribesByTopic(ctx); err != nil {
 		return nil, err
 	}
 	return d, nil

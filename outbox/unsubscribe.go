@@ -1,0 +1,159 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sendonce/sendonce/internal/base/suppress"
+)
+
+// Unsubscription is an address unsubscribed from one topic: no intent of
+// that topic goes to it, every other intent still does (a bounce or a
+// complaint, on the suppression list, stops them all).
+type Unsubscription struct {
+	Address string `json:"address"`
+	Topic   string `json:"topic"`
+	// Source says where it came from: one-click (a mailbox provider's
+	// RFC 8058 POST), page (the confirmation page's button), or what
+	// Unsubscribe was given.
+	Source    string    `json:"source"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// The sources of an unsubscribe made by the endpoint.
+const (
+	UnsubscribeOneClick = "one-click"
+	UnsubscribePage     = "page"
+)
+
+func unsubscribeArgs(address, topic string) (string, error) {
+	n := suppress.Address(address)
+	if n == "" {
+		return "", invalid("address", fmt.Sprintf("%q %s", shorten(address), suppress.Why(address)))
+	}
+	if topic == "" {
+		return "", invalid("topic", "needs a topic (a topic-less address is suppressed with Suppress)")
+	}
+	if err := ValidateTopic(topic); err != nil {
+		return "", err
+	}
+	return n, nil
+}
+
+// Unsubscribe unsubscribes address from topic, with source saying from
+// where, and records the change as an event (sendonce_unsubscribe_event).
+// It is idempotent: added is false, and nothing is recorded, when the
+// address was unsubscribed already. An intent of the topic first claimed
+// after it commits is parked as suppressed, with no API call.
+func (o *Outbox) Unsubscribe(ctx context.Context, address, topic, source string) (added bool, err error) {
+	n, err := unsubscribeArgs(address, topic)
+	if err != nil {
+		return false, err
+	}
+	err = o.pool.QueryRow(ctx, `WITH i AS (
+			INSERT INTO sendonce_unsubscribe (address, topic, source) VALUES ($1, $2, $3)
+			ON CONFLICT (address, topic) DO NOTHING RETURNING address),
+		e AS (
+			INSERT INTO sendonce_unsubscribe_event (address, topic, action, source)
+			SELECT $1, $2, 'unsubscribed', $3 FROM i RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM e)`, n, topic, source).Scan(&added)
+	if err != nil {
+		return false, fmt.Errorf("outbox: unsubscribe from %q: %w", topic, err)
+	}
+	return added, nil
+}
+
+// Resubscribe takes address's unsubscribe from topic back (an event too),
+// and reports whether there was one. Intents already parked as suppressed
+// stay so until retried (Retry).
+func (o *Outbox) Resubscribe(ctx context.Context, address, topic, source string) (removed bool, err error) {
+	n, err := unsubscribeArgs(address, topic)
+	if err != nil {
+		return false, err
+	}
+	err = o.pool.QueryRow(ctx, `WITH d AS (
+			DELETE FROM sendonce_unsubscribe WHERE address = $1 AND topic = $2 RETURNING address),
+		e AS (
+			INSERT INTO sendonce_unsubscribe_event (address, topic, action, source)
+			SELECT $1, $2, 'resubscribed', $3 FROM d RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM e)`, n, topic, source).Scan(&removed)
+	if err != nil {
+		return false, fmt.Errorf("outbox: resubscribe to %q: %w", topic, err)
+	}
+	return removed, nil
+}
+
+// UnsubscriptionParams filter and page Unsubscriptions.
+type UnsubscriptionParams struct {
+	// Topic keeps only this topic's; empty keeps all.
+	Topic string
+	// After pages: only entries that sort after this address (in Topic,
+	// or in the topic order when Topic is empty: "topic\x00address").
+	After string
+	// Limit caps the result (default 100, at most 10,000).
+	Limit int
+}
+
+// Unsubscriptions lists the unsubscribes in topic and address order; nil
+// p lists the first 100.
+func (o *Outbox) Unsubscriptions(ctx context.Context, params *UnsubscriptionParams) ([]Unsubscription, error) {
+	var p UnsubscriptionParams
+	if params != nil {
+		p = *params
+	}
+	if err := ValidateTopic(p.Topic); err != nil {
+		return nil, err
+	}
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	p.Limit = min(p.Limit, 10_000)
+	rows, err := o.pool.Query(ctx, `SELECT address, topic, source, created_at FROM sendonce_unsubscribe
+		WHERE ($1 = '' OR topic = $1) AND CASE WHEN $1 = '' THEN topic || chr(0) || address ELSE address END > $2
+		ORDER BY topic, address LIMIT $3`, p.Topic, p.After, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: unsubscriptions: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unsubscription, error) {
+		var u Unsubscription
+		err := r.Scan(&u.Address, &u.Topic, &u.Source, &u.CreatedAt)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: unsubscriptions: %w", err)
+	}
+	return list, nil
+}
+
+// TopicUnsubscribes is one topic's unsubscribes: how many addresses are
+// unsubscribed now, and how many unsubscribed in the last day.
+type TopicUnsubscribes struct {
+	Topic   string `json:"topic"`
+	Now     int64  `json:"now"`
+	LastDay int64  `json:"lastDay"`
+}
+
+// UnsubscribesByTopic counts the unsubscribes of each topic, by topic.
+func (o *Outbox) UnsubscribesByTopic(ctx context.Context) ([]TopicUnsubscribes, error) {
+	rows, err := o.pool.Query(ctx, `SELECT topic, sum(n)::int8, sum(d)::int8 FROM (
+			SELECT topic, 1 AS n, 0 AS d FROM sendonce_unsubscribe
+			UNION ALL
+			SELECT topic, 0, 1 FROM sendonce_unsubscribe_event
+			WHERE action = 'unsubscribed' AND created_at > now() - interval '1 day') x
+		GROUP BY topic ORDER BY topic`)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: unsubscribes by topic: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TopicUnsubscribes, error) {
+		var t TopicUnsubscribes
+		err := r.Scan(&t.Topic, &t.Now, &t.LastDay)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: unsubscribes by topic: %w", err)
+	}
+	return out, nil
+}

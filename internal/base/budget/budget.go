@@ -320,13 +320,10 @@ func (b *Budget) checkCeiling(fleet float64) {
 // the whole fleet (a Refused that was a fleet signal, or an answer that
 // says so itself): the rate is lowered, the fleet pauses for retryAfter
 // (at most MaxPause; it probes for the rest), and this worker's leased
-// tokens are dropped.
+// tokens are dropped. A quota's 429 (an Answer with a Quota) is not
+// Throttle's: Answered has paused the fleet until the quota resets, and
+// the rate stays.
 func (b *Budget) Throttle(ctx context.Context, retryAfter time.Duration) error {
-	if b.store.quota.quotaHit.Swap(false) {
-		// The 429 was the quota's (Answered paused the fleet until it
-		// resets): no evidence about the rate, which stays.
-		return nil
-	}
 	b.dropTokens()
 	bk, err := b.store.throttle(ctx, retryAfter, b.maxPause)
 	if err != nil {
@@ -343,17 +340,13 @@ func (b *Budget) Throttle(ctx context.Context, retryAfter time.Duration) error {
 // does what Throttle does and reports fleet true; the send then waits for
 // the budget. Otherwise the 429 is the intent's own trouble: nothing
 // changes for the fleet, and retryAfter is for the caller to honour for
-// that intent alone.
+// that intent alone. A quota's 429 (an Answer with a Quota) is not
+// Refused's either: the caller waits for the budget, which Answered has
+// paused until the quota resets.
 func (b *Budget) Refused(ctx context.Context, retryAfter time.Duration, leasedAt time.Time) (fleet bool, err error) {
 	age := time.Duration(-1)
 	if !leasedAt.IsZero() {
 		age = time.Since(leasedAt)
-	}
-	if b.store.quota.quotaHit.Swap(false) {
-		// The quota's 429 (Answered paused the fleet until it resets): the
-		// send waits for the budget, and the rate stays.
-		b.dropTokens()
-		return true, nil
 	}
 	signal, bk, err := b.store.refused(ctx, retryAfter, age, b.maxPause)
 	if err != nil || !signal {

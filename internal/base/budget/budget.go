@@ -39,8 +39,11 @@ import (
 
 const (
 	// leaseShare bounds a lease to this much of the rate, so tokens a
-	// worker holds (and loses, should it die) are a sliver of the budget.
-	leaseShare = 100 * time.Millisecond
+	// worker holds (and loses, should it die) are a sliver of the budget;
+	// leaseShareKnown where the rate is configured (see
+	// reserveAheadKnown), and never more than the sends waiting.
+	leaseShare      = 100 * time.Millisecond
+	leaseShareKnown = reserveAheadKnown
 	// tokenTTL drops leased tokens no send took in time: they would
 	// otherwise be spent later as a burst.
 	tokenTTL = time.Second
@@ -93,8 +96,9 @@ type Budget struct {
 	mu             sync.Mutex
 	own            pace // this worker's sends at its own configured rate
 	tokens         int
-	leasedAt       time.Time // when the lease of tokens began
-	readyAt        time.Time // when tokens are due
+	leasedAt       time.Time     // when the lease of tokens began
+	readyAt        time.Time     // when the next token is due
+	every          time.Duration // between two tokens of one lease: the rate's spacing
 	rate           float64
 	probing        bool          // the last lease found the fleet probing
 	mismatchLogged bool          // a fleet's rate other than this worker's was logged
@@ -243,6 +247,7 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token,
 				continue
 			}
 			b.tokens--
+			b.readyAt = b.readyAt.Add(b.every) // the lease's next token
 			b.own.take()
 			return Token{OK: true, LeasedAt: b.leasedAt}, nil
 		}
@@ -274,7 +279,11 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 	}
 	for {
 		start := time.Now()
-		want := max(1, min(b.waiting, int(b.rate*leaseShare.Seconds()), b.own.available(start)))
+		share := leaseShare
+		if b.ceiling > 0 && !b.probing {
+			share = leaseShareKnown
+		}
+		want := max(1, min(b.waiting, int(b.rate*share.Seconds()), b.own.available(start)))
 		b.mu.Unlock()
 		granted, next, bk, err := b.store.lease(ctx, want, b.ceiling, b.maxPause)
 		b.mu.Lock()
@@ -285,7 +294,14 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 		b.rate, b.probing = bk.rate, bk.probeFor > 0 && bk.pausedFor == 0
 		b.checkCeiling(bk.ceiling)
 		if granted > 0 {
-			b.tokens, b.leasedAt, b.readyAt = granted, start, now.Add(next)
+			// next is when the last token is due; the others go before
+			// it, at the rate's spacing, not as one burst at the end.
+			b.every = 0
+			if b.rate > 0 {
+				b.every = time.Duration(float64(time.Second) / b.rate)
+			}
+			first := now.Add(max(0, next-time.Duration(granted-1)*b.every))
+			b.tokens, b.leasedAt, b.readyAt = granted, start, first
 			return 0, nil
 		}
 		if now.Add(next).After(deadline) {

@@ -260,7 +260,9 @@ func (a *attempt) suppress(ctx context.Context) (parked bool, err error) {
 // is this intent's own trouble (issue 23: two intents the API kept
 // refusing slowed a thousand others 22×): the loop ends and failed backs
 // the intent off on its own, outside its River slot. So does a 429 of an
-// intent that met one before, which the fleet is not told of at all.
+// intent that met one before, which the fleet is not told of at all. A
+// quota's 429 is the fleet's whoever met it: the send waits for the
+// budget, held until the quota resets.
 func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResult, error)) (sendResult, error) {
 	w := a.w
 	call = a.answering(ctx, call) // the budget hears every answer: rate headers, quotas
@@ -269,17 +271,23 @@ func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResul
 		var apiErr *client.APIError
 		errors.As(err, &apiErr)
 		w.cfg.Observer.Observe(Outcome{Kind: a.rec.Kind, Result: ResultRateLimited})
-		repeat := a.rateLimited > 0
-		a.rateLimited++
-		if repeat {
-			break
-		}
-		fleet, terr := w.budget.Refused(ctx, apiErr.RetryAfter, a.leasedAt)
-		if terr != nil {
-			a.log.Warn("cannot tell the fleet of a 429", "error", terr)
-		}
-		if !fleet {
-			break
+		// A quota's 429 (the answer says so) is the fleet's, whoever met
+		// it: answering has told the budget, which holds the fleet until
+		// the quota resets. It is not the intent's 429 in a row, and the
+		// budget hears no Refused of it (a rate 429's evidence).
+		if answerOf(res, err).Quota == "" {
+			repeat := a.rateLimited > 0
+			a.rateLimited++
+			if repeat {
+				break
+			}
+			fleet, terr := w.budget.Refused(ctx, apiErr.RetryAfter, a.leasedAt)
+			if terr != nil {
+				a.log.Warn("cannot tell the fleet of a 429", "error", terr)
+			}
+			if !fleet {
+				break
+			}
 		}
 		a.fleetSignal = true
 		t, werr := w.budget.Acquire(sendCtx, w.budgetWaitBound(sendCtx), a.bulk)

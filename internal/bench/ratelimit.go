@@ -43,6 +43,7 @@ type RateLimited struct {
 	limit       int // the fake's limit, requests per second per key
 	cells       []*rateCell
 	riverDB     *Figure  // the River baseline's database CPU per job, µs
+	riverWAL    *Figure  // the River baseline's WAL per job, bytes
 	extra       []string // more `sendonce work` flags for every worker
 	ran         bool
 	built       bool
@@ -58,6 +59,7 @@ type rateCell struct {
 
 	requests, refused, span, failed, duplicates *Figure
 	dbPerIntent, dbPerSecond                    *Figure // database CPU, µs
+	walPerIntent                                *Figure // WAL written, bytes
 	cpuDB, cpuWorkers                           Samples // µs per intent
 }
 
@@ -65,7 +67,8 @@ type rateCell struct {
 // 3,000. binary is the sendonce binary to run; empty builds ./cmd/sendonce.
 func NewRateLimited(quick bool, binary string) *RateLimited {
 	s := &RateLimited{Binary: binary, n: 3_000, workers: 3, concurrency: 10, limit: 20,
-		riverDB: &Figure{Name: "River + limiter DB CPU/job", Unit: Micros}}
+		riverDB:  &Figure{Name: "River + limiter DB CPU/job", Unit: Micros},
+		riverWAL: &Figure{Name: "River + limiter WAL/job", Unit: Bytes}}
 	if quick {
 		s.n = 600
 	}
@@ -88,8 +91,9 @@ func NewRateLimited(quick bool, binary string) *RateLimited {
 			duplicates: &Figure{Name: "duplicates", Unit: Count},
 			// Issue 23: 5.5 ms per intent when three workers polled the
 			// budget's row while they waited.
-			dbPerIntent: &Figure{Name: "DB CPU/intent", Unit: Micros},
-			dbPerSecond: &Figure{Name: "DB CPU/s", Unit: Micros},
+			dbPerIntent:  &Figure{Name: "DB CPU/intent", Unit: Micros},
+			dbPerSecond:  &Figure{Name: "DB CPU/s", Unit: Micros},
+			walPerIntent: &Figure{Name: "WAL/intent", Unit: Bytes},
 		}
 		checks := []func(*Row) bool{RatioAtLeast(c.budget), cell.refused.AtMost(c.share), cell.failed.AtMost(0),
 			atMostWhenRead(cell.dbPerIntent, 1000)}
@@ -104,7 +108,7 @@ func NewRateLimited(quick bool, binary string) *RateLimited {
 			Baseline:     fmt.Sprintf("budget (%d × span + %d)", s.limit, s.limit),
 			BaselineUnit: Count,
 			RatioUnit:    Percent,
-			Also:         []*Figure{cell.requests, cell.refused, cell.span, cell.failed, cell.duplicates, cell.dbPerIntent, cell.dbPerSecond, s.riverDB},
+			Also:         []*Figure{cell.requests, cell.refused, cell.span, cell.failed, cell.duplicates, cell.dbPerIntent, cell.dbPerSecond, cell.walPerIntent, s.riverDB, s.riverWAL},
 			Goal:         Goal{Text: c.goal, Check: All(checks...)},
 		}
 		s.cells = append(s.cells, cell)
@@ -147,7 +151,7 @@ func (s *RateLimited) Run(ctx context.Context, env *Env) error {
 	}
 	// What is irreducible: the same work as plain River jobs paced in
 	// memory. A failure leaves the figure out, not the rows.
-	us, err := s.riverBaseline(ctx, env)
+	us, wal, err := s.riverBaseline(ctx, env)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -155,11 +159,12 @@ func (s *RateLimited) Run(ctx context.Context, env *Env) error {
 		env.Logf("ratelimit river baseline: %v", err)
 		return nil
 	}
-	env.Logf("ratelimit river baseline: %s jobs, %d River clients of %d, one in-memory limiter at %d/s: database CPU per job %s",
-		Thousands(float64(s.n)), s.workers, s.concurrency, s.limit, Micros.Format(us))
+	env.Logf("ratelimit river baseline: %s jobs, %d River clients of %d, one in-memory limiter at %d/s: database CPU per job %s, WAL per job %s",
+		Thousands(float64(s.n)), s.workers, s.concurrency, s.limit, Micros.Format(us), Bytes.Format(wal))
 	if us > 0 {
 		s.riverDB.Value.Add(us)
 	}
+	s.riverWAL.Value.Add(wal)
 	return nil
 }
 
@@ -215,6 +220,10 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 	}
 
 	pgss := env.resetStatements(ctx)
+	wal0, err := env.ReadWAL(ctx)
+	if err != nil {
+		return err
+	}
 	cpu0, t0 := env.ReadCPU(), time.Now()
 	fleet := make([]*workProc, s.workers)
 	defer func() {
@@ -234,6 +243,10 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 	// end with them, and an ended backend's time can no longer be read.
 	cpu := env.ReadCPU().Sub(cpu0)
 	elapsed := time.Since(t0)
+	wal, err := env.WALSince(ctx, wal0)
+	if err != nil {
+		return err
+	}
 	if pgss {
 		env.Logf("ratelimit %s: per intent, %s", c.name, env.topStatements(ctx, 25, float64(s.n)))
 	}
@@ -266,10 +279,11 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 		return err
 	}
 
-	env.Logf("ratelimit %s: %s intents in %s: %d requests, %d refused with 429 (%.1f%%), span %.1f s, budget used %.1f%% (%d accepted of %.0f), failed %d, duplicates %d; CPU per intent: database %s, workers %s",
+	env.Logf("ratelimit %s: %s intents in %s: %d requests, %d refused with 429 (%.1f%%), span %.1f s, budget used %.1f%% (%d accepted of %.0f), failed %d, duplicates %d; CPU per intent: database %s, workers %s; WAL per intent %s",
 		c.name, Thousands(float64(s.n)), elapsed.Round(time.Millisecond), len(reqs), refused, 100*share, span,
 		100*float64(accepted)/budget, accepted, budget, failed, led.duplicates,
-		(cpu.DB / time.Duration(s.n)).Round(time.Microsecond), (workersCPU / time.Duration(s.n)).Round(time.Microsecond))
+		(cpu.DB / time.Duration(s.n)).Round(time.Microsecond), (workersCPU / time.Duration(s.n)).Round(time.Microsecond),
+		Bytes.Format(float64(wal)/float64(s.n)))
 	env.Logf("ratelimit %s: per 10 s from the first request, accepted/refused: %s", c.name, paceTrace(reqs, first, 10*time.Second))
 	env.Logf("ratelimit %s: the fleet's budget every %s (rate/s, 0 before the first lease; 429s that cut it so far): %s",
 		c.name, rateSampleEvery, strings.Join(rates, " "))
@@ -288,6 +302,7 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 		c.dbPerIntent.Value.Add(float64(cpu.DB.Microseconds()) / float64(s.n))
 		c.dbPerSecond.Value.Add(float64(cpu.DB.Microseconds()) / elapsed.Seconds())
 	}
+	c.walPerIntent.Value.Add(float64(wal) / float64(s.n))
 	c.cpuWorkers.Add(float64(workersCPU.Microseconds()) / float64(s.n))
 	if !c.row.Goal.Check(c.row) {
 		s.keepLogs(env, c, fleet)

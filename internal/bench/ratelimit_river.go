@@ -66,34 +66,34 @@ func (w *pacedSendWorker) Work(ctx context.Context, job *river.Job[SendArgs]) er
 // s.concurrency (each its own pool, the worker's FetchCooldown) whose
 // jobs call the same client through one in-memory limiter at s.limit a
 // second, against the same fake API. It returns the database's CPU per
-// job, in µs.
+// job, in µs, and the WAL written per job, in bytes.
 //
 // It is long because it is the baseline's setup, run and measurement in the
 // order they happen, which reads best top to bottom.
-func (s *RateLimited) riverBaseline(ctx context.Context, env *Env) (float64, error) {
+func (s *RateLimited) riverBaseline(ctx context.Context, env *Env) (dbMicros, walBytes float64, err error) {
 	if err := env.Reset(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	srv := fakeapi.New(fakeapi.Config{APIKeys: []string{APIKey}, Rate: []fakeapi.RateLimit{{Count: s.limit, Per: time.Second}}})
 	url, err := srv.Start("127.0.0.1:0")
 	if err != nil {
 		srv.Close()
-		return 0, fmt.Errorf("bench: river baseline: start fake API: %w", err)
+		return 0, 0, fmt.Errorf("bench: river baseline: start fake API: %w", err)
 	}
 	defer srv.Close()
 	c, err := client.New(client.WithAPIKey(APIKey), client.WithBaseURL(url))
 	if err != nil {
-		return 0, fmt.Errorf("bench: river baseline: client: %w", err)
+		return 0, 0, fmt.Errorf("bench: river baseline: client: %w", err)
 	}
 	jobs := make([]river.InsertManyParams, s.n)
 	for i := range jobs {
 		jobs[i] = river.InsertManyParams{Args: SendArgs{Key: "rate-river:" + strconv.Itoa(i), To: Recipient(i), Order: i}}
 	}
 	if err := insertJobs(ctx, env.Admin, jobs); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := env.Checkpoint(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	limiter := &paceLimiter{interval: time.Second / time.Duration(s.limit)}
 	workers := river.NewWorkers()
@@ -107,11 +107,15 @@ func (s *RateLimited) riverBaseline(ctx context.Context, env *Env) (float64, err
 			cancel()
 		}
 	}()
+	wal0, err := env.ReadWAL(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
 	cpu0 := env.ReadCPU()
 	for range s.workers {
 		pool, err := env.NewPool(ctx, env.PoolConns)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		defer pool.Close()
 		rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -121,7 +125,7 @@ func (s *RateLimited) riverBaseline(ctx context.Context, env *Env) (float64, err
 			Logger:        discard,
 		})
 		if err != nil {
-			return 0, fmt.Errorf("bench: river baseline: river client: %w", err)
+			return 0, 0, fmt.Errorf("bench: river baseline: river client: %w", err)
 		}
 		events, unsubscribe := rc.SubscribeConfig(&river.SubscribeConfig{ChanSize: s.n + 1000, Kinds: finishedKinds})
 		defer unsubscribe()
@@ -131,7 +135,7 @@ func (s *RateLimited) riverBaseline(ctx context.Context, env *Env) (float64, err
 			}
 		}()
 		if err := rc.Start(ctx); err != nil {
-			return 0, fmt.Errorf("bench: river baseline: start: %w", err)
+			return 0, 0, fmt.Errorf("bench: river baseline: start: %w", err)
 		}
 		clients = append(clients, rc)
 	}
@@ -143,14 +147,18 @@ func (s *RateLimited) riverBaseline(ctx context.Context, env *Env) (float64, err
 				completed++
 			}
 		case <-limit:
-			return 0, fmt.Errorf("bench: river baseline: %d of %d jobs completed in time", completed, s.n)
+			return 0, 0, fmt.Errorf("bench: river baseline: %d of %d jobs completed in time", completed, s.n)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		}
 	}
 	cpu := env.ReadCPU().Sub(cpu0)
-	if delivered := len(srv.Deliveries()); delivered != s.n {
-		return 0, fmt.Errorf("bench: river baseline: %d jobs completed, but the fake delivered %d", s.n, delivered)
+	wal, err := env.WALSince(ctx, wal0)
+	if err != nil {
+		return 0, 0, err
 	}
-	return float64(cpu.DB.Microseconds()) / float64(s.n), nil
+	if delivered := len(srv.Deliveries()); delivered != s.n {
+		return 0, 0, fmt.Errorf("bench: river baseline: %d jobs completed, but the fake delivered %d", s.n, delivered)
+	}
+	return float64(cpu.DB.Microseconds()) / float64(s.n), float64(wal) / float64(s.n), nil
 }

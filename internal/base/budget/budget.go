@@ -39,8 +39,11 @@ import (
 
 const (
 	// leaseShare bounds a lease to this much of the rate, so tokens a
-	// worker holds (and loses, should it die) are a sliver of the budget.
-	leaseShare = 100 * time.Millisecond
+	// worker holds (and loses, should it die) are a sliver of the budget;
+	// leaseShareKnown where the rate is configured (see
+	// reserveAheadKnown), and never more than the sends waiting.
+	leaseShare      = 100 * time.Millisecond
+	leaseShareKnown = reserveAheadKnown
 	// tokenTTL drops leased tokens no send took in time: they would
 	// otherwise be spent later as a burst.
 	tokenTTL = time.Second
@@ -93,8 +96,9 @@ type Budget struct {
 	mu             sync.Mutex
 	own            pace // this worker's sends at its own configured rate
 	tokens         int
-	leasedAt       time.Time // when the lease of tokens began
-	readyAt        time.Time // when tokens are due
+	leasedAt       time.Time     // when the lease of tokens began
+	readyAt        time.Time     // when the next token is due
+	every          time.Duration // between two tokens of one lease: the rate's spacing
 	rate           float64
 	probing        bool          // the last lease found the fleet probing
 	mismatchLogged bool          // a fleet's rate other than this worker's was logged
@@ -243,6 +247,7 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token,
 				continue
 			}
 			b.tokens--
+			b.readyAt = b.readyAt.Add(b.every) // the lease's next token
 			b.own.take()
 			return Token{OK: true, LeasedAt: b.leasedAt}, nil
 		}
@@ -274,7 +279,11 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 	}
 	for {
 		start := time.Now()
-		want := max(1, min(b.waiting, int(b.rate*leaseShare.Seconds()), b.own.available(start)))
+		share := leaseShare
+		if b.ceiling > 0 && !b.probing {
+			share = leaseShareKnown
+		}
+		want := max(1, min(b.waiting, int(b.rate*share.Seconds()), b.own.available(start)))
 		b.mu.Unlock()
 		granted, next, bk, err := b.store.lease(ctx, want, b.ceiling, b.maxPause)
 		b.mu.Lock()
@@ -285,7 +294,14 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 		b.rate, b.probing = bk.rate, bk.probeFor > 0 && bk.pausedFor == 0
 		b.checkCeiling(bk.ceiling)
 		if granted > 0 {
-			b.tokens, b.leasedAt, b.readyAt = granted, start, now.Add(next)
+			// next is when the last token is due; the others go before
+			// it, at the rate's spacing, not as one burst at the end.
+			b.every = 0
+			if b.rate > 0 {
+				b.every = time.Duration(float64(time.Second) / b.rate)
+			}
+			first := now.Add(max(0, next-time.Duration(granted-1)*b.every))
+			b.tokens, b.leasedAt, b.readyAt = granted, start, first
 			return 0, nil
 		}
 		if now.Add(next).After(deadline) {
@@ -320,13 +336,10 @@ func (b *Budget) checkCeiling(fleet float64) {
 // the whole fleet (a Refused that was a fleet signal, or an answer that
 // says so itself): the rate is lowered, the fleet pauses for retryAfter
 // (at most MaxPause; it probes for the rest), and this worker's leased
-// tokens are dropped.
+// tokens are dropped. A quota's 429 (an Answer with a Quota) is not
+// Throttle's: Answered has paused the fleet until the quota resets, and
+// the rate stays.
 func (b *Budget) Throttle(ctx context.Context, retryAfter time.Duration) error {
-	if b.store.quota.quotaHit.Swap(false) {
-		// The 429 was the quota's (Answered paused the fleet until it
-		// resets): no evidence about the rate, which stays.
-		return nil
-	}
 	b.dropTokens()
 	bk, err := b.store.throttle(ctx, retryAfter, b.maxPause)
 	if err != nil {
@@ -343,17 +356,13 @@ func (b *Budget) Throttle(ctx context.Context, retryAfter time.Duration) error {
 // does what Throttle does and reports fleet true; the send then waits for
 // the budget. Otherwise the 429 is the intent's own trouble: nothing
 // changes for the fleet, and retryAfter is for the caller to honour for
-// that intent alone.
+// that intent alone. A quota's 429 (an Answer with a Quota) is not
+// Refused's either: the caller waits for the budget, which Answered has
+// paused until the quota resets.
 func (b *Budget) Refused(ctx context.Context, retryAfter time.Duration, leasedAt time.Time) (fleet bool, err error) {
 	age := time.Duration(-1)
 	if !leasedAt.IsZero() {
 		age = time.Since(leasedAt)
-	}
-	if b.store.quota.quotaHit.Swap(false) {
-		// The quota's 429 (Answered paused the fleet until it resets): the
-		// send waits for the budget, and the rate stays.
-		b.dropTokens()
-		return true, nil
 	}
 	signal, bk, err := b.store.refused(ctx, retryAfter, age, b.maxPause)
 	if err != nil || !signal {

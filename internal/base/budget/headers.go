@@ -87,7 +87,6 @@ func (b *Budget) Answered(ctx context.Context, a Answer) error {
 	now := time.Now()
 	q := b.store.quota
 	if a.Quota != "" {
-		q.quotaHit.Store(a.Status == 429)
 		b.dropTokens()
 		until, err := q.exhausted(ctx, &b.store, a.Quota, a.QuotaReset)
 		if err != nil {

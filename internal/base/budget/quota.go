@@ -74,7 +74,6 @@ type quotas struct {
 	zone       *time.Location
 	now        func() time.Time // nil: the database's clock
 	refund     atomic.Int64     // tokens to take off the count at the next lease
-	quotaHit   atomic.Bool      // the last answer was the API saying the quota is exhausted
 	// counting: a quota is configured or known from the API, so every
 	// token must be counted (no unlimited sends).
 	counting atomic.Bool

@@ -21,10 +21,9 @@ func TestQuotaAnswerPausesUntilTheReset(t *testing.T) {
 	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
 		t.Fatalf("first token: %t %v", ok, err)
 	}
+	// The worker tells Answered of a quota's 429, and neither Refused nor
+	// Throttle.
 	if err := b.Answered(ctx, Answer{Status: 429, Quota: PerDay}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Throttle(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	sts, err := Read(ctx, pool)
@@ -52,5 +51,40 @@ func TestQuotaAnswerPausesUntilTheReset(t *testing.T) {
 	b.store.quota.state.holdUntil = time.Time{}
 	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
 		t.Fatalf("after the reset: ok %t %v", ok, err)
+	}
+}
+
+// A quota 429 is told to the budget by Answered alone; it leaves nothing
+// behind that changes what a later 429 means. A quota 429 of an intent
+// that had met a 429 before (its worker calls no Refused for it) used to
+// leave a flag set that made the next intent's first 429, a rate 429, count
+// as the quota's: not counted among the fleet's recent 429s, so no fleet
+// signal, whatever the fleet's 429s.
+func TestQuota429LeavesLaterRate429sAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	now := time.Date(2031, 3, 4, 22, 0, 0, 0, time.UTC)
+	b := New(pool, "fp", Config{Rate: 20, Now: func() time.Time { return now }})
+	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
+		t.Fatalf("first token: %t %v", ok, err)
+	}
+	// An intent's quota 429: the worker tells Answered, and no more.
+	if err := b.Answered(ctx, Answer{Status: 429, Quota: PerDay}); err != nil {
+		t.Fatal(err)
+	}
+	// Another intent's first 429, a rate 429 (no quota named).
+	if err := b.Answered(ctx, Answer{Status: 429}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Refused(ctx, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var refusals float64
+	if err := pool.QueryRow(ctx, `SELECT recent_refusals FROM sendonce_rate_budget WHERE key_fingerprint = 'fp'`).Scan(&refusals); err != nil {
+		t.Fatal(err)
+	}
+	if refusals < 0.5 {
+		t.Fatalf("recent 429s of the fleet after an intent's first rate 429: %.2f, want it counted (about 1)", refusals)
 	}
 }

@@ -61,6 +61,25 @@ const (
 // database CPU per intent).
 const reserveAhead = 100 * time.Millisecond
 
+// reserveAheadKnown is reserveAhead where the rate is known: a ceiling
+// is configured and the fleet is not probing. Such a lease takes the
+// tokens of up to half a second for the sends waiting in its worker (no
+// more than wait), so three workers at 20/s lease about twice a second
+// each rather than ten times (issue 23: database CPU per intent). While
+// the fleet discovers its rate (slow start, or found from 429s) a lease
+// stays at reserveAhead: tokens leased ahead at a rate the API has not
+// taken yet go out as a burst it refuses (issue 23: leasing ahead in
+// discovery raised TestDiscoveryStartsSlow's 429s to 4.5%).
+const reserveAheadKnown = 500 * time.Millisecond
+
+// reserve is how far ahead of time this lease hands out tokens.
+func (b *bucket) reserve() time.Duration {
+	if b.ceiling > 0 && b.probeFor == 0 {
+		return reserveAheadKnown
+	}
+	return reserveAhead
+}
+
 // reserveMax is how far ahead a lease hands out a single token when none
 // is due within reserveAhead.
 const reserveMax = time.Second
@@ -175,8 +194,9 @@ func (b *bucket) lease(want int, ceiling float64, maxPause time.Duration) (grant
 		b.rate = math.Min(b.rate, b.ceiling)
 	}
 	b.tokens = math.Min(math.Max(1, b.rate), b.tokens+b.rate*elapsed)
-	// Tokens due within reserveAhead go too; the lease says when.
-	ahead := b.tokens + b.rate*reserveAhead.Seconds()
+	// Tokens due within reserveAhead go too (reserveAheadKnown at a
+	// configured rate); the lease says when.
+	ahead := b.tokens + b.rate*b.reserve().Seconds()
 	granted = max(0, min(want, int(ahead)))
 	if granted == 0 {
 		// One token more, however far ahead (within reserveMax): the

@@ -8,24 +8,29 @@ import (
 
 func TestLeaseAtTheConfiguredRate(t *testing.T) {
 	b := &bucket{}
-	// A new bucket starts full: one second of the rate, and the token due
-	// within reserveAhead (100ms), said to be due then.
-	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 11 || wait != 100*time.Millisecond {
-		t.Fatalf("first lease got %d due in %s, want the bucket's 10 and 1 more due in 100ms", got, wait)
+	// A new bucket starts full: one second of the rate, and the tokens due
+	// within reserveAheadKnown (500ms: the rate is configured), said to be
+	// due when the last of them is.
+	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 15 || wait != 500*time.Millisecond {
+		t.Fatalf("first lease got %d due in %s, want the bucket's 10 and 5 more, the last due in 500ms", got, wait)
 	}
-	// Empty and leased ahead: the next token, due in 200ms.
+	// Empty and leased ahead: the next token, due in 600ms.
 	got, wait := b.lease(1, 10, DefaultMaxPause)
-	if got != 1 || wait != 200*time.Millisecond {
-		t.Fatalf("empty bucket: got %d, wait %s; want the next token, due in 200ms", got, wait)
+	if got != 1 || wait != 600*time.Millisecond {
+		t.Fatalf("empty bucket: got %d, wait %s; want the next token, due in 600ms", got, wait)
 	}
 	b.sinceRefill = 100 * time.Millisecond
-	if got, wait := b.lease(5, 10, DefaultMaxPause); got != 1 || wait != 200*time.Millisecond {
-		t.Fatalf("after 100ms: got %d due in %s, want 1 due in 200ms", got, wait)
+	if got, wait := b.lease(5, 10, DefaultMaxPause); got != 1 || wait != 600*time.Millisecond {
+		t.Fatalf("after 100ms: got %d due in %s, want 1 due in 600ms", got, wait)
 	}
-	// 650ms later 6.5 tokens have come: 4 now, and 1 due soon.
+	// 650ms later 6.5 tokens have come: half a token now, and 5 due by 450ms.
 	b.sinceRefill = 650 * time.Millisecond
-	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 5 || wait != 50*time.Millisecond {
-		t.Fatalf("after 650ms got %d due in %s, want 5 due in 50ms", got, wait)
+	if got, wait := b.lease(100, 10, DefaultMaxPause); got != 5 || wait != 450*time.Millisecond {
+		t.Fatalf("after 650ms got %d due in %s, want 5, the last due in 450ms", got, wait)
+	}
+	// Never more than asked: a lease takes the tokens of the sends that wait.
+	if got, _ := (&bucket{}).lease(3, 10, DefaultMaxPause); got != 3 {
+		t.Fatalf("3 sends waiting: got %d tokens, want 3", got)
 	}
 	// Nothing is handed out further ahead than reserveMax.
 	deep := &bucket{rate: 10, ceiling: 10, tokens: -20}
@@ -34,8 +39,14 @@ func TestLeaseAtTheConfiguredRate(t *testing.T) {
 	}
 	// An idle minute refills one second's worth, not a minute's.
 	b.sinceRefill = time.Minute
-	if got, wait := b.lease(1000, 10, DefaultMaxPause); got != 11 || wait != 100*time.Millisecond {
-		t.Fatalf("after a minute got %d due in %s, want 10 now and 1 due in 100ms", got, wait)
+	if got, wait := b.lease(1000, 10, DefaultMaxPause); got != 15 || wait != 500*time.Millisecond {
+		t.Fatalf("after a minute got %d due in %s, want 10 now and 5 due by 500ms", got, wait)
+	}
+	// With no rate configured (slow start, or found from 429s) a lease
+	// reaches only reserveAhead (100ms) ahead.
+	found := &bucket{rate: 10, throttles: 1}
+	if got, wait := found.lease(100, 0, DefaultMaxPause); got != 1 || wait != 100*time.Millisecond {
+		t.Fatalf("found rate: got %d due in %s, want 1 due in 100ms", got, wait)
 	}
 }
 

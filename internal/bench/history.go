@@ -43,7 +43,7 @@ func NewHistory(quick bool, sizes []int) *History {
 	}
 	if len(sizes) > 0 {
 		h.Sizes = sizes
-		h.RunSize = sizes[len(sizes)-1]
+		h.RunSize = min(sizes[len(sizes)-1], 1_000_000)
 	}
 	for _, n := range h.Sizes {
 		var rs [3]*Row
@@ -130,7 +130,7 @@ func (h *History) Run(ctx context.Context, env *Env) error {
 		reads := []func() error{
 			func() error { return serve(scrape, "/metrics") },
 			func() error { _, err := ob.Stats(ctx); return err },
-			func() error { return serve(ui, "/") },
+			func() error { return serve(ui, outboxui.Prefix+"/") },
 		}
 		for i, read := range reads {
 			ms, cpu, wal, err := timed(ctx, env, 5, read)
@@ -187,8 +187,13 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	}
 	c0 := env.ReadCPU()
 	start := time.Now()
-	res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: time.Hour})
-	if err != nil {
+	// At most two minutes: a prune that fights the run (10 rows/s before
+	// issue 26) is measured on what it did by then.
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	res, err := sendstate.Prune(pctx, pool, sendstate.PruneOptions{Retain: time.Hour})
+	cutOff := pctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	if err != nil && !cutOff {
 		return err
 	}
 	el := time.Since(start)
@@ -197,12 +202,15 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	if err != nil {
 		return err
 	}
-	if res.Intents != sent {
+	if res.Intents != sent && !cutOff {
 		return fmt.Errorf("history: prune deleted %d intents, want the %d sent", res.Intents, sent)
 	}
+	if cutOff {
+		env.Logf("history: prune cut off after %s with %d of %d rows deleted", el.Round(time.Second), res.Intents, sent)
+	}
 	h.prune.Value.Add(float64(res.Intents) / el.Seconds())
-	h.prune.Also[0].Value.Add(float64(cpuUsed.DB.Microseconds()) / float64(res.Intents))
-	h.prune.Also[1].Value.Add(float64(walUsed) / float64(res.Intents))
+	h.prune.Also[0].Value.Add(float64(cpuUsed.DB.Microseconds()) / float64(max(res.Intents, 1)))
+	h.prune.Also[1].Value.Add(float64(walUsed) / float64(max(res.Intents, 1)))
 	rounds := (res.Intents + sendstate.DefaultPruneBatch - 1) / sendstate.DefaultPruneBatch
 	h.prune.Also[2].Value.Add(float64(el.Milliseconds()) / float64(max(rounds, 1)))
 	return nil

@@ -107,13 +107,19 @@ func (h *History) Run(ctx context.Context, env *Env) error {
 	if err := env.Reset(ctx); err != nil {
 		return err
 	}
+	// Half the history belongs to a finished run, so that prune asks
+	// whether that run is busy for those rows.
+	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('hist-run') ON CONFLICT DO NOTHING`); err != nil {
+		return err
+	}
 	loaded := 0
 	for _, n := range h.Sizes {
 		env.Logf("history: load %d sent rows", n)
 		if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, payload, state, attempts, message_id, job_id,
-				first_attempt_at, sent_at, created_at, updated_at)
+				first_attempt_at, sent_at, created_at, updated_at, run_key)
 			SELECT 'h:' || g, `+historyPayload+`, 'sent', 1, 'm' || g, -1,
-				now() - interval '1 day', now() - (g % 3600) * interval '1 second', now() - interval '1 day', now() - interval '1 day'
+				now() - interval '1 day', now() - (g % 3600) * interval '1 second', now() - interval '1 day', now() - interval '1 day',
+				CASE WHEN g % 2 = 0 THEN 'hist-run' END
 			FROM generate_series($1::bigint + 1, $2::bigint) g`, loaded, n); err != nil {
 			return fmt.Errorf("history: load: %w", err)
 		}

@@ -38,7 +38,6 @@ func TestStatePlansSurviveStaleStatistics(t *testing.T) {
 		"in flight":      `SELECT claimed_by, count(*) FROM sendonce_outbox WHERE state = 'sending' AND claimed_by IS NOT NULL GROUP BY 1`,
 		"sweep":          `SELECT id FROM sendonce_outbox WHERE job_id IS NULL AND state = 'pending' ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED`,
 		"rescue":         `SELECT o.id FROM sendonce_outbox o WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL ORDER BY o.id LIMIT 1000`,
-		"reconcile":      `SELECT max(id), count(*) FROM (SELECT id FROM sendonce_outbox WHERE state = 'pending' AND (state, id) > ('pending', 0) ORDER BY state, id LIMIT 5000) w`,
 		"busy run":       `SELECT 1 FROM sendonce_outbox m WHERE m.run_key = 'r' AND m.run_key IS NOT NULL AND m.state IN ('pending', 'sending')`,
 		"failures":       `SELECT count(*) FROM sendonce_outbox WHERE state = 'failed' AND updated_at > now() - interval '1 day'`,
 	} {

@@ -134,11 +134,7 @@ func (o *Scheduler) RescueStranded(ctx context.Context, restartGrace time.Durati
 // order, ReconcileWindow at a time (found through the partial index of
 // unsettled intents, the state a constant of each statement's text so that
 // a generic plan still uses it), so no statement's work grows with the
-// backlog (the window's bounds are written as (state, id) pairs, the
-// partial index's key: under statistics taken while most of the table was
-// pending, a bare id > $1 was answered from the primary key, reading the
-// sent history in id order to find the pending rows), and at most
-// ReconcileBudget of them a call: a call goes on where
+// backlog, and at most ReconcileBudget of them a call: a call goes on where
 // the last one stopped, and a pass over the backlog starts again from the
 // first state once it reached the end. Each intent's job is looked up by
 // its id (LIMIT 1 in a LATERAL keeps the planner from hashing all of
@@ -162,14 +158,14 @@ func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 		var last *int64
 		var seen int
 		if err := o.Pool.QueryRow(ctx, `SELECT max(id), count(*) FROM (SELECT id FROM sendonce_outbox
-			WHERE state = '`+state+`' AND (state, id) > ('`+state+`', $1) ORDER BY state, id LIMIT $2) w`, cur.after, min(window, budget-read)).Scan(&last, &seen); err != nil {
+			WHERE state = '`+state+`' AND id > $1 ORDER BY state, id LIMIT $2) w`, cur.after, min(window, budget-read)).Scan(&last, &seen); err != nil {
 			return total, fmt.Errorf("sendstate: reconcile: %w", err)
 		}
 		read += seen
 		if last != nil {
 			n, err := o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
 				LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
-				WHERE o.state = '`+state+`' AND (o.state, o.id) > ('`+state+`', $2) AND (o.state, o.id) <= ('`+state+`', $3) AND o.job_id IS NOT NULL AND o.batch_key IS NULL
+				WHERE o.state = '`+state+`' AND o.id > $2 AND o.id <= $3 AND o.job_id IS NOT NULL AND o.batch_key IS NULL
 					AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
 					AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
 				ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, cur.after, *last)

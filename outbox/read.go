@@ -191,14 +191,16 @@ func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 }
 
 // GuardStatePlan runs fn in a read-only transaction whose plans do not
-// scan tables whole (enable_seqscan off), for reads that find rows by an
+// scan tables whole (enable_seqscan off, and so jit off), for reads that find rows by an
 // unsettled state. Those rows are few and a partial index holds them, but
 // with statistics taken while most of the table was unsettled (a billing
 // run just enqueued, and no ANALYZE since it was sent) the planner chose a
 // sequential scan of the whole outbox, a cost that grows with history.
 func GuardStatePlan(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		// jit off: a plan priced with enable_seqscan off passes
+		// jit_above_cost, and compiling it took 80 ms of a read of 1.
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off; SET LOCAL jit = off`); err != nil {
 			return err
 		}
 		return fn(tx)

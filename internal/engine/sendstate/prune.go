@@ -179,7 +179,7 @@ func Prune(ctx context.Context, db Beginner, opts PruneOptions) (PruneResult, er
 			// unsettled member looks, to the planner, like one whose
 			// members a few rows of a sequential scan would find, and it
 			// read the whole outbox for each candidate (86 ms a row).
-			if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+			if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off; SET LOCAL jit = off`); err != nil {
 				return 0, err
 			}
 			err := tx.QueryRow(ctx, pruneIntentsSQL, cutoff, size, bound, after).Scan(&n, &ev, &after)

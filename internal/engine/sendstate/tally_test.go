@@ -72,6 +72,7 @@ func TestTallyAgreesWithCount(t *testing.T) {
 		return ks
 	}
 	lease := takeLease(t, pool, "tally")
+	pruned := 0
 	ops := []func(){
 		func() { enqueueSome("", true) },
 		func() { enqueueSome(fmt.Sprintf("run-%d", rng.IntN(3)), true) },
@@ -144,13 +145,15 @@ func TestTallyAgreesWithCount(t *testing.T) {
 			lease = takeLease(t, pool, "tally")
 		},
 		func() {
-			pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET updated_at = now() - interval '2 days'
+			pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET updated_at = now() - interval '2 days', created_at = now() - interval '2 days'
 				WHERE idempotency_key = ANY($1) AND state NOT IN ('pending', 'sending')`, pick("sent", "failed", "canceled", "suppressed"))
 			pgtest.Exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE state <> 'completed'
 				AND id IN (SELECT job_id FROM sendonce_outbox WHERE state NOT IN ('pending', 'sending'))`)
-			if _, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: 24 * time.Hour, BatchSize: 3}); err != nil {
+			res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: 24 * time.Hour, BatchSize: 3})
+			if err != nil {
 				t.Fatal(err)
 			}
+			pruned += res.Intents
 		},
 		func() {
 			if _, err := sendstate.CompactTally(ctx, pool); err != nil {
@@ -169,6 +172,9 @@ func TestTallyAgreesWithCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTally(t, pool, ob, 401)
+	if pruned == 0 {
+		t.Errorf("no prune deleted anything: the mix did too little")
+	}
 	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox`); n < 50 {
 		t.Errorf("only %d intents at the end: the mix did too little", n)
 	}

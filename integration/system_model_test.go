@@ -240,6 +240,8 @@ type sysFinal struct {
 	requests   []fakeapi.RequestRecord
 	runCounts  map[string]map[string]int64 // run key → RunStatus counts
 	runRows    map[string]map[string]int64 // run key → members' states counted from rows
+	stats      map[string]int64            // Stats (the tally): state or delivery status → count
+	statsRows  map[string]int64            // the same counted from rows
 	jobs       map[int64]string            // river job id → state
 	suppressed []string                    // the suppression list (ob.Suppressions)
 }
@@ -497,6 +499,12 @@ func (m *model) check(f sysFinal) {
 				break
 			}
 		}
+	}
+
+	// Rule 4: the outbox's counts (the tally its triggers keep) are its
+	// rows' states and delivery statuses.
+	if fmt.Sprint(f.stats) != fmt.Sprint(f.statsRows) {
+		m.violate("4", nil, nil, "Stats reports %v, the rows say %v", f.stats, f.statsRows)
 	}
 }
 

@@ -594,6 +594,29 @@ func (r *sysRunner) readFinal() sysFinal {
 		f.jobs[id] = s
 	}
 	rows.Close()
+	st, err := r.ob.Stats(ctx)
+	if err != nil {
+		r.t.Fatalf("stats: %v", err)
+	}
+	f.stats, f.statsRows = map[string]int64{}, map[string]int64{}
+	for s, n := range st.Counts {
+		f.stats[string(s)] = n
+		f.statsRows[string(s)] = 0
+	}
+	for d, n := range st.Deliveries {
+		f.stats["delivery "+string(d)] = n
+		f.statsRows["delivery "+string(d)] = 0
+	}
+	for _, q := range []string{`SELECT state, count(*) FROM sendonce_outbox GROUP BY 1`,
+		`SELECT 'delivery ' || delivery_status, count(*) FROM sendonce_outbox WHERE delivery_status IS NOT NULL GROUP BY 1`} {
+		c, err := countBy(ctx, r.pool, q)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for k, n := range c {
+			f.statsRows[k] = int64(n)
+		}
+	}
 	f.runCounts, f.runRows = map[string]map[string]int64{}, map[string]map[string]int64{}
 	for _, key := range r.m.runs {
 		st, err := r.ob.RunStatus(ctx, key)

@@ -479,6 +479,61 @@ BEGIN
 END
 $$;
 
+-- FUNCTION sendonce_outbox_tally()
+CREATE FUNCTION public.sendonce_outbox_tally() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
+        SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END, state, coalesce(delivery_status, ''), count(*)
+        FROM new_rows GROUP BY 1, 2, 3;
+        INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
+        SELECT run_key, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END, state, coalesce(delivery_status, ''), count(*)
+        FROM new_rows WHERE run_key IS NOT NULL GROUP BY 1, 2, 3, 4;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
+        SELECT CASE WHEN state = 'sent' AND sent_at > now() - interval '2 hours' THEN date_trunc('minute', sent_at) END,
+            state, coalesce(delivery_status, ''), -count(*)
+        FROM old_rows GROUP BY 1, 2, 3;
+        INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
+        SELECT run_key, CASE WHEN state = 'sent' AND sent_at > now() - interval '2 minutes' THEN date_trunc('second', sent_at) END,
+            state, coalesce(delivery_status, ''), -count(*)
+        FROM old_rows WHERE run_key IS NOT NULL GROUP BY 1, 2, 3, 4;
+    ELSE
+        -- Most updates change no state (a job id given, a trace written):
+        -- rows whose (state, delivery status, sent_at, run key) did not
+        -- change cancel out and append nothing.
+        INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
+        SELECT m, s, d, sum(k) FROM (
+            SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END AS m, state AS s, coalesce(delivery_status, '') AS d, 1 AS k FROM new_rows
+            UNION ALL
+            SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END, state, coalesce(delivery_status, ''), -1 FROM old_rows) c
+        GROUP BY 1, 2, 3 HAVING sum(k) <> 0;
+        INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
+        SELECT r, a, s, d, sum(k) FROM (
+            SELECT run_key AS r, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END AS a, state AS s, coalesce(delivery_status, '') AS d, 1 AS k
+            FROM new_rows WHERE run_key IS NOT NULL
+            UNION ALL
+            SELECT run_key, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END, state, coalesce(delivery_status, ''), -1
+            FROM old_rows WHERE run_key IS NOT NULL) c
+        GROUP BY 1, 2, 3, 4 HAVING sum(k) <> 0;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- FUNCTION sendonce_outbox_tally_truncate()
+CREATE FUNCTION public.sendonce_outbox_tally_truncate() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM sendonce_outbox_tally;
+    DELETE FROM sendonce_run_tally;
+    RETURN NULL;
+END
+$$;
+
 -- FUNCTION sendonce_outbox_tombstone()
 CREATE FUNCTION public.sendonce_outbox_tombstone() RETURNS trigger
     LANGUAGE plpgsql
@@ -583,6 +638,28 @@ BEGIN
 END
 $$;
 
+-- FUNCTION sendonce_tally_compact()
+CREATE FUNCTION public.sendonce_tally_compact() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    a bigint;
+    b bigint;
+BEGIN
+    WITH d AS (DELETE FROM sendonce_outbox_tally RETURNING *),
+    i AS (INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
+        SELECT CASE WHEN minute > now() - interval '2 hours' THEN minute END, state, delivery_status, sum(n)
+        FROM d GROUP BY 1, 2, 3 HAVING sum(n) <> 0)
+    SELECT count(*) INTO a FROM d;
+    WITH d AS (DELETE FROM sendonce_run_tally RETURNING *),
+    i AS (INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
+        SELECT run_key, CASE WHEN at > now() - interval '2 minutes' THEN at END, state, delivery_status, sum(n)
+        FROM d GROUP BY 1, 2, 3, 4 HAVING sum(n) <> 0)
+    SELECT count(*) INTO b FROM d;
+    RETURN a + b;
+END
+$$;
+
 -- TABLE sendonce_batch
 CREATE TABLE public.sendonce_batch (
     id bigint NOT NULL,
@@ -678,6 +755,15 @@ ALTER TABLE public.sendonce_outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENT
     CACHE 1
 );
 
+-- TABLE sendonce_outbox_tally
+CREATE TABLE public.sendonce_outbox_tally (
+    minute timestamp with time zone,
+    state text NOT NULL,
+    delivery_status text NOT NULL,
+    n bigint NOT NULL
+)
+WITH (autovacuum_vacuum_threshold='500', autovacuum_vacuum_scale_factor='0');
+
 -- TABLE sendonce_rate_budget
 CREATE TABLE public.sendonce_rate_budget (
     key_fingerprint text NOT NULL,
@@ -728,6 +814,16 @@ CREATE TABLE public.sendonce_run (
     CONSTRAINT sendonce_run_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'canceled'::text]))),
     CONSTRAINT sendonce_run_topic_check CHECK ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text))
 );
+
+-- TABLE sendonce_run_tally
+CREATE TABLE public.sendonce_run_tally (
+    run_key text NOT NULL,
+    at timestamp with time zone,
+    state text NOT NULL,
+    delivery_status text NOT NULL,
+    n bigint NOT NULL
+)
+WITH (autovacuum_vacuum_threshold='500', autovacuum_vacuum_scale_factor='0');
 
 -- TABLE sendonce_schedule
 CREATE TABLE public.sendonce_schedule (
@@ -909,17 +1005,26 @@ CREATE INDEX sendonce_event_unmatched_idx ON public.sendonce_event USING btree (
 -- INDEX sendonce_outbox_batch_message_ids_idx
 CREATE INDEX sendonce_outbox_batch_message_ids_idx ON public.sendonce_outbox USING gin (string_to_array(message_id, ','::text)) WHERE ((kind = 'batch'::text) AND (message_id IS NOT NULL));
 
+-- INDEX sendonce_outbox_failed_idx
+CREATE INDEX sendonce_outbox_failed_idx ON public.sendonce_outbox USING btree (updated_at) WHERE (state = 'failed'::text);
+
 -- INDEX sendonce_outbox_message_id_idx
 CREATE INDEX sendonce_outbox_message_id_idx ON public.sendonce_outbox USING btree (message_id) WHERE (message_id IS NOT NULL);
 
 -- INDEX sendonce_outbox_run_key_idx
 CREATE INDEX sendonce_outbox_run_key_idx ON public.sendonce_outbox USING btree (run_key) WHERE (run_key IS NOT NULL);
 
+-- INDEX sendonce_outbox_run_unsettled_idx
+CREATE INDEX sendonce_outbox_run_unsettled_idx ON public.sendonce_outbox USING btree (run_key) WHERE ((run_key IS NOT NULL) AND (state = ANY (ARRAY['pending'::text, 'sending'::text])));
+
 -- INDEX sendonce_outbox_unscheduled_idx
 CREATE INDEX sendonce_outbox_unscheduled_idx ON public.sendonce_outbox USING btree (id) WHERE ((job_id IS NULL) AND (state = 'pending'::text));
 
 -- INDEX sendonce_outbox_unsettled_idx
 CREATE INDEX sendonce_outbox_unsettled_idx ON public.sendonce_outbox USING btree (state, id) WHERE (state = ANY (ARRAY['pending'::text, 'sending'::text]));
+
+-- INDEX sendonce_run_tally_run_key_idx
+CREATE INDEX sendonce_run_tally_run_key_idx ON public.sendonce_run_tally USING btree (run_key);
 
 -- INDEX sendonce_tombstone_pruned_at_idx
 CREATE INDEX sendonce_tombstone_pruned_at_idx ON public.sendonce_tombstone USING brin (pruned_at);
@@ -944,6 +1049,18 @@ CREATE TRIGGER sendonce_outbox_run_topic BEFORE INSERT ON public.sendonce_outbox
 
 -- TRIGGER sendonce_outbox sendonce_outbox_snapshot
 CREATE TRIGGER sendonce_outbox_snapshot AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (current_setting('transaction_isolation'::text) <> ALL (ARRAY['read committed'::text, 'read uncommitted'::text])))) EXECUTE FUNCTION public.sendonce_outbox_snapshot();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_tally_delete
+CREATE TRIGGER sendonce_outbox_tally_delete AFTER DELETE ON public.sendonce_outbox REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_tally_insert
+CREATE TRIGGER sendonce_outbox_tally_insert AFTER INSERT ON public.sendonce_outbox REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_tally_truncate
+CREATE TRIGGER sendonce_outbox_tally_truncate AFTER TRUNCATE ON public.sendonce_outbox FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally_truncate();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_tally_update
+CREATE TRIGGER sendonce_outbox_tally_update AFTER UPDATE ON public.sendonce_outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_tombstone
 CREATE TRIGGER sendonce_outbox_tombstone BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_tombstone();

@@ -114,6 +114,11 @@ func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, stranded, "rescue stranded", "gave new jobs to pending intents whose jobs a crashed worker was running; they are sent at once")
 	rescueBatches := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandonedBatches(ctx, s.restartGrace) }
 	s.do(ctx, rescueBatches, "rescue batches", "rescued batches a crashed worker left sending; they are sent again whole, with the same key")
+	compact := func(ctx context.Context) (int, error) {
+		_, err := sendstate.CompactTally(ctx, s.pool)
+		return 0, err
+	}
+	s.do(ctx, compact, "compact tally", "")
 	if s.sweeps%reconcileEvery == 0 {
 		s.do(ctx, s.jobs.Reconcile, "reconcile", "gave a new job to intents whose job ended without sending them")
 		s.do(ctx, s.jobs.ReconcileBatches, "reconcile batches", "gave a new job to batches whose job ended without sending them")

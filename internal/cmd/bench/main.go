@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,12 +39,13 @@ func run() int {
 	var (
 		runs       = flag.Int("runs", 3, "runs of every scenario; each figure is the median")
 		quick      = flag.Bool("quick", false, "one smaller run of everything (a smoke test: figures are rougher)")
-		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory, ratelimit, coalesce, trouble); default all")
+		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory, ratelimit, coalesce, trouble, history); default all")
 		out        = flag.String("out", "BENCHMARKS.md", "file to write the table to; empty writes none")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of this process (worker, fake API, enqueuers) to FILE")
 		poolConns  = flag.Int("pool", bench.DefaultPoolConns, "connections in the pool of each worker and of the River baselines")
 		sendonce   = flag.String("sendonce", "", "sendonce binary for the memory and ratelimit scenarios (default: build ./cmd/sendonce)")
 		verbose    = flag.Bool("v", true, "print progress to stderr")
+		history    = flag.String("history-sizes", "", "comma-separated sizes of sent history for the history scenario (e.g. 10000,100000,1000000,3000000); default 10000,100000 (-quick: 1000,10000)")
 	)
 	flag.Parse()
 	if *quick && !isSet("runs") {
@@ -59,6 +61,16 @@ func run() int {
 		}
 	}
 
+	var sizes []int
+	for _, f := range strings.FieldsFunc(*history, func(r rune) bool { return r == ',' }) {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -history-sizes: %q is not a size\n", f)
+			return 2
+		}
+		sizes = append(sizes, n)
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -72,6 +84,7 @@ func run() int {
 		bench.NewRateLimited(*quick, *sendonce),
 		bench.NewCoalesced(*quick, *sendonce),
 		bench.NewTrouble(*sendonce),
+		bench.NewHistory(*quick, sizes),
 	}
 	scenarios := all
 	if *only != "" {

@@ -69,8 +69,36 @@ func TestReconcileUnderStatementTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer limited.Close()
-	dba := &sendstate.Scheduler{Pool: limited, River: jobs.River, Queue: jobs.Queue}
+	dba := &sendstate.Scheduler{Pool: limited, River: jobs.River, Queue: jobs.Queue, ReconcileBudget: 2 * backlog}
 	if n, err := dba.Reconcile(ctx); err != nil || n != 1 {
 		t.Fatalf("Reconcile of %d unsettled intents under a 200 ms statement_timeout = %d, %v; want the 1 stranded", backlog, n, err)
+	}
+}
+
+// Issue 26: one call of Reconcile reads at most ReconcileBudget unsettled
+// intents, and the next goes on where it stopped: an intent stranded at the
+// end of a backlog larger than the budget is found by a later call, and
+// every pass ends.
+func TestReconcileBudgetPerCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var keys []string
+	for i := range 10 {
+		keys = append(keys, fmt.Sprintf("b:%d", i))
+	}
+	pool, _, jobs := setup(t, keys...)
+	jobs.ReconcileWindow, jobs.ReconcileBudget = 2, 4
+	pgtest.Exec(t, pool, `DELETE FROM river_job WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = 'b:9')`)
+	var got []int
+	for range 4 {
+		n, err := jobs.Reconcile(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, n)
+	}
+	// 10 pending: calls read 1-4, 5-8, 9-10 (the pass ends), then 1-4.
+	if fmt.Sprint(got) != "[0 0 1 0]" {
+		t.Fatalf("Reconcile with a budget of 4 over 10 pending intents found %v per call, want [0 0 1 0]", got)
 	}
 }

@@ -3,6 +3,7 @@ package sendstate
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,28 @@ type Scheduler struct {
 	// ReconcileWindow is how many unsettled intents one statement of
 	// Reconcile reads (default DefaultReconcileWindow).
 	ReconcileWindow int
+	// ReconcileBudget is how many unsettled intents one call of Reconcile
+	// reads at most (default DefaultReconcileBudget); the next call goes on
+	// where it stopped.
+	ReconcileBudget int
+
+	mu        sync.Mutex
+	reconcile reconcileCursor
 }
+
+// reconcileCursor is where the next call of Reconcile starts: the state
+// whose intents it reads and the id after which it reads them.
+type reconcileCursor struct {
+	state int
+	after int64
+}
+
+// DefaultReconcileBudget is how many unsettled intents one call of
+// Reconcile reads: ten windows, some tens of milliseconds' work. With a
+// larger backlog a pass over it takes several calls (a 1M backlog: 20 calls,
+// ten minutes at the sweeper's 30 s), so that a call's cost is bounded
+// whatever the backlog, and every worker of the fleet may call it.
+const DefaultReconcileBudget = 10 * DefaultReconcileWindow
 
 // DefaultReconcileWindow is how many unsettled intents one statement of
 // Reconcile reads: a few milliseconds' work, so that no statement of it
@@ -108,44 +130,58 @@ func (o *Scheduler) RescueStranded(ctx context.Context, restartGrace time.Durati
 // discarded by a River client that does not know sendonce's job kind. It
 // returns how many it rescheduled.
 //
-// It reads every unsettled intent, in pieces: each state's intents in id
+// It reads the unsettled intents in pieces: each state's intents in id
 // order, ReconcileWindow at a time (found through the partial index of
 // unsettled intents, the state a constant of each statement's text so that
 // a generic plan still uses it), so no statement's work grows with the
-// backlog. Each intent's job is looked up by its id (LIMIT 1 in a LATERAL
-// keeps the planner from hashing all of river_job for every piece: 49 ms a
-// piece against 300,000 jobs, where the lookups take a few).
+// backlog, and at most ReconcileBudget of them a call: a call goes on where
+// the last one stopped, and a pass over the backlog starts again from the
+// first state once it reached the end. Each intent's job is looked up by
+// its id (LIMIT 1 in a LATERAL keeps the planner from hashing all of
+// river_job for every piece: 49 ms a piece against 300,000 jobs, where the
+// lookups take a few).
 func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 	window := o.ReconcileWindow
 	if window <= 0 {
 		window = DefaultReconcileWindow
 	}
-	total := 0
-	for _, state := range []string{"pending", "sending"} {
-		for after := int64(0); ; {
-			var last *int64
-			var seen int
-			if err := o.Pool.QueryRow(ctx, `SELECT max(id), count(*) FROM (SELECT id FROM sendonce_outbox
-				WHERE state = '`+state+`' AND id > $1 ORDER BY state, id LIMIT $2) w`, after, window).Scan(&last, &seen); err != nil {
-				return total, fmt.Errorf("sendstate: reconcile: %w", err)
-			}
-			if last == nil {
-				break
-			}
+	budget := o.ReconcileBudget
+	if budget <= 0 {
+		budget = DefaultReconcileBudget
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	states := []string{"pending", "sending"}
+	total, read := 0, 0
+	for cur := &o.reconcile; read < budget; {
+		state := states[cur.state]
+		var last *int64
+		var seen int
+		if err := o.Pool.QueryRow(ctx, `SELECT max(id), count(*) FROM (SELECT id FROM sendonce_outbox
+			WHERE state = '`+state+`' AND id > $1 ORDER BY state, id LIMIT $2) w`, cur.after, min(window, budget-read)).Scan(&last, &seen); err != nil {
+			return total, fmt.Errorf("sendstate: reconcile: %w", err)
+		}
+		read += seen
+		if last != nil {
 			n, err := o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
 				LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
 				WHERE o.state = '`+state+`' AND o.id > $2 AND o.id <= $3 AND o.job_id IS NOT NULL AND o.batch_key IS NULL
 					AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
 					AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
-				ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, after, *last)
+				ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, cur.after, *last)
 			total += n
 			if err != nil {
 				return total, err
 			}
-			if seen < window {
-				break
+			cur.after = *last
+		}
+		if last == nil || seen < min(window, budget-read+seen) {
+			// This state's intents are read to the end.
+			cur.after = 0
+			cur.state = (cur.state + 1) % len(states)
+			if cur.state == 0 {
+				return total, nil
 			}
-			after = *last
 		}
 	}
 	return total, nil

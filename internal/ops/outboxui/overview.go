@@ -82,10 +82,14 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 		return nil, err
 	}
 	d := &overviewData{Oldest: st.OldestPending, WebhookAddr: h.opts.WebhookAddr}
-	if err := h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE send_at IS NULL OR send_at <= now()),
-			count(*) FILTER (WHERE send_at > now()), min(send_at) FILTER (WHERE send_at > now()),
-			(SELECT max(received_at) FROM sendonce_event)
-		FROM sendonce_outbox WHERE state = 'pending'`).Scan(&d.Due, &d.Scheduled, &d.NextScheduled, &d.LastEvent); err != nil {
+	// The pending intents through their partial index, whatever the
+	// statistics say (see outbox.GuardStatePlan).
+	if err := outbox.GuardStatePlan(ctx, h.pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE send_at IS NULL OR send_at <= now()),
+				count(*) FILTER (WHERE send_at > now()), min(send_at) FILTER (WHERE send_at > now()),
+				(SELECT max(received_at) FROM sendonce_event)
+			FROM sendonce_outbox WHERE state = 'pending'`).Scan(&d.Due, &d.Scheduled, &d.NextScheduled, &d.LastEvent)
+	}); err != nil {
 		return nil, fmt.Errorf("outboxui: due and scheduled: %w", err)
 	}
 	for _, s := range outbox.States {

@@ -1,0 +1,244 @@
+package sendstate_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// Issue 26: the counts Stats, the runs and the chart read come from the
+// tally the outbox's statement triggers keep, and agree with a count(*)
+// of the table after any mix of state changes: enqueues (committed and
+// rolled back), claims, marks of every outcome, delivery statuses, retries,
+// cancels, a lapsed worker's intents rescued, prunes and compactions.
+func TestTallyAgreesWithCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 26))
+	pool, ob, jobs := setup(t)
+	var keys []string
+	next := 0
+	enqueueSome := func(run string, commit bool) {
+		var in []outbox.Intent
+		for range 1 + rng.IntN(6) {
+			next++
+			k := fmt.Sprintf("t:%d", next)
+			in = append(in, outbox.Intent{Key: k, Payload: json.RawMessage(outboxtest.InvoiceBody)})
+			if commit {
+				keys = append(keys, k)
+			}
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if run != "" {
+			_, err = ob.EnqueueRun(ctx, tx, outbox.Run{Key: run, Intents: in})
+		} else {
+			_, err = ob.EnqueueMany(ctx, tx, in)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pick := func(states ...string) []string {
+		rows, err := pool.Query(ctx, `SELECT idempotency_key FROM sendonce_outbox WHERE state = ANY($1) ORDER BY random() LIMIT $2`, states, 1+rng.IntN(5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	lease := takeLease(t, pool, "tally")
+	pruned := 0
+	ops := []func(){
+		func() { enqueueSome("", true) },
+		func() { enqueueSome(fmt.Sprintf("run-%d", rng.IntN(3)), true) },
+		func() { enqueueSome("", false) },
+		func() {
+			var reqs []sendstate.ClaimRequest
+			for _, k := range pick("pending") {
+				reqs = append(reqs, request(t, pool, k))
+			}
+			opts := claimOpts
+			opts.Owner = lease.Epoch
+			if _, err := sendstate.ClaimMany(ctx, pool, reqs, opts); err != nil {
+				t.Fatal(err)
+			}
+		},
+		func() {
+			var sent []sendstate.Sent
+			for _, k := range pick("sending", "failed") {
+				sent = append(sent, sendstate.Sent{Key: k, MessageID: "m-" + k})
+			}
+			if _, _, err := sendstate.MarkSentMany(ctx, pool, sent); err != nil {
+				t.Fatal(err)
+			}
+		},
+		func() {
+			for _, k := range pick("sending") {
+				r := get(t, pool, k)
+				o := sendstate.Outcome{Key: k, JobID: *r.JobID, Reason: "no"}
+				var err error
+				switch rng.IntN(3) {
+				case 0:
+					err = sendstate.MarkFailed(ctx, pool, o)
+				case 1:
+					err = sendstate.MarkPending(ctx, pool, o)
+				default:
+					err = sendstate.MarkSuppressed(ctx, pool, o)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		func() {
+			pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET delivery_status = (ARRAY['delivered', 'bounced', 'complained'])[1 + floor(random() * 3)::int],
+				delivery_status_at = now() WHERE idempotency_key = ANY($1)`, pick("sent"))
+		},
+		func() {
+			for _, k := range pick("failed", "suppressed") {
+				if _, err := ob.Retry(ctx, k, &outbox.RetryOptions{Force: true}); err != nil {
+					t.Logf("retry %s: %v", k, err)
+				}
+			}
+		},
+		func() {
+			for _, k := range pick("pending") {
+				if _, err := ob.Cancel(ctx, k); err != nil {
+					t.Logf("cancel %s: %v", k, err)
+				}
+			}
+		},
+		func() {
+			// The worker holding the claims lapses; a sweeper rescues them.
+			lapse(t, pool, lease)
+			if _, err := jobs.ExpireLeases(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := jobs.RescueAbandoned(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			lease = takeLease(t, pool, "tally")
+		},
+		func() {
+			// Prune reads ids below the first created after its cutoff.
+			pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET created_at = now() - interval '2 days'`)
+			pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET updated_at = now() - interval '2 days'
+				WHERE idempotency_key = ANY($1) AND state NOT IN ('pending', 'sending')`, pick("sent", "failed", "canceled", "suppressed"))
+			pgtest.Exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE state <> 'completed'
+				AND id IN (SELECT job_id FROM sendonce_outbox WHERE state NOT IN ('pending', 'sending'))`)
+			res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: 24 * time.Hour, BatchSize: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pruned += res.Intents
+		},
+		func() {
+			if _, err := sendstate.CompactTally(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for i := range 400 {
+		ops[rng.IntN(len(ops))]()
+		if i%40 == 39 {
+			checkTally(t, pool, ob, i)
+		}
+	}
+	checkTally(t, pool, ob, 400)
+	if _, err := sendstate.CompactTally(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	checkTally(t, pool, ob, 401)
+	if pruned == 0 {
+		t.Errorf("no prune deleted anything: the mix did too little")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox`); n < 50 {
+		t.Errorf("only %d intents at the end: the mix did too little", n)
+	}
+}
+
+// checkTally compares what Stats, RunStatus and the tally's minutes say
+// with a count(*) of the table.
+func checkTally(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, step int) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := ob.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &outbox.Stats{Counts: map[outbox.State]int64{}, Deliveries: map[outbox.DeliveryStatus]int64{}}
+	for _, s := range outbox.States {
+		want.Counts[s] = int64(count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = $1`, string(s)))
+	}
+	for _, d := range outbox.DeliveryStatuses {
+		want.Deliveries[d] = int64(count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE delivery_status = $1`, string(d)))
+	}
+	if fmt.Sprint(st.Counts, st.Deliveries) != fmt.Sprint(want.Counts, want.Deliveries) {
+		t.Fatalf("step %d: Stats %v %v, count(*) %v %v", step, st.Counts, st.Deliveries, want.Counts, want.Deliveries)
+	}
+	for r := range 3 {
+		key := fmt.Sprintf("run-%d", r)
+		rs, err := ob.RunStatus(ctx, key)
+		if err != nil {
+			continue // not enqueued yet, or pruned
+		}
+		got := map[string]int64{}
+		for s, n := range rs.Counts {
+			if n != 0 {
+				got[string(s)] = n
+			}
+		}
+		exp := map[string]int64{}
+		rows, err := pool.Query(ctx, `SELECT state, count(*) FROM sendonce_outbox WHERE run_key = $1 GROUP BY 1`, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var s string
+			var n int64
+			if err := rows.Scan(&s, &n); err != nil {
+				t.Fatal(err)
+			}
+			exp[s] = n
+		}
+		rows.Close()
+		recent := int64(count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE run_key = $1 AND sent_at > now() - interval '1 minute'`, key))
+		if fmt.Sprint(got) != fmt.Sprint(exp) || rs.SentLastMinute != recent {
+			t.Fatalf("step %d: run %s counts %v (%d sent in the last minute), count(*) %v (%d)", step, key, got, rs.SentLastMinute, exp, recent)
+		}
+	}
+	var chart, sent int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM sendonce_outbox_tally
+		WHERE state = 'sent' AND minute >= date_trunc('minute', now()) - interval '59 minutes'`).Scan(&chart); err != nil {
+		t.Fatal(err)
+	}
+	sent = int64(count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent' AND sent_at >= date_trunc('minute', now()) - interval '59 minutes'`))
+	if chart != sent {
+		t.Fatalf("step %d: the chart's last hour holds %d sends, count(*) %d", step, chart, sent)
+	}
+}

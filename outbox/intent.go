@@ -208,6 +208,11 @@ func (in *Intent) check(payload json.RawMessage) error {
 			return invalid("payload.scheduledAt", fmt.Sprintf("%q is not an RFC 3339 time", at))
 		}
 	}
+	return checkBody(kind, body)
+}
+
+// checkBody checks the payload's fields that a kind requires.
+func checkBody(kind Kind, body map[string]json.RawMessage) error {
 	switch kind {
 	case KindEmail:
 		return checkEmail(body, "payload.", true)

@@ -31,6 +31,10 @@ addresses are off the list.
 An unsubscribe (the one-click links of intents with a topic, or --topic)
 stops only that topic's intents; a bounce or a complaint stops them all.`
 
+// suppressionCommand is the suppression command and its list, add and
+// remove subcommands. It is long because it declares the three together
+// with their flags, as runCommand and scheduleCommand do, so that one
+// screen shows the whole command.
 func (a *app) suppressionCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "suppression",

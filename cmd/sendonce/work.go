@@ -382,14 +382,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	}
 	log := a.logger
 	m := metrics.New()
-	var secrets []string
-	if o.webhookAddr != "" {
-		secrets = webhookSecrets(a.getenv(envWebhookSecret))
-		if len(secrets) == 0 {
-			return usagef("--webhook-addr %s needs the signing secret in %s (comma-separated to rotate)", o.webhookAddr, envWebhookSecret)
-		}
-	}
-	signer, err := a.unsubscribeSigner(o)
+	secrets, signer, err := a.listenerSecrets(o)
 	if err != nil {
 		return err
 	}
@@ -459,6 +452,24 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		return fmt.Errorf("http listener: %w", srvErr)
 	}
 	return nil
+}
+
+// listenerSecrets are what the public listener verifies and signs with: the
+// webhook signing secrets (needed with --webhook-addr) and the unsubscribe
+// links' signer (nil without --unsubscribe-url).
+func (a *app) listenerSecrets(o *workOptions) ([]string, *unsub.Signer, error) {
+	var secrets []string
+	if o.webhookAddr != "" {
+		secrets = webhookSecrets(a.getenv(envWebhookSecret))
+		if len(secrets) == 0 {
+			return nil, nil, usagef("--webhook-addr %s needs the signing secret in %s (comma-separated to rotate)", o.webhookAddr, envWebhookSecret)
+		}
+	}
+	signer, err := a.unsubscribeSigner(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return secrets, signer, nil
 }
 
 // apiClient is the API client: the key from the environment only, every

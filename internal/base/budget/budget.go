@@ -182,6 +182,11 @@ func (b *Budget) Acquire(ctx context.Context, max time.Duration, bulk bool) (Tok
 // bulkYield is how long a bulk send steps aside for another.
 const bulkYield = 5 * time.Millisecond
 
+// wait is Acquire's loop. It is long because its steps must run in this
+// order under one lock: give way to urgent sends, this worker's own rate,
+// tokens already leased (due now or later), another send's lease in
+// flight, and only then a lease of its own; each sleep (nap) drops the
+// lock.
 func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token, error) {
 	deadline := time.Now().Add(max)
 	b.mu.Lock()

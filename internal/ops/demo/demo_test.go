@@ -131,7 +131,9 @@ func runDemo(t *testing.T, databaseURL string, keep func(out string)) string {
 	var out, logs syncbuf.Buffer // Options.Out, read while the demo runs; every log line
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	kept := &markWriter{w: &out, mark: "stays up until you press Ctrl-C", seen: make(chan struct{})}
+	// The keep instructions are whole once the status line after the
+	// export line is out: the demo writes them line by line.
+	kept := &markWriter{w: &out, mark: keptRE, seen: make(chan struct{})}
 	if keep != nil {
 		go func() {
 			select {
@@ -273,17 +275,21 @@ func TestRunOnYourDatabase(t *testing.T) {
 
 var portRE = regexp.MustCompile(`Up on 127\.0\.0\.1:(\d+) `)
 
-// markWriter writes to w and closes seen once what was written holds mark.
+// keptRE matches the demo's instructions for its kept database, through
+// the status command that follows the export line.
+var keptRE = regexp.MustCompile(`stays up until you press Ctrl-C[^\n]*\n\s*export DATABASE_URL='[^']+'\n\s*\S+ status\n`)
+
+// markWriter writes to w and closes seen once what was written matches mark.
 type markWriter struct {
 	w    *syncbuf.Buffer
-	mark string
+	mark *regexp.Regexp
 	seen chan struct{}
 	once sync.Once
 }
 
 func (m *markWriter) Write(p []byte) (int, error) {
 	n, err := m.w.Write(p)
-	if strings.Contains(m.w.String(), m.mark) {
+	if m.mark.MatchString(m.w.String()) {
 		m.once.Do(func() { close(m.seen) })
 	}
 	return n, err

@@ -61,7 +61,8 @@ func parseRetention(s string) (time.Duration, error) {
 const pruneLong = `prune deletes what retention lets go, once, and prints what it deleted:
 the settled intents (sent, failed, canceled, suppressed) settled longer than --retain ago
 with their delivery events, then the settled batches and done runs left with
-no member, unmatched events, and the tombstones older than --retain-keys.
+no member, unmatched events, and the tombstones and unsubscribe events (the
+history; who is unsubscribed stays) older than --retain-keys.
 
 Each pruned intent leaves a tombstone: 16 bytes of its key's hash, 16 of its
 payload's, its final state. Enqueueing a pruned key again (with the Go API or
@@ -96,8 +97,8 @@ func (a *app) pruneCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "pruned %d intents, %d events, %d batches, %d runs, %d tombstones\n",
-				res.Intents, res.Events, res.Batches, res.Runs, res.Tombstones)
+			fmt.Fprintf(a.stdout, "pruned %d intents, %d events, %d batches, %d runs, %d tombstones, %d unsubscribe events\n",
+				res.Intents, res.Events, res.Batches, res.Runs, res.Tombstones, res.UnsubscribeEvents)
 			return nil
 		}),
 	}

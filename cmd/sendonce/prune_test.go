@@ -35,7 +35,7 @@ func TestPrune(t *testing.T) {
 	// Within the default 30 days: nothing goes.
 	r := sendonce(t, env, "", "prune")
 	wantOK(t, r)
-	if r.stdout != "pruned 0 intents, 0 events, 0 batches, 0 runs, 0 tombstones\n" {
+	if r.stdout != "pruned 0 intents, 0 events, 0 batches, 0 runs, 0 tombstones, 0 unsubscribe events\n" {
 		t.Errorf("prune: stdout %q", r.stdout)
 	}
 	env["SENDONCE_RETAIN"] = "0"

@@ -14,8 +14,8 @@ type PruneOptions struct {
 	// last update). Zero or more; zero prunes every settled intent that
 	// may go.
 	Retain time.Duration
-	// RetainKeys is how long a pruned intent's tombstone is kept; zero
-	// keeps tombstones for ever.
+	// RetainKeys is how long a pruned intent's tombstone, and an
+	// unsubscribe event, is kept; zero keeps both for ever.
 	RetainKeys time.Duration
 	// BatchSize is how many rows one transaction deletes (default
 	// DefaultPruneBatch).
@@ -34,6 +34,10 @@ type PruneResult struct {
 	Batches    int // settled batches with no member left
 	Runs       int // done runs with no member left
 	Tombstones int // tombstones past RetainKeys
+	// UnsubscribeEvents counts the unsubscribe and resubscribe events past
+	// RetainKeys: the history of who left a topic and when. Who is
+	// unsubscribed now (sendonce_unsubscribe) is never pruned.
+	UnsubscribeEvents int
 }
 
 // PruneLockKey is the advisory lock each transaction of Prune takes with
@@ -143,12 +147,19 @@ const pruneTombstonesSQL = `
 		SELECT key_hash FROM sendonce_tombstone WHERE pruned_at < $1
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
+// pruneUnsubscribeEventsSQL deletes unsubscribe and resubscribe events
+// recorded before $1, oldest first (ids grow with created_at).
+const pruneUnsubscribeEventsSQL = `
+	DELETE FROM sendonce_unsubscribe_event WHERE id IN (
+		SELECT id FROM sendonce_unsubscribe_event WHERE created_at < $1
+		ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
 // Prune deletes what retention lets go, in transactions of at most
 // BatchSize rows each, until nothing more is due: settled intents (with
 // their events) settled longer than Retain ago, leaving a tombstone each,
 // then settled batches and done runs left without members, unmatched
-// events, and tombstones older than RetainKeys. Cutoffs are measured on
-// the database's clock. It returns early, with what it did, when ctx ends
+// events, and tombstones and unsubscribe events older than RetainKeys.
+// Cutoffs are measured on the database's clock. It returns early, with what it did, when ctx ends
 // or another Prune holds PruneLockKey.
 func Prune(ctx context.Context, db Beginner, opts PruneOptions) (PruneResult, error) {
 	var res PruneResult
@@ -168,11 +179,7 @@ func Prune(ctx context.Context, db Beginner, opts PruneOptions) (PruneResult, er
 		return res, fmt.Errorf("sendstate: prune: %w", err)
 	}
 	var after int64
-	steps := []struct {
-		what  string
-		count *int
-		run   func(tx pgx.Tx) (int, error)
-	}{
+	steps := []pruneStep{
 		{"intents", &res.Intents, func(tx pgx.Tx) (int, error) {
 			var n, ev int
 			// The busy-run probe through its partial index: a run with no
@@ -195,11 +202,9 @@ func Prune(ctx context.Context, db Beginner, opts PruneOptions) (PruneResult, er
 		if err := db.QueryRow(ctx, `SELECT now() - $1::float8 * interval '1 second'`, opts.RetainKeys.Seconds()).Scan(&keysCutoff); err != nil {
 			return res, fmt.Errorf("sendstate: prune: read the clock: %w", err)
 		}
-		steps = append(steps, struct {
-			what  string
-			count *int
-			run   func(tx pgx.Tx) (int, error)
-		}{"tombstones", &res.Tombstones, execCount(ctx, pruneTombstonesSQL, keysCutoff, size)})
+		steps = append(steps,
+			pruneStep{"tombstones", &res.Tombstones, execCount(ctx, pruneTombstonesSQL, keysCutoff, size)},
+			pruneStep{"unsubscribe events", &res.UnsubscribeEvents, execCount(ctx, pruneUnsubscribeEventsSQL, keysCutoff, size)})
 	}
 	for _, step := range steps {
 		for {
@@ -226,6 +231,14 @@ func Prune(ctx context.Context, db Beginner, opts PruneOptions) (PruneResult, er
 		}
 	}
 	return res, nil
+}
+
+// pruneStep is one kind of row Prune deletes: run deletes up to a batch
+// of them in tx, and what they are counted in.
+type pruneStep struct {
+	what  string
+	count *int
+	run   func(tx pgx.Tx) (int, error)
 }
 
 // Beginner is a *pgxpool.Pool or a *pgx.Conn.

@@ -272,3 +272,29 @@ func TestPruneTombstonesPastRetainKeys(t *testing.T) {
 		t.Fatal("Prune with a negative retention did not fail")
 	}
 }
+
+// TestPruneUnsubscribeEventsPastRetainKeys: the history of unsubscribes
+// goes with RetainKeys; who is unsubscribed now stays.
+func TestPruneUnsubscribeEventsPastRetainKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_unsubscribe (address, topic, source) VALUES ('ada@example.com', 'digest', 'one-click')`)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_unsubscribe_event (address, topic, action, source, created_at) VALUES
+		('ada@example.com', 'digest', 'unsubscribed', 'one-click', now() - interval '2 hours'),
+		('bob@example.com', 'digest', 'unsubscribed', 'manual', now() - interval '3 hours'),
+		('bob@example.com', 'digest', 'resubscribed', 'manual', now() - interval '10 minutes')`)
+	if res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{}); err != nil || res.UnsubscribeEvents != 0 {
+		t.Fatalf("Prune without RetainKeys = %+v, %v; want no unsubscribe event deleted", res, err)
+	}
+	res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{RetainKeys: time.Hour, BatchSize: 1})
+	if err != nil || res.UnsubscribeEvents != 2 {
+		t.Fatalf("Prune = %+v, %v; want 2 unsubscribe events deleted", res, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_unsubscribe_event WHERE action = 'resubscribed'`); n != 1 {
+		t.Fatalf("%d events of the last hour left, want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_unsubscribe`); n != 1 {
+		t.Fatalf("%d addresses unsubscribed after the prune, want 1 (only the history goes)", n)
+	}
+}

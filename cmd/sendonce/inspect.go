@@ -69,8 +69,12 @@ whether a Retry-After has paused them.`,
 				fmt.Fprintf(tw, "delivery %s\t%d\n", d, st.Deliveries[d])
 			}
 			oldest := "none"
-			if st.OldestPending > 0 {
+			switch {
+			case st.OldestPending > 0:
 				oldest = st.OldestPending.Round(time.Second).String()
+			case st.Counts[outbox.StatePending] > 0:
+				// Pending but not due: every one waits for its send_at.
+				oldest = "none due (the pending intents are scheduled later)"
 			}
 			fmt.Fprintf(tw, "oldest pending\t%s\n", oldest)
 			for _, b := range budgets {

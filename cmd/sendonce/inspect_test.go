@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -167,4 +168,17 @@ func TestMigrate(t *testing.T) {
 		t.Errorf("second migrate: %q", r.stdout)
 	}
 	wantOK(t, sendonce(t, env, "", "status"))
+}
+
+// TestStatusScheduledIsNotOldestPending: intents waiting for their send_at
+// are pending, but none is due, and status says so rather than "none".
+func TestStatusScheduledIsNotOldestPending(t *testing.T) {
+	t.Parallel()
+	_, env := newDBEnv(t)
+	wantOK(t, sendonce(t, env, emailBody("ada@example.com"), "enqueue", "--key", "later:1", "--send-at", "2030-01-02T08:00:00Z"))
+	r := sendonce(t, env, "", "status")
+	wantOK(t, r)
+	if !regexp.MustCompile(`(?m)^oldest pending +none due \(the pending intents are scheduled later\)$`).MatchString(r.stdout) {
+		t.Errorf("status with one intent scheduled in 2030 does not say none is due:\n%s", r.stdout)
+	}
 }

@@ -518,34 +518,41 @@ func (r *sysRunner) pickName(onList bool) string {
 	return sysNames[r.rng.IntN(len(sysNames))]
 }
 
+// addOrRemove adds (or removes) form by the CLI, `sendonce suppression
+// add|remove form flags...`, or by Go, viaGo under a 15-second timeout, and
+// returns the answer.
+func (r *sysRunner) addOrRemove(add, cli bool, form string, flags []string, viaGo func(context.Context) error) (sysOutcome, error) {
+	if !cli {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		err := viaGo(ctx)
+		return goOutcome(err), err
+	}
+	sub := "add"
+	if !add {
+		sub = "remove"
+	}
+	res := run(r.t, "suppression", r.e, nil, append([]string{"suppression", sub, form}, flags...)...)
+	if res.code != 0 {
+		return cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
+	}
+	return outYes, nil
+}
+
 // suppressForm adds (or removes) the address form by Go or by the CLI,
 // and records the answer.
 func (r *sysRunner) suppressForm(kind, form string, add, cli bool) *sysOp {
 	addr := canonical(form)
 	op := r.begin(kind, fmt.Sprintf("%q cli=%v", form, cli))
 	op.Addrs = []string{addr}
-	var o sysOutcome
-	var err error
-	if cli {
-		sub := "add"
-		if !add {
-			sub = "remove"
-		}
-		res := run(r.t, "suppression", r.e, nil, "suppression", sub, form)
-		o = outYes
-		if res.code != 0 {
-			o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
-		}
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	o, err := r.addOrRemove(add, cli, form, nil, func(ctx context.Context) (err error) {
 		if add {
 			_, err = r.ob.Suppress(ctx, []string{form}, "system test")
 		} else {
 			_, err = r.ob.Unsuppress(ctx, []string{form})
 		}
-		cancel()
-		o = goOutcome(err)
-	}
+		return err
+	})
 	r.end(op, o, err)
 	if _, ok := spelled(form); ok {
 		// A form sendonce refuses changes nothing (and is refused).
@@ -803,28 +810,14 @@ func (r *sysRunner) opTopicUnsubscribe(add bool) {
 	}
 	op := r.begin(kind, fmt.Sprintf("%q topic=%s cli=%v", form, sysTopic, cli))
 	op.Addrs = []string{canonical(form)}
-	var o sysOutcome
-	var err error
-	if cli {
-		sub := "add"
-		if !add {
-			sub = "remove"
-		}
-		res := run(r.t, "suppression", r.e, nil, "suppression", sub, form, "--topic", sysTopic)
-		o = outYes
-		if res.code != 0 {
-			o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
-		}
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	o, err := r.addOrRemove(add, cli, form, []string{"--topic", sysTopic}, func(ctx context.Context) (err error) {
 		if add {
 			_, err = r.ob.Unsubscribe(ctx, form, sysTopic, "system test")
 		} else {
 			_, err = r.ob.Resubscribe(ctx, form, sysTopic, "system test")
 		}
-		cancel()
-		o = goOutcome(err)
-	}
+		return err
+	})
 	r.end(op, o, err)
 	// Not an address op of the model's (m.addrOps): it changes no intent.
 }

@@ -1,5 +1,7 @@
 package outbox
 
+import "slices"
+
 // DeliveryStatus is what became of a sent intent's message after the API
 // accepted it, as the API's signed delivery webhooks tell (see package
 // webhook). An intent has none until an event about its message arrives.
@@ -37,10 +39,5 @@ var DeliveryStatuses = []DeliveryStatus{DeliveryDelayed, DeliveryDelivered, Deli
 
 // Valid reports whether s is a known delivery status.
 func (s DeliveryStatus) Valid() bool {
-	for _, v := range DeliveryStatuses {
-		if s == v {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(DeliveryStatuses, s)
 }

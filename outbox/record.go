@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,12 +30,7 @@ var States = []State{StatePending, StateSending, StateSent, StateFailed, StateCa
 
 // Valid reports whether s is a known state.
 func (s State) Valid() bool {
-	for _, v := range States {
-		if s == v {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(States, s)
 }
 
 // Record is an intent as stored in sendonce_outbox.

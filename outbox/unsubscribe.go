@@ -29,61 +29,53 @@ const (
 	UnsubscribePage     = "page"
 )
 
-func unsubscribeArgs(address, topic string) (string, error) {
-	n := suppress.Address(address)
-	if n == "" {
-		return "", invalid("address", fmt.Sprintf("%q %s", shorten(address), suppress.Why(address)))
-	}
-	if topic == "" {
-		return "", invalid("topic", "needs a topic (a topic-less address is suppressed with Suppress)")
-	}
-	if err := ValidateTopic(topic); err != nil {
-		return "", err
-	}
-	return n, nil
-}
-
 // Unsubscribe unsubscribes address from topic, with source saying from
 // where, and records the change as an event (sendonce_unsubscribe_event).
 // It is idempotent: added is false, and nothing is recorded, when the
 // address was unsubscribed already. An intent of the topic first claimed
 // after it commits is parked as suppressed, with no API call.
 func (o *Outbox) Unsubscribe(ctx context.Context, address, topic, source string) (added bool, err error) {
-	n, err := unsubscribeArgs(address, topic)
-	if err != nil {
-		return false, err
-	}
-	err = o.pool.QueryRow(ctx, `WITH i AS (
+	return o.changeUnsubscribe(ctx, "unsubscribe from", address, topic, source, `WITH i AS (
 			INSERT INTO sendonce_unsubscribe (address, topic, source) VALUES ($1, $2, $3)
 			ON CONFLICT (address, topic) DO NOTHING RETURNING address),
 		e AS (
 			INSERT INTO sendonce_unsubscribe_event (address, topic, action, source)
 			SELECT $1, $2, 'unsubscribed', $3 FROM i RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM e)`, n, topic, source).Scan(&added)
-	if err != nil {
-		return false, fmt.Errorf("outbox: unsubscribe from %q: %w", topic, err)
-	}
-	return added, nil
+		SELECT EXISTS (SELECT 1 FROM e)`)
 }
 
 // Resubscribe takes address's unsubscribe from topic back (an event too),
 // and reports whether there was one. Intents already parked as suppressed
 // stay so until retried (Retry).
 func (o *Outbox) Resubscribe(ctx context.Context, address, topic, source string) (removed bool, err error) {
-	n, err := unsubscribeArgs(address, topic)
-	if err != nil {
-		return false, err
-	}
-	err = o.pool.QueryRow(ctx, `WITH d AS (
+	return o.changeUnsubscribe(ctx, "resubscribe to", address, topic, source, `WITH d AS (
 			DELETE FROM sendonce_unsubscribe WHERE address = $1 AND topic = $2 RETURNING address),
 		e AS (
 			INSERT INTO sendonce_unsubscribe_event (address, topic, action, source)
 			SELECT $1, $2, 'resubscribed', $3 FROM d RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM e)`, n, topic, source).Scan(&removed)
-	if err != nil {
-		return false, fmt.Errorf("outbox: resubscribe to %q: %w", topic, err)
+		SELECT EXISTS (SELECT 1 FROM e)`)
+}
+
+// changeUnsubscribe checks Unsubscribe's and Resubscribe's arguments and
+// runs stmt, one of their statements, on address's normal form ($1), topic
+// ($2) and source ($3); stmt answers whether it changed anything. what
+// names the change in an error.
+func (o *Outbox) changeUnsubscribe(ctx context.Context, what, address, topic, source, stmt string) (bool, error) {
+	n := suppress.Address(address)
+	if n == "" {
+		return false, invalid("address", fmt.Sprintf("%q %s", shorten(address), suppress.Why(address)))
 	}
-	return removed, nil
+	if topic == "" {
+		return false, invalid("topic", "needs a topic (a topic-less address is suppressed with Suppress)")
+	}
+	if err := ValidateTopic(topic); err != nil {
+		return false, err
+	}
+	var changed bool
+	if err := o.pool.QueryRow(ctx, stmt, n, topic, source).Scan(&changed); err != nil {
+		return false, fmt.Errorf("outbox: %s %q: %w", what, topic, err)
+	}
+	return changed, nil
 }
 
 // UnsubscriptionParams filter and page Unsubscriptions.

@@ -37,6 +37,16 @@ func newTicker(t *testing.T, producers map[string]Producer) (*ticker, *outbox.Ou
 	return &ticker{pool: pool, outbox: ob, producers: producers}, ob
 }
 
+// newClockedTicker is newTicker with no producers, whose clock reads
+// *clock, which the test sets.
+func newClockedTicker(t *testing.T) (*ticker, *outbox.Outbox, *time.Time) {
+	t.Helper()
+	tk, ob := newTicker(t, nil)
+	clock := new(time.Time)
+	tk.now = func() time.Time { return *clock }
+	return tk, ob, clock
+}
+
 // TestTickMissedOccurrences: a schedule whose occurrences fell due while no
 // worker ran gets the latest of them created once (late), or none (skip),
 // and moves on to its next occurrence after now either way.
@@ -51,9 +61,7 @@ func TestTickMissedOccurrences(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The workers were away for three years.
-			if _, err := tk.pool.Exec(ctx, `UPDATE sendonce_schedule SET next_at = now() - interval '3 years'`); err != nil {
-				t.Fatal(err)
-			}
+			pgtest.Exec(t, tk.pool, `UPDATE sendonce_schedule SET next_at = now() - interval '3 years'`)
 			for range 2 { // a second tick finds nothing due
 				if _, err := tk.tick(ctx); err != nil {
 					t.Fatal(err)
@@ -99,9 +107,7 @@ func TestTickTwiceCreatesOnce(t *testing.T) {
 	if _, err := ob.SaveSchedule(ctx, outbox.Schedule{Name: "monthly", Spec: "0 6 1 * *", Producer: "invoices"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tk.pool.Exec(ctx, `UPDATE sendonce_schedule SET next_at = now() - interval '1 second'`); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Exec(t, tk.pool, `UPDATE sendonce_schedule SET next_at = now() - interval '1 second'`)
 	// The same occurrence ticked by two workers at once.
 	errs := make(chan error, 2)
 	for _, w := range []*ticker{tk, other} {
@@ -120,9 +126,7 @@ func TestTickTwiceCreatesOnce(t *testing.T) {
 	if _, err := ob.SaveSchedule(ctx, outbox.Schedule{Name: "elsewhere", Spec: "@every 1s", Producer: "missing"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tk.pool.Exec(ctx, `UPDATE sendonce_schedule SET next_at = now() - interval '1 second' WHERE name = 'elsewhere'`); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Exec(t, tk.pool, `UPDATE sendonce_schedule SET next_at = now() - interval '1 second' WHERE name = 'elsewhere'`)
 	if n, err := tk.tick(ctx); err != nil || n != 0 {
 		t.Fatalf("tick with an unknown producer = %d, %v; want 0, nil", n, err)
 	}
@@ -136,9 +140,7 @@ func TestTickTwiceCreatesOnce(t *testing.T) {
 func TestTickAcrossDST(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tk, ob := newTicker(t, nil)
-	var clock time.Time
-	tk.now = func() time.Time { return clock }
+	tk, ob, clock := newClockedTicker(t)
 	const spec = "30 2 * * * Europe/Berlin"
 	if _, err := ob.SaveSchedule(ctx, outbox.Schedule{Name: "nightly", Spec: spec, Statement: digestSQL}); err != nil {
 		t.Fatal(err)
@@ -159,7 +161,7 @@ func TestTickAcrossDST(t *testing.T) {
 		pgtest.Exec(t, tk.pool, `UPDATE sendonce_schedule SET next_at = $1`, sched.Next(from))
 		// A tick every 5 minutes through the night (the workers tick every
 		// second; a finer step only repeats the ticks that find nothing).
-		for clock = from; clock.Before(from.Add(5 * time.Hour)); clock = clock.Add(5 * time.Minute) {
+		for *clock = from; clock.Before(from.Add(5 * time.Hour)); *clock = clock.Add(5 * time.Minute) {
 			if _, err := tk.tick(ctx); err != nil {
 				t.Fatalf("tick at %s: %v", clock.Format(time.RFC3339), err)
 			}
@@ -196,11 +198,9 @@ func TestTickAcrossDST(t *testing.T) {
 func TestFailingScheduleDoesNotBlockOthers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tk, ob := newTicker(t, nil)
+	tk, ob, clock := newClockedTicker(t)
 	var logs strings.Builder
 	tk.logger = slog.New(slog.NewTextHandler(&logs, nil))
-	var clock time.Time
-	tk.now = func() time.Time { return clock }
 	at := func(s string) time.Time {
 		t.Helper()
 		v, err := time.Parse(time.RFC3339, s)
@@ -211,7 +211,7 @@ func TestFailingScheduleDoesNotBlockOthers(t *testing.T) {
 	}
 	tick := func(now string, wantCreated int) {
 		t.Helper()
-		clock = at(now)
+		*clock = at(now)
 		if n, err := tk.tick(ctx); err != nil || n != wantCreated {
 			t.Fatalf("tick at %s = %d, %v; want %d, nil", now, n, err, wantCreated)
 		}

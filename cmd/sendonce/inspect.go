@@ -146,10 +146,7 @@ failed, bounced, suppressed or complained.`,
 				return err
 			}
 			if asJSON {
-				if recs == nil {
-					recs = []*outbox.Record{}
-				}
-				return printJSON(a.stdout, recs)
+				return printJSONArray(a.stdout, recs)
 			}
 			if len(recs) == 0 {
 				fmt.Fprintln(a.stdout, "no intents")

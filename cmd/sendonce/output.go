@@ -10,6 +10,30 @@ import (
 	"github.com/sendonce/sendonce/outbox"
 )
 
+// printJSONArray writes rows as a JSON array: empty, never null, when
+// there are none.
+func printJSONArray[T any](w io.Writer, rows []T) error {
+	if rows == nil {
+		rows = []T{}
+	}
+	return printJSON(w, rows)
+}
+
+// printList writes the rows of a list command: as a JSON array with
+// asJSON, otherwise as a table under header (tab-separated columns), one
+// line(row) a row.
+func printList[T any](w io.Writer, asJSON bool, rows []T, header string, line func(T) string) error {
+	if asJSON {
+		return printJSONArray(w, rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, line(r))
+	}
+	return tw.Flush()
+}
+
 // summary is an intent on one line: key, id, kind and state, and what
 // happened to it.
 func summary(r *outbox.Record) string {

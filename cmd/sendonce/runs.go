@@ -50,20 +50,11 @@ first: their state and their members by state.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if runs == nil {
-					runs = []*outbox.RunStatus{}
-				}
-				return printJSON(a.stdout, runs)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tSTATE\tMEMBERS\tSENT\tFAILED\tCANCELED\tTO SEND\tCREATED")
-			for _, r := range runs {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", r.Key, runStateText(r), r.Total, r.Counts[outbox.StateSent],
+			return printList(a.stdout, asJSON, runs, "KEY\tSTATE\tMEMBERS\tSENT\tFAILED\tCANCELED\tTO SEND\tCREATED", func(r *outbox.RunStatus) string {
+				return fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", r.Key, runStateText(r), r.Total, r.Counts[outbox.StateSent],
 					r.Counts[outbox.StateFailed], r.Counts[outbox.StateCanceled],
 					r.Counts[outbox.StatePending]+r.Counts[outbox.StateSending], stamp(r.CreatedAt))
-			}
-			return tw.Flush()
+			})
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the runs as a JSON array")
@@ -321,15 +312,7 @@ func (a *app) scheduleCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if all == nil {
-					all = []*outbox.Schedule{}
-				}
-				return printJSON(a.stdout, all)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSPEC\tSOURCE\tMISSED\tNEXT\tLAST RUN\tFAILING")
-			for _, s := range all {
+			return printList(a.stdout, asJSON, all, "NAME\tSPEC\tSOURCE\tMISSED\tNEXT\tLAST RUN\tFAILING", func(s *outbox.Schedule) string {
 				source := "sql"
 				if s.Producer != "" {
 					source = "producer " + s.Producer
@@ -338,9 +321,8 @@ func (a *app) scheduleCommand() *cobra.Command {
 				if s.Failures > 0 && s.RetryAt != nil {
 					failing = fmt.Sprintf("%d× (next try %s): %s", s.Failures, stamp(*s.RetryAt), clip(s.LastError, 100))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Spec, source, s.Missed, stamp(s.NextAt), s.LastRun, failing)
-			}
-			return tw.Flush()
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name, s.Spec, source, s.Missed, stamp(s.NextAt), s.LastRun, failing)
+			})
 		}),
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print the schedules as JSON")

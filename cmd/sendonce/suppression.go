@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -59,18 +58,9 @@ func (a *app) suppressionCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if all == nil {
-					all = []outbox.Suppression{}
-				}
-				return printJSON(a.stdout, all)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ADDRESS\tREASON\tSINCE\tSOURCE")
-			for _, s := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Address, s.Reason, stamp(s.CreatedAt), s.Source)
-			}
-			return tw.Flush()
+			return printList(a.stdout, asJSON, all, "ADDRESS\tREASON\tSINCE\tSOURCE", func(s outbox.Suppression) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s", s.Address, s.Reason, stamp(s.CreatedAt), s.Source)
+			})
 		}),
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
@@ -153,16 +143,7 @@ func (a *app) listUnsubscribes(ctx context.Context, topic, after string, limit i
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		if all == nil {
-			all = []outbox.Unsubscription{}
-		}
-		return printJSON(a.stdout, all)
-	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ADDRESS\tTOPIC\tSINCE\tSOURCE")
-	for _, u := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Address, u.Topic, stamp(u.CreatedAt), u.Source)
-	}
-	return tw.Flush()
+	return printList(a.stdout, asJSON, all, "ADDRESS\tTOPIC\tSINCE\tSOURCE", func(u outbox.Unsubscription) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s", u.Address, u.Topic, stamp(u.CreatedAt), u.Source)
+	})
 }

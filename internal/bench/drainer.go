@@ -96,15 +96,11 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 		return DrainResult{}, err
 	}
 	defer fake.Close()
-	pool, err := env.NewPool(ctx, env.PoolConns)
+	pool, ob, err := env.NewOutbox(ctx, env.PoolConns)
 	if err != nil {
 		return DrainResult{}, err
 	}
 	defer pool.Close()
-	ob, err := env.Outbox(pool)
-	if err != nil {
-		return DrainResult{}, err
-	}
 	if err := EnqueueBatches(ctx, pool, ob, Intents("drain", p.N), 1000); err != nil {
 		return DrainResult{}, err
 	}

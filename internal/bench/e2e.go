@@ -92,15 +92,11 @@ func (s *EndToEnd) Run(ctx context.Context, env *Env) error {
 		_ = w.Stop(stopCtx)
 	}()
 
-	appPool, err := env.NewPool(ctx, s.producers)
+	appPool, ob, err := env.NewOutbox(ctx, s.producers)
 	if err != nil {
 		return err
 	}
 	defer appPool.Close()
-	ob, err := env.Outbox(appPool)
-	if err != nil {
-		return err
-	}
 
 	n := int(s.rate * s.dur.Seconds())
 	intents := Intents("e2e", n)

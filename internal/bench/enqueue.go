@@ -88,15 +88,11 @@ func (s *Enqueue) Rows() []*Row {
 // Run times every shape once through the outbox and once as plain
 // INSERTs, in alternating order from run to run.
 func (s *Enqueue) Run(ctx context.Context, env *Env) error {
-	pool, err := env.NewPool(ctx, 1)
+	pool, ob, err := env.NewOutbox(ctx, 1)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	ob, err := env.Outbox(pool)
-	if err != nil {
-		return err
-	}
 	plainFirst := s.runs%2 == 1
 	s.runs++
 	for _, m := range s.modes {

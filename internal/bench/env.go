@@ -158,6 +158,21 @@ func (e *Env) Outbox(pool *pgxpool.Pool) (*outbox.Outbox, error) {
 	return outbox.New(pool, nil)
 }
 
+// NewOutbox opens a pool of maxConns connections (NewPool) and an Outbox
+// over it; the caller closes the pool.
+func (e *Env) NewOutbox(ctx context.Context, maxConns int) (*pgxpool.Pool, *outbox.Outbox, error) {
+	pool, err := e.NewPool(ctx, maxConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	ob, err := e.Outbox(pool)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, ob, nil
+}
+
 // CountState counts the outbox rows in a state.
 func (e *Env) CountState(ctx context.Context, state outbox.State) (int, error) {
 	var n int

@@ -86,15 +86,11 @@ const historyPayload = `'{"from":"a@example.com","to":["b@example.com"],"subject
 
 // Run implements Scenario.
 func (h *History) Run(ctx context.Context, env *Env) error {
-	pool, err := env.NewPool(ctx, 4)
+	pool, ob, err := env.NewOutbox(ctx, 4)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	ob, err := env.Outbox(pool)
-	if err != nil {
-		return err
-	}
 	ui, err := outboxui.New(pool, ob, outboxui.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err

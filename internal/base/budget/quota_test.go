@@ -6,8 +6,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 )
+
+// quotaBudget is a budget of 20 a second on a database of its own, its
+// clock at *now (22:00 UTC, two hours before the daily reset), with its
+// first token taken.
+func quotaBudget(ctx context.Context, t *testing.T) (*Budget, *pgxpool.Pool, *time.Time) {
+	t.Helper()
+	pool := pgtest.NewDB(t)
+	now := time.Date(2031, 3, 4, 22, 0, 0, 0, time.UTC)
+	b := New(pool, "fp", Config{Rate: 20, Now: func() time.Time { return now }})
+	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
+		t.Fatalf("first token: %t %v", ok, err)
+	}
+	return b, pool, &now
+}
 
 // A 429 whose body says the daily quota is exhausted pauses the fleet
 // until the reset (the status says "quota exhausted until"), with one probe
@@ -15,12 +31,7 @@ import (
 func TestQuotaAnswerPausesUntilTheReset(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	now := time.Date(2031, 3, 4, 22, 0, 0, 0, time.UTC)
-	b := New(pool, "fp", Config{Rate: 20, Now: func() time.Time { return now }})
-	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
-		t.Fatalf("first token: %t %v", ok, err)
-	}
+	b, pool, now := quotaBudget(ctx, t)
 	// The worker tells Answered of a quota's 429, and neither Refused nor
 	// Throttle.
 	if err := b.Answered(ctx, Answer{Status: 429, Quota: PerDay}); err != nil {
@@ -38,7 +49,7 @@ func TestQuotaAnswerPausesUntilTheReset(t *testing.T) {
 		t.Fatalf("while exhausted: ok %t retry in %s %v; want a wait for the probe", ok, retryIn, err)
 	}
 	// A minute on, one probe goes.
-	now = now.Add(time.Minute)
+	*now = now.Add(time.Minute)
 	b.store.quota.state.holdUntil = time.Time{}
 	if ok, _, err := b.Wait(ctx, 10*time.Millisecond); err != nil || !ok {
 		t.Fatalf("a minute on: ok %t %v; want the probe", ok, err)
@@ -47,7 +58,7 @@ func TestQuotaAnswerPausesUntilTheReset(t *testing.T) {
 		t.Fatal("a second send went with the probe")
 	}
 	// Past midnight the quota is whole again.
-	now = now.Add(3 * time.Hour)
+	*now = now.Add(3 * time.Hour)
 	b.store.quota.state.holdUntil = time.Time{}
 	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
 		t.Fatalf("after the reset: ok %t %v", ok, err)
@@ -63,12 +74,7 @@ func TestQuotaAnswerPausesUntilTheReset(t *testing.T) {
 func TestQuota429LeavesLaterRate429sAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	now := time.Date(2031, 3, 4, 22, 0, 0, 0, time.UTC)
-	b := New(pool, "fp", Config{Rate: 20, Now: func() time.Time { return now }})
-	if ok, _, err := b.Wait(ctx, time.Second); err != nil || !ok {
-		t.Fatalf("first token: %t %v", ok, err)
-	}
+	b, pool, _ := quotaBudget(ctx, t)
 	// An intent's quota 429: the worker tells Answered, and no more.
 	if err := b.Answered(ctx, Answer{Status: 429, Quota: PerDay}); err != nil {
 		t.Fatal(err)

@@ -18,11 +18,7 @@ import (
 func TestReconcileInPieces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var keys []string
-	for i := range 10 {
-		keys = append(keys, fmt.Sprintf("w:%d", i))
-	}
-	pool, _, jobs := setup(t, keys...)
+	pool, _, jobs := setup(t, numbered("w", 0, 10)...)
 	jobs.ReconcileWindow = 3
 	for _, k := range []string{"w:1", "w:2", "w:5"} {
 		pgtest.Exec(t, pool, `DELETE FROM river_job WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = $1)`, k)
@@ -82,11 +78,7 @@ func TestReconcileUnderStatementTimeout(t *testing.T) {
 func TestReconcileBudgetPerCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var keys []string
-	for i := range 10 {
-		keys = append(keys, fmt.Sprintf("b:%d", i))
-	}
-	pool, _, jobs := setup(t, keys...)
+	pool, _, jobs := setup(t, numbered("b", 0, 10)...)
 	jobs.ReconcileWindow, jobs.ReconcileBudget = 2, 4
 	pgtest.Exec(t, pool, `DELETE FROM river_job WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = 'b:9')`)
 	var got []int

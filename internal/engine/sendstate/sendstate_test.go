@@ -34,6 +34,15 @@ func setup(t *testing.T, keys ...string) (*pgxpool.Pool, *outbox.Outbox, *sendst
 	return pool, ob, &sendstate.Scheduler{Pool: pool, River: rc, Queue: outbox.DefaultQueue}
 }
 
+// numbered is n keys prefix:first, prefix:first+1, and on.
+func numbered(prefix string, first, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s:%d", prefix, first+i)
+	}
+	return keys
+}
+
 func enqueue(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, keys ...string) {
 	t.Helper()
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
@@ -289,10 +298,7 @@ func TestClaimAndMarkFindRowsByKeyAfterStaleStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, pool, `ANALYZE sendonce_outbox`)
-	keys := make([]string, 2000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("p:%d", i+1)
-	}
+	keys := numbered("p", 1, 2000)
 	enqueue(t, pool, ob, keys...)
 	var reqs []sendstate.ClaimRequest
 	var sent []sendstate.Sent

@@ -21,6 +21,18 @@ func rows(t *testing.T, ctx context.Context, sel string) []string {
 	return eval[[]string](t, ctx, `[...document.querySelectorAll("`+sel+` tr")].map(r => r.innerText)`)
 }
 
+// listRows opens the list of intents at url and returns its rows, header
+// first, failing the test unless it lists n intents.
+func listRows(t *testing.T, ctx context.Context, url string, n int) []string {
+	t.Helper()
+	run(t, ctx, "open the list", chromedp.Navigate(url))
+	got := rows(t, ctx, "#intents")
+	if len(got) != n+1 {
+		t.Fatalf("the list %s has rows %q, want a header and %d", url, got, n)
+	}
+	return got
+}
+
 // TestBrowserScheduledAndDue: an intent held until 2030 is shown as
 // scheduled, with its time, not as "oldest pending: none"; one due now is
 // shown as due, and the list tells the two apart.
@@ -50,11 +62,7 @@ func TestBrowserScheduledAndDue(t *testing.T) {
 		t.Errorf("an intent is due and the overview's oldest due says %q", s)
 	}
 
-	run(t, ctx, "open the list", chromedp.Navigate(base+"intents?state=pending"))
-	got := rows(t, ctx, "#intents")
-	if len(got) != 3 {
-		t.Fatalf("the list of pending intents has rows %q, want a header and 2", got)
-	}
+	got := listRows(t, ctx, base+"intents?state=pending", 2)
 	if !strings.Contains(got[1], "welcome:now") || !strings.Contains(got[1], "due") {
 		t.Errorf("the newest row %q should be welcome:now, due", got[1])
 	}
@@ -97,11 +105,7 @@ func TestBrowserUncertainFailures(t *testing.T) {
 		}
 	}
 
-	run(t, ctx, "open the list", chromedp.Navigate(base+"intents"))
-	got := rows(t, ctx, "#intents")
-	if len(got) != 4 {
-		t.Fatalf("the list has rows %q, want a header and 3", got)
-	}
+	got := listRows(t, ctx, base+"intents", 3)
 	if !strings.Contains(got[0], "last attempt") || !strings.Contains(got[0], "uncertain") {
 		t.Errorf("the list's header %q lacks the last attempt and uncertain columns", got[0])
 	}

@@ -76,7 +76,22 @@ func TestRunLifecycle(t *testing.T) {
 
 	waitFor(t, time.Minute, "30% of the run sent", func() (bool, string) { s := sent(); return s >= n*30/100, fmt.Sprint(s) })
 	mustRun(t, "pause", e, nil, "run", "pause", run)
-	// What was in flight finishes; then nothing moves while paused.
+	// What was in flight finishes; then nothing moves while paused. A
+	// claim whose statement read the run before the pause committed is in
+	// flight too, though it may commit after the pause returned: first
+	// every transaction older than the pause ends, then no member is
+	// sending.
+	var pausedAt time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&pausedAt); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the transactions older than the pause to end", func() (bool, string) {
+		var older int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND xact_start < $1`,
+			pausedAt).Scan(&older)
+		return err == nil && older == 0, fmt.Sprintf("%d open (err %v)", older, err)
+	})
 	waitFor(t, 30*time.Second, "no member sending", func() (bool, string) {
 		c, _ := runCounts(ctx, pool, run)
 		return c["sending"] == 0, c.String()

@@ -40,6 +40,15 @@ func TestStatePlansSurviveStaleStatistics(t *testing.T) {
 		"rescue":         `SELECT o.id FROM sendonce_outbox o WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL ORDER BY o.id LIMIT 1000`,
 		"busy run":       `SELECT 1 FROM sendonce_outbox m WHERE m.run_key = 'r' AND m.run_key IS NOT NULL AND m.state IN ('pending', 'sending')`,
 		"failures":       `SELECT count(*) FROM sendonce_outbox WHERE state = 'failed' AND updated_at > now() - interval '1 day'`,
+		// Reconcile's window and its reschedule, unguarded: with the state a
+		// constant, the window walked the primary key over all history.
+		"reconcile window": `SELECT state, id FROM sendonce_outbox
+			WHERE state IN ('pending', 'sending') AND (state, id) > ('', 0) ORDER BY state, id LIMIT 5000`,
+		"reconcile jobs": `SELECT o.id FROM sendonce_outbox o
+			LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
+			WHERE o.id = ANY('{1,2,3,40000}') AND o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
+				AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+			ORDER BY o.id LIMIT 1000 FOR UPDATE OF o SKIP LOCKED`,
 	} {
 		var plan []string
 		err := outbox.GuardStatePlan(ctx, pool, func(tx pgx.Tx) error {
@@ -58,7 +67,9 @@ func TestStatePlansSurviveStaleStatistics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := strings.Join(plan, "\n"); strings.Contains(p, "Seq Scan on sendonce_outbox") || strings.Contains(p, "sendonce_outbox_pkey") {
+		// The primary key reads the whole table but for lookups of ids.
+		p := strings.Join(plan, "\n")
+		if strings.Contains(p, "Seq Scan on sendonce_outbox") || strings.Contains(p, "sendonce_outbox_pkey") && !strings.Contains(p, "Index Cond: (id = ") {
 			t.Errorf("%s reads the whole outbox under stale statistics:\n%s", name, p)
 		}
 	}

@@ -34,10 +34,11 @@ type Scheduler struct {
 	reconcile reconcileCursor
 }
 
-// reconcileCursor is where the next call of Reconcile starts: the state
-// whose intents it reads and the id after which it reads them.
+// reconcileCursor is where the next call of Reconcile starts: after the
+// intent (state, after) in (state, id) order; the zero cursor is before
+// every unsettled intent (the empty string sorts before every state).
 type reconcileCursor struct {
-	state int
+	state string
 	after int64
 }
 
@@ -130,16 +131,18 @@ func (o *Scheduler) RescueStranded(ctx context.Context, restartGrace time.Durati
 // discarded by a River client that does not know sendonce's job kind. It
 // returns how many it rescheduled.
 //
-// It reads the unsettled intents in pieces: each state's intents in id
-// order, ReconcileWindow at a time (found through the partial index of
-// unsettled intents, the state a constant of each statement's text so that
-// a generic plan still uses it), so no statement's work grows with the
+// It reads the unsettled intents in pieces, in (state, id) order,
+// ReconcileWindow at a time, so no statement's work grows with the
 // backlog, and at most ReconcileBudget of them a call: a call goes on where
 // the last one stopped, and a pass over the backlog starts again from the
-// first state once it reached the end. Each intent's job is looked up by
-// its id (LIMIT 1 in a LATERAL keeps the planner from hashing all of
-// river_job for every piece: 49 ms a piece against 300,000 jobs, where the
-// lookups take a few).
+// first once it reached the end. The window is a row comparison on
+// (state, id), the partial index of unsettled intents' key: with one state
+// a constant of the statement, statistics taken while a run was pending
+// made the planner walk the primary key over every sent row of history to
+// find the pending ones (TestStatePlansSurviveStaleStatistics). Each
+// intent's job is looked up by its id (LIMIT 1 in a LATERAL keeps the
+// planner from hashing all of river_job for every piece: 49 ms a piece
+// against 300,000 jobs, where the lookups take a few).
 func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 	window := o.ReconcileWindow
 	if window <= 0 {
@@ -151,37 +154,45 @@ func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	states := []string{"pending", "sending"}
 	total, read := 0, 0
 	for cur := &o.reconcile; read < budget; {
-		state := states[cur.state]
-		var last *int64
-		var seen int
-		if err := o.Pool.QueryRow(ctx, `SELECT max(id), count(*) FROM (SELECT id FROM sendonce_outbox
-			WHERE state = '`+state+`' AND id > $1 ORDER BY state, id LIMIT $2) w`, cur.after, min(window, budget-read)).Scan(&last, &seen); err != nil {
+		size := min(window, budget-read)
+		var lastState string
+		var ids []int64
+		rows, err := o.Pool.Query(ctx, `SELECT state, id FROM sendonce_outbox
+			WHERE state IN ('pending', 'sending') AND (state, id) > ($1, $2) ORDER BY state, id LIMIT $3`, cur.state, cur.after, size)
+		if err == nil {
+			var id int64
+			_, err = pgx.ForEachRow(rows, []any{&lastState, &id}, func() error {
+				ids = append(ids, id)
+				return nil
+			})
+		}
+		if err != nil {
 			return total, fmt.Errorf("sendstate: reconcile: %w", err)
 		}
+		seen := len(ids)
 		read += seen
-		if last != nil {
+		if seen > 0 {
+			// The window's intents by id: a range of (state, id) bounds
+			// an index scan by its leading column only, and read on
+			// through every pending intent past the window.
 			n, err := o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
 				LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
-				WHERE o.state = '`+state+`' AND o.id > $2 AND o.id <= $3 AND o.job_id IS NOT NULL AND o.batch_key IS NULL
+				WHERE o.id = ANY($2) AND o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
 					AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
 					AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
-				ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, cur.after, *last)
+				ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, ids)
 			total += n
 			if err != nil {
 				return total, err
 			}
-			cur.after = *last
+			cur.state, cur.after = lastState, ids[seen-1]
 		}
-		if last == nil || seen < min(window, budget-read+seen) {
-			// This state's intents are read to the end.
-			cur.after = 0
-			cur.state = (cur.state + 1) % len(states)
-			if cur.state == 0 {
-				return total, nil
-			}
+		if seen < size {
+			// The backlog is read to the end: the next pass starts again.
+			*cur = reconcileCursor{}
+			return total, nil
 		}
 	}
 	return total, nil

@@ -185,7 +185,15 @@ func (b *bucket) lease(want int, ceiling float64, maxPause time.Duration) (grant
 		// Slow start: the rate doubles for every slowStartDouble that the
 		// bucket was spoken for (below one token, leased ahead) since the
 		// last lease, so it grows while the fleet uses it all, not idle.
+		// A lease that asks for half a share or more (leaseShare of the
+		// rate) is full use too, whatever the bucket holds: a worker spends
+		// its tokens at the rate's spacing and comes back a round trip
+		// later, so the bucket always has a few left, and counting only the
+		// time below one token held a drain with no --api-rate at 557/s.
 		used := math.Min(elapsed, math.Max(0, (1-b.tokens)/b.rate))
+		if float64(want) >= b.rate*leaseShare.Seconds()/2 {
+			used = elapsed
+		}
 		b.rate *= math.Exp2(used / b.slowStartDouble().Seconds())
 	} else {
 		b.rate += b.growth() * math.Min(elapsed, 1)

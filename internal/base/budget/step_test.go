@@ -91,6 +91,31 @@ func TestSlowStart(t *testing.T) {
 	}
 }
 
+// A worker leases its share (a tenth of a second of the rate), spends it
+// at the rate's spacing and leases again a little later (the round trip),
+// so the bucket always holds a few tokens when it comes back. That is full
+// use all the same: the rate keeps doubling. It used to count only the
+// time the bucket was below one token, and a drain with no --api-rate
+// stayed at 557/s (4,800/s with a configured rate).
+func TestSlowStartGrowsUnderAWorkersLeases(t *testing.T) {
+	b := &bucket{}
+	for range 40 { // 40 leases 110 ms apart: 4.4 s
+		b.lease(max(1, int(b.rate*leaseShare.Seconds())), 0, DefaultMaxPause)
+		b.sinceRefill = leaseShare + 10*time.Millisecond
+	}
+	if b.rate < 10000 {
+		t.Fatalf("after 4.4 s of a worker using its every lease: rate %v, want over 10,000", b.rate)
+	}
+	// A lease for fewer sends than a share is not full use: the rate
+	// stays, however long the bucket sat with tokens in it.
+	idle := &bucket{rate: 1000, tokens: 50}
+	idle.sinceRefill = time.Second
+	idle.lease(20, 0, DefaultMaxPause)
+	if idle.rate > 1000*math.Exp2(1/(1000*fastStartDouble.Seconds())) {
+		t.Fatalf("a lease of 20 at 1,000/s raised the rate to %v", idle.rate)
+	}
+}
+
 func TestThrottleCutsOncePerSecondAndGrowsBack(t *testing.T) {
 	b := &bucket{rate: 20, sinceCut: time.Hour, throttles: 1}
 	if !b.throttle(0, -1, DefaultMaxPause) || b.rate != 20*cutDiscovered {

@@ -147,7 +147,13 @@ type Claimed struct {
 // cost more than the execution (issue 23: in the rate-limited benchmark,
 // 0.48 ms of planning against 0.19 ms of execution per claim). A one-row
 // VALUES has the same estimate either way, and the prepared statement
-// keeps its generic plan. MarkSentMany does the same.
+// keeps its generic plan. A claim of many unnests its arrays through
+// scalar subqueries, for the same reason: the planner cannot see into
+// (SELECT $1::text[]) in a custom plan either, so both plans estimate the
+// same rows, the generic one wins after five calls, and a drain's claims
+// of 100 are no longer planned one by one. The plan it keeps is the one
+// wanted (a nested loop of unique-index probes). MarkSentMany does the
+// same.
 func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOptions) (map[int64]*Claimed, error) {
 	sorted := slices.SortedFunc(slices.Values(reqs), func(a, b ClaimRequest) int { return strings.Compare(a.Key, b.Key) })
 	keys := make([]string, len(sorted))
@@ -159,7 +165,7 @@ func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOption
 	if opts.Owner != 0 {
 		owner = &opts.Owner
 	}
-	reqRows, args := `unnest($1::text[], $2::bigint[])`, []any{keys, jobIDs}
+	reqRows, args := `unnest((SELECT $1::text[]), (SELECT $2::bigint[]))`, []any{keys, jobIDs}
 	if len(sorted) == 1 {
 		reqRows, args = `(VALUES ($1::text, $2::bigint))`, []any{keys[0], jobIDs[0]}
 	}
@@ -286,7 +292,7 @@ func MarkSentMany(ctx context.Context, db DB, sent []Sent) (overrode, notOwned [
 	for i, s := range sorted {
 		keys[i], ids[i], replayed[i], owners[i] = s.Key, s.MessageID, s.Replayed, s.Owner
 	}
-	answers, args := `unnest($1::text[], $2::text[], $3::bool[], $4::int4[])`, []any{keys, ids, replayed, owners}
+	answers, args := `unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::bool[]), (SELECT $4::int4[]))`, []any{keys, ids, replayed, owners}
 	if len(sorted) == 1 {
 		answers, args = `(VALUES ($1::text, $2::text, $3::bool, $4::int4))`, []any{keys[0], ids[0], replayed[0], owners[0]}
 	}

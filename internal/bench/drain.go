@@ -70,9 +70,13 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 	d.poolConns = env.PoolConns
 	for i := range drains {
 		dr := drains[(i+d.runs)%len(drains)]
+		counting := env.resetStatements(ctx)
 		var err error
 		if *dr.res, err = dr.drain(ctx, env, d.P); err != nil {
 			return err
+		}
+		if counting {
+			env.Logf("drain %s: per intent, %s", drainNames[(i+d.runs)%len(drains)], env.topStatements(ctx, 15, float64(d.P.N)))
 		}
 	}
 	d.runs++
@@ -88,6 +92,9 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 	d.row.Ratio.Add(full.Rate() / raw.Rate())
 	return nil
 }
+
+// drainNames name Run's drains, in its order, for the statements lines.
+var drainNames = []string{"full path", "River no-op", "River + client"}
 
 // Notes describe the measurement.
 func (d *Drain) Notes() []string {

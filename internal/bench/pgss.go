@@ -24,7 +24,7 @@ func (e *Env) resetStatements(ctx context.Context) bool {
 // the most total execution time since resetStatements: total ms, calls
 // per unit (per intent, say), mean µs and the statement's first words.
 func (e *Env) topStatements(ctx context.Context, n int, units float64) string {
-	rows, err := e.Admin.Query(ctx, `SELECT total_exec_time, calls, query FROM pg_stat_statements
+	rows, err := e.Admin.Query(ctx, `SELECT total_exec_time + total_plan_time, calls, query FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		ORDER BY total_exec_time DESC LIMIT $1`, n)
 	if err != nil {

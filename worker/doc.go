@@ -36,9 +36,11 @@
 // a row of sendonce_worker it renews every second (Config.Lease, 5 s by
 // default, past the last renewal by the database's clock), and records the
 // lease's epoch with every claim; when the process dies its lease goes
-// unrenewed, and once it has passed the sweeper of any worker ends it and
-// gives the intents left sending under it a new job, within the lease and a
-// SweepInterval. Every record of an attempt checks the epoch and the lease,
+// unrenewed, and once it has passed the fleet's sweeper (the worker of the
+// lowest held lease, which runs the per-interval duties for all; when it is
+// the one that died, the next takes over once its lease has passed) ends it
+// and gives the intents left sending under it a new job, within the lease
+// and a SweepInterval. Every record of an attempt checks the epoch and the lease,
 // so a worker paused past its lease records nothing for intents another
 // worker took over. That job claims the intent again (still in
 // sending, so now uncertain) and sends it with the same key: if the first
@@ -76,7 +78,8 @@
 //
 // A run's members are not claimed while it is paused; their jobs go at a
 // lower priority than lone intents and wait for the send budget behind them
-// (budget WaitBulk). Every sweep also creates the runs of due schedules,
+// (budget WaitBulk). Every sweep of the fleet's sweeper, and of each worker
+// with Producers of its own, also creates the runs of due schedules,
 // one occurrence per transaction (Config.Producers for Go producers). A
 // schedule whose occurrence fails keeps it due, gets the error recorded
 // (outbox.Schedule.LastError) and is tried again after a backoff, while the

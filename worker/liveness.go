@@ -31,6 +31,12 @@ import (
 // ended takes a new epoch, so what this instance claims next is its own
 // again, and what it claimed before is no longer: never two sends of one
 // intent at once.
+//
+// Each renewal also says whether this instance is the fleet's sweeper (the
+// lowest id among the held leases; see sendstate.Renewal), which the
+// sweeper reads (sweeps). One that is not renews again just after the
+// lower leases would end unrenewed, not a beat later, so that it takes
+// over from a dead sweeper as soon as that lease's end has passed.
 type liveness struct {
 	pool   *pgxpool.Pool
 	length time.Duration // the lease
@@ -47,6 +53,13 @@ type liveness struct {
 	// ctx ends when the current epoch stops being valid.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// sweeper says the last renewal found this instance the fleet's
+	// sweeper; a lease just taken is one until its first renewal says
+	// otherwise, so that a worker alone sweeps from its start.
+	sweeper bool
+	// takeover is when the lower leases end unless renewed, by this
+	// process's clock, as of the last renewal (zero: none lower).
+	takeover time.Time
 }
 
 // errLeaseStopped is the cause of the sends cut off by the lease.
@@ -69,6 +82,7 @@ func (l *liveness) start(ctx context.Context, riverClientID string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.setLocked(lease, at)
+	l.sweeper, l.takeover = true, time.Time{}
 	return nil
 }
 
@@ -82,6 +96,32 @@ func (l *liveness) setLocked(lease sendstate.Lease, at time.Time) {
 		l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	}
 	l.lease, l.valid, l.until = lease, true, at.Add(l.length*9/10)
+}
+
+// sweeps reports whether this instance is the fleet's sweeper, as of its
+// last renewal.
+func (l *liveness) sweeps() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sweeper
+}
+
+// takeoverMargin is how long after the lower leases' end a worker that is
+// not the sweeper renews, to find whether it is now.
+const takeoverMargin = 50 * time.Millisecond
+
+// next is how long until the next renewal: a beat, or less when the lower
+// leases end within it (a sweeper that died: see sendstate.Renewal).
+func (l *liveness) next() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.beat
+	// A takeover passed already is of a renewal that failed since: the
+	// beat, not a renewal every margin while the database is away.
+	if until := time.Until(l.takeover); !l.sweeper && until > 0 {
+		d = min(d, until+takeoverMargin)
+	}
+	return d
 }
 
 // owner is the epoch to claim under, or ok false while the lease is not
@@ -113,7 +153,7 @@ func (l *liveness) bind(ctx context.Context, epoch int32) (context.Context, cont
 // run renews the lease every beat until ctx ends, and stops the sends when
 // it goes unrenewed past its local end.
 func (l *liveness) run(ctx context.Context) {
-	t := time.NewTicker(l.beat)
+	t := time.NewTimer(l.beat)
 	defer t.Stop()
 	watchdog := time.NewTimer(l.length)
 	defer watchdog.Stop()
@@ -130,6 +170,7 @@ func (l *liveness) run(ctx context.Context) {
 			return
 		case <-t.C:
 			l.renew(ctx)
+			t.Reset(l.next())
 		case <-watchdog.C:
 			l.expire()
 		}
@@ -157,14 +198,17 @@ func (l *liveness) renew(ctx context.Context) {
 	at := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, l.length/2)
 	defer cancel()
-	held, err := sendstate.RenewLease(rctx, l.pool, lease, l.length)
+	r, err := sendstate.Renew(rctx, l.pool, lease, l.length)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.logger.Warn("worker: cannot renew its lease yet", "error", err)
 		}
 		return
 	}
+	held := r.Held
 	if !held {
+		// A new epoch sweeps until its first renewal says otherwise.
+		r = sendstate.Renewal{Sweeper: true}
 		l.logger.Warn("worker: lease lost: a sweeper found it lapsed and handed the intents claimed under it to other jobs; "+
 			"their sends here stop and record nothing, and a new lease epoch is taken", "worker_id", lease.ID, "epoch", lease.Epoch)
 		at = time.Now()
@@ -186,6 +230,13 @@ func (l *liveness) renew(ctx context.Context) {
 		l.logger.Info("worker: lease renewed; claiming again", "worker_id", lease.ID, "epoch", lease.Epoch)
 	}
 	l.setLocked(lease, at)
+	if r.Sweeper != l.sweeper {
+		l.logger.Debug("worker: sweeper role changed", "worker_id", lease.ID, "sweeper", r.Sweeper)
+	}
+	l.sweeper, l.takeover = r.Sweeper, time.Time{}
+	if !r.Sweeper {
+		l.takeover = at.Add(r.Takeover)
+	}
 }
 
 // release ends the lease at once (a graceful stop).

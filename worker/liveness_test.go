@@ -109,3 +109,44 @@ func TestLivenessStopsSendsWhenItCannotRenew(t *testing.T) {
 		t.Errorf("the send's cause: %v, want ErrLeaseLost", context.Cause(send))
 	}
 }
+
+// awaitSweeps waits for l.sweeps() to be want, for at most bound.
+func awaitSweeps(t *testing.T, l *liveness, want bool, bound time.Duration, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(bound); l.sweeps() != want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: sweeps() still %v after %s", what, !want, bound)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Issue 23, item 8: of two workers the first is the fleet's sweeper and
+// the second is not; when the first dies (no renewal, no release), the
+// second takes over once the dead lease's end has passed. Each sweeps
+// until its first renewal.
+func TestLivenessSweeperTakesOver(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewDB(t)
+	first := newLiveness(pool, time.Second, slog.New(slog.DiscardHandler))
+	if err := first.start(t.Context(), "river-first"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, kill := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { first.run(ctx); close(done) }()
+	t.Cleanup(func() { kill(); <-done })
+	second := startLiveness(t, pool, time.Second)
+	if !second.sweeps() {
+		t.Fatal("a lease just taken does not sweep before its first renewal")
+	}
+	awaitSweeps(t, second, false, 10*time.Second, "the second worker")
+	if !first.sweeps() {
+		t.Fatal("the first worker is not the sweeper")
+	}
+	kill()
+	<-done
+	killed := time.Now()
+	awaitSweeps(t, second, true, 10*time.Second, "the second worker after the first died")
+	t.Logf("took over %s after the first stopped renewing a lease of 1s", time.Since(killed).Round(time.Millisecond))
+}

@@ -12,17 +12,32 @@ import (
 )
 
 // sweeper gives River jobs to rows inserted by plain SQL. It listens on the
-// table trigger's channel, so such a row is picked up at once, and also
-// sweeps every interval, so a missed notification (a dropped connection, a
-// restarted database) only delays a send.
+// table trigger's channel, so such a row is picked up at once by whichever
+// worker hears of it, and the fleet's sweeper also sweeps every interval,
+// so a missed notification (a dropped connection, a restarted database)
+// only delays a send.
 //
-// Every interval it also creates the runs of due schedules, applies the
-// delivery events that came before their send was recorded, ends the leases
-// of workers that stopped renewing them (ExpireLeases), and rescues the
-// intents and batches that such workers left sending (RescueAbandoned),
-// and every reconcileEvery intervals it gives a new job to intents and
-// batches whose job ended without them (Reconcile): nothing is left where
-// nothing will move it.
+// Every interval the fleet's sweeper (the worker of the lowest held lease:
+// see sendstate.Renewal) also applies the delivery events that came before
+// their send was recorded, ends the leases of workers that stopped renewing
+// them (ExpireLeases), and rescues the intents and batches that such
+// workers left sending (RescueAbandoned), and every reconcileEvery
+// intervals it gives a new job to intents and batches whose job ended
+// without them (Reconcile): nothing is left where nothing will move it.
+// One worker does it for the fleet, not each of them (issue 23: three
+// workers made three times the statements for nothing). When the sweeper
+// dies, the next worker takes over at its first renewal past the dead
+// lease's end (the lease, and a renewal timed for it: see liveness), and
+// ends that lease at its next sweep; a worker that stops ends its lease at
+// once, and the next takes over within a beat of its lease (a fifth of
+// it). Until a worker's first renewal it sweeps as the sweeper, so a
+// worker alone does everything from its start.
+//
+// Every worker creates the runs of due schedules every interval, if it has
+// producers of its own: a schedule of a producer is created only by a
+// worker that has it (the sweeper may not). Schedules with no producer are
+// the sweeper's, and any such worker's (each schedule is taken FOR UPDATE
+// SKIP LOCKED).
 type sweeper struct {
 	pool      *pgxpool.Pool
 	jobs      *sendstate.Scheduler
@@ -30,6 +45,9 @@ type sweeper struct {
 	interval  time.Duration
 	logger    *slog.Logger
 	sweeps    int
+	// role says whether this worker is the fleet's sweeper now (nil: it
+	// is).
+	role interface{ sweeps() bool }
 
 	restartGrace time.Duration
 	pollOnly     bool
@@ -58,8 +76,9 @@ func (s *sweeper) run(ctx context.Context) {
 	}
 }
 
-// listen holds one connection with LISTEN on it and sweeps on every
-// notification or interval, until the connection fails or ctx ends.
+// listen holds one connection with LISTEN on it: it gives jobs to rows
+// inserted by SQL on every notification, and sweeps every interval, until
+// the connection fails or ctx ends.
 func (s *sweeper) listen(ctx context.Context) error {
 	s.sweep(ctx)
 	pooled, err := s.pool.Acquire(ctx)
@@ -72,22 +91,30 @@ func (s *sweeper) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+sendstate.NotifyChannel); err != nil {
 		return err
 	}
+	// Rows inserted before the LISTEN, while no notification reached this
+	// worker.
+	s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
+	next := time.Now().Add(s.interval)
 	for {
-		waitCtx, cancel := context.WithTimeout(ctx, s.interval)
+		waitCtx, cancel := context.WithDeadline(ctx, next)
 		_, err := conn.WaitForNotification(waitCtx)
 		cancel()
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return ctx.Err()
-		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		case errors.Is(err, context.DeadlineExceeded):
+			s.sweep(ctx)
+			next = time.Now().Add(s.interval)
+		case err != nil:
 			return err
+		default:
+			s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
 		}
-		s.sweep(ctx)
 	}
 }
 
 // poll sweeps every interval without LISTEN (Config.PollOnly): a row
-// inserted by SQL waits for the next sweep.
+// inserted by SQL waits for the sweeper's next sweep.
 func (s *sweeper) poll(ctx context.Context) {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
@@ -101,7 +128,15 @@ func (s *sweeper) poll(ctx context.Context) {
 	}
 }
 
+// sweep is the work of one interval: all of it on the fleet's sweeper, the
+// schedules of this worker's producers on the others.
 func (s *sweeper) sweep(ctx context.Context) {
+	if s.role != nil && !s.role.sweeps() {
+		if len(s.schedules.producers) > 0 {
+			s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
+		}
+		return
+	}
 	s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
 	matchEvents := func(ctx context.Context) (int, error) { return sendstate.MatchEvents(ctx, s.pool) }
 	s.do(ctx, matchEvents, "match events", "applied delivery events that came before their send was recorded")

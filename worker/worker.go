@@ -89,6 +89,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if retainKeys == KeepKeysForever {
 		retainKeys = 0 // sendstate.PruneOptions: zero keeps them
 	}
+	lease := newLiveness(pool, conf.Lease, logger)
 	return &Worker{
 		river:        rc,
 		sendWorker:   sendWorker,
@@ -97,8 +98,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		coalesceWait: conf.CoalesceWait,
 		pool:         pool,
 		sweeper: &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: conf.SweepInterval, logger: logger,
-			restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly},
-		liveness: newLiveness(pool, conf.Lease, logger),
+			restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly, role: lease},
+		liveness: lease,
 		pruner: &pruner{pool: pool, interval: conf.PruneInterval, logger: logger,
 			opts: sendstate.PruneOptions{Retain: conf.Retain, RetainKeys: retainKeys}},
 	}, nil

@@ -40,8 +40,8 @@ import (
 const (
 	// leaseShare bounds a lease to this much of the rate, so tokens a
 	// worker holds (and loses, should it die) are a sliver of the budget;
-	// leaseShareKnown where the rate is configured (see
-	// reserveAheadKnown), and never more than the sends waiting.
+	// leaseShareKnown where the rate is known, configured or found from
+	// 429s (see reserveAheadKnown), and never more than the sends waiting.
 	leaseShare      = 100 * time.Millisecond
 	leaseShareKnown = reserveAheadKnown
 	// tokenTTL drops leased tokens no send took in time: they would
@@ -101,6 +101,7 @@ type Budget struct {
 	every          time.Duration // between two tokens of one lease: the rate's spacing
 	rate           float64
 	probing        bool          // the last lease found the fleet probing
+	known          bool          // the last lease found the fleet's rate known (bucket.known); before one, a rate is configured
 	mismatchLogged bool          // a fleet's rate other than this worker's was logged
 	leasing        chan struct{} // closed when the lease in flight is done
 	waiting        int
@@ -124,7 +125,7 @@ func New(pool *pgxpool.Pool, keyFingerprint string, cfg Config) *Budget {
 	q := &quotas{configured: cfg.Quotas, zone: zone, now: cfg.Now, logger: logger}
 	q.counting.Store(len(cfg.Quotas) > 0)
 	return &Budget{store: store{pool: pool, fp: keyFingerprint, quota: q}, ceiling: cfg.Rate, maxPause: maxPause, logger: logger,
-		own: newPace(cfg.Rate, time.Now()), closed: make(chan struct{})}
+		own: newPace(cfg.Rate, time.Now()), known: cfg.Rate > 0, closed: make(chan struct{})}
 }
 
 // Close ends every wait for a token, at once and from now on: they return
@@ -285,7 +286,7 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 	for {
 		start := time.Now()
 		share := leaseShare
-		if b.ceiling > 0 && !b.probing {
+		if b.known {
 			share = leaseShareKnown
 		}
 		want := max(1, min(b.waiting, int(b.rate*share.Seconds()), b.own.available(start)))
@@ -296,7 +297,7 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 			return 0, err
 		}
 		now := time.Now()
-		b.rate, b.probing = bk.rate, bk.probeFor > 0 && bk.pausedFor == 0
+		b.rate, b.probing, b.known = bk.rate, bk.probeFor > 0 && bk.pausedFor == 0, bk.known()
 		b.checkCeiling(bk.ceiling)
 		if granted > 0 {
 			// next is when the last token is due; the others go before

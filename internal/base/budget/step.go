@@ -61,20 +61,26 @@ const (
 // database CPU per intent).
 const reserveAhead = 100 * time.Millisecond
 
-// reserveAheadKnown is reserveAhead where the rate is known: a ceiling
-// is configured and the fleet is not probing. Such a lease takes the
-// tokens of up to half a second for the sends waiting in its worker (no
-// more than wait), so three workers at 20/s lease about twice a second
-// each rather than ten times (issue 23: database CPU per intent). While
-// the fleet discovers its rate (slow start, or found from 429s) a lease
-// stays at reserveAhead: tokens leased ahead at a rate the API has not
-// taken yet go out as a burst it refuses (issue 23: leasing ahead in
-// discovery raised TestDiscoveryStartsSlow's 429s to 4.5%).
+// reserveAheadKnown is reserveAhead where the rate is known (see known):
+// configured, or found from 429s once the fleet has left slow start, and
+// the fleet not probing. Such a lease takes the tokens of up to half a
+// second for the sends waiting in its worker (no more than wait), so three
+// workers at 20/s lease about twice a second each rather than ten times
+// (issue 23: database CPU per intent). In slow start, or while probing, a
+// lease stays at reserveAhead: tokens leased ahead at a rate the API has
+// not taken yet go out as a burst it refuses (issue 23: leasing ahead in
+// slow start raised TestDiscoveryStartsSlow's 429s to 4.5%). A rate found
+// from 429s grows on by a tenth a second until the next cut, as in slow
+// start it doubled; the tokens of a lease go at its spacing, not as a burst.
 const reserveAheadKnown = 500 * time.Millisecond
+
+// known reports whether the fleet's rate is known: configured, or found
+// from 429s (the fleet has left slow start), and the fleet not probing.
+func (b *bucket) known() bool { return !b.slowStart() && b.probeFor == 0 }
 
 // reserve is how far ahead of time this lease hands out tokens.
 func (b *bucket) reserve() time.Duration {
-	if b.ceiling > 0 && b.probeFor == 0 {
+	if b.known() {
 		return reserveAheadKnown
 	}
 	return reserveAhead
@@ -203,7 +209,7 @@ func (b *bucket) lease(want int, ceiling float64, maxPause time.Duration) (grant
 	}
 	b.tokens = math.Min(math.Max(1, b.rate), b.tokens+b.rate*elapsed)
 	// Tokens due within reserveAhead go too (reserveAheadKnown at a
-	// configured rate); the lease says when.
+	// known rate); the lease says when.
 	ahead := b.tokens + b.rate*b.reserve().Seconds()
 	granted = max(0, min(want, int(ahead)))
 	if granted == 0 {

@@ -42,11 +42,20 @@ func TestLeaseAtTheConfiguredRate(t *testing.T) {
 	if got, wait := b.lease(1000, 10, DefaultMaxPause); got != 15 || wait != 500*time.Millisecond {
 		t.Fatalf("after a minute got %d due in %s, want 10 now and 5 due by 500ms", got, wait)
 	}
-	// With no rate configured (slow start, or found from 429s) a lease
-	// reaches only reserveAhead (100ms) ahead.
+	// A rate found from 429s is known too: its lease reaches
+	// reserveAheadKnown ahead.
 	found := &bucket{rate: 10, throttles: 1}
-	if got, wait := found.lease(100, 0, DefaultMaxPause); got != 1 || wait != 100*time.Millisecond {
-		t.Fatalf("found rate: got %d due in %s, want 1 due in 100ms", got, wait)
+	if got, wait := found.lease(100, 0, DefaultMaxPause); got != 5 || wait != 500*time.Millisecond {
+		t.Fatalf("found rate: got %d due in %s, want 5, the last due in 500ms", got, wait)
+	}
+	// In slow start a lease reaches only reserveAhead (100ms) ahead, and
+	// so does one while the fleet probes.
+	slow := &bucket{rate: 10}
+	if got, wait := slow.lease(100, 0, DefaultMaxPause); got != 1 || wait != 100*time.Millisecond {
+		t.Fatalf("slow start: got %d due in %s, want 1 due in 100ms", got, wait)
+	}
+	if (&bucket{rate: 10, ceiling: 10, probeFor: time.Minute}).known() {
+		t.Fatal("a probing fleet's rate is known")
 	}
 }
 

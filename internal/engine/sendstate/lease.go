@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // DefaultLease is how long a worker instance's lease lasts past its last
@@ -59,19 +61,47 @@ func TakeLease(ctx context.Context, db DB, prev Lease, h Holder, length time.Dur
 	return l, nil
 }
 
-// RenewLease extends the lease to length past now, by the database's
-// clock, in one statement. held is false when the lease has ended (a
-// sweeper found it lapsed and handed its intents on): the worker must stop
-// what it sends under it and take a new epoch (TakeLease). A lease past
-// its end that no sweeper has ended yet is renewed: nobody took anything
-// from it.
-func RenewLease(ctx context.Context, db DB, l Lease, length time.Duration) (held bool, err error) {
-	tag, err := db.Exec(ctx, `UPDATE sendonce_worker SET renewed_at = now(), lease_until = now() + $3::float8 * interval '1 second'
-		WHERE id = $1 AND epoch = $2 AND ended_at IS NULL`, l.ID, l.Epoch, length.Seconds())
-	if err != nil {
-		return false, fmt.Errorf("sendstate: renew worker lease %d: %w", l.ID, err)
+// Renewal is what Renew found.
+type Renewal struct {
+	// Held is false when the lease has ended (a sweeper found it lapsed
+	// and handed its intents on): the worker must stop what it sends under
+	// it and take a new epoch (TakeLease).
+	Held bool
+	// Sweeper says the lease is the fleet's sweeper: the lowest id among
+	// the held leases (not ended, their end ahead), this one renewed. A
+	// lease past its end that no sweeper has ended yet does not count, so
+	// when the sweeper's worker dies the next one takes over at its first
+	// renewal after the dead lease's end, and ends that lease itself
+	// (ExpireLeases).
+	Sweeper bool
+	// Takeover, when Held and not Sweeper, is how long until the first of
+	// the lower held leases ends unless renewed, by the database's clock: a
+	// renewal then finds whether the sweeper is gone.
+	Takeover time.Duration
+}
+
+// Renew extends the lease to length past now, by the database's clock,
+// and says whether it is the fleet's sweeper, in one statement. A lease
+// past its end that no sweeper has ended yet is renewed: nobody took
+// anything from it.
+func Renew(ctx context.Context, db DB, l Lease, length time.Duration) (Renewal, error) {
+	var takeover *float64
+	err := db.QueryRow(ctx, `WITH r AS (
+			UPDATE sendonce_worker SET renewed_at = now(), lease_until = now() + $3::float8 * interval '1 second'
+			WHERE id = $1 AND epoch = $2 AND ended_at IS NULL
+			RETURNING id)
+		SELECT (SELECT extract(epoch FROM min(w.lease_until) - now())::float8 FROM sendonce_worker w
+			WHERE w.id < r.id AND w.ended_at IS NULL AND w.lease_until > now())
+		FROM r`, l.ID, l.Epoch, length.Seconds()).Scan(&takeover)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Renewal{}, nil
+	case err != nil:
+		return Renewal{}, fmt.Errorf("sendstate: renew worker lease %d: %w", l.ID, err)
+	case takeover == nil:
+		return Renewal{Held: true, Sweeper: true}, nil
 	}
-	return tag.RowsAffected() == 1, nil
+	return Renewal{Held: true, Takeover: time.Duration(*takeover * float64(time.Second))}, nil
 }
 
 // ReleaseLease ends the lease at once ('stopped'): the worker is stopping,

@@ -144,8 +144,8 @@ func TestLapsedOwnerRecordsNothing(t *testing.T) {
 	if _, _, err := sendstate.Claim(ctx, pool, request(t, pool, "p:2"), opts); !errors.Is(err, sendstate.ErrLeaseLost) {
 		t.Errorf("claim under the ended lease: %v, want ErrLeaseLost", err)
 	}
-	if held, err := sendstate.RenewLease(ctx, pool, a, sendstate.DefaultLease); err != nil || held {
-		t.Fatalf("RenewLease of the ended lease = %v, %v; want false", held, err)
+	if r, err := sendstate.Renew(ctx, pool, a, sendstate.DefaultLease); err != nil || r.Held {
+		t.Fatalf("Renew of the ended lease = %+v, %v; want not held", r, err)
 	}
 	a2, err := sendstate.TakeLease(ctx, pool, a, sendstate.Holder{Host: "paused", PID: 1}, sendstate.DefaultLease)
 	if err != nil || a2.ID != a.ID || a2.Epoch == a.Epoch {
@@ -169,11 +169,67 @@ func TestLateRenewalKeepsTheLease(t *testing.T) {
 	ctx := context.Background()
 	pool, _, l := claimedUnderLease(t, "late:1", "slow")
 	lapse(t, pool, l)
-	if held, err := sendstate.RenewLease(ctx, pool, l, sendstate.DefaultLease); err != nil || !held {
-		t.Fatalf("RenewLease = %v, %v; want held", held, err)
+	if r, err := sendstate.Renew(ctx, pool, l, sendstate.DefaultLease); err != nil || !r.Held {
+		t.Fatalf("Renew = %+v, %v; want held", r, err)
 	}
 	if _, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "late:1", MessageID: "msg_1", Owner: l.Epoch}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Of the held leases the lowest id is the fleet's sweeper; a lapsed one
+// no longer counts, so the next takes over at its first renewal past the
+// lapsed lease's end, and a lease that is not held is no sweeper.
+func TestRenewNamesOneSweeper(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, jobs := setup(t)
+	a, b := takeLease(t, pool, "a"), takeLease(t, pool, "b")
+	if a.ID >= b.ID {
+		t.Fatalf("lease ids %d, %d: want the first taken lower", a.ID, b.ID)
+	}
+	renew := func(l sendstate.Lease) sendstate.Renewal {
+		t.Helper()
+		r, err := sendstate.Renew(ctx, pool, l, sendstate.DefaultLease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := renew(a); !r.Held || !r.Sweeper {
+		t.Fatalf("renewal of the lower lease = %+v, want held and the sweeper", r)
+	}
+	r := renew(b)
+	if !r.Held || r.Sweeper {
+		t.Fatalf("renewal of the higher lease = %+v, want held and not the sweeper", r)
+	}
+	if r.Takeover <= 0 || r.Takeover > sendstate.DefaultLease {
+		t.Errorf("takeover in %s, want within the lease (%s)", r.Takeover, sendstate.DefaultLease)
+	}
+	lapse(t, pool, a)
+	if r := renew(b); !r.Held || !r.Sweeper {
+		t.Fatalf("renewal of the higher lease with the lower one lapsed = %+v, want held and the sweeper", r)
+	}
+	// The new sweeper ends the lapsed lease; the lower one, renewed late
+	// but before that, would be the sweeper again.
+	if n, err := jobs.ExpireLeases(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("ExpireLeases = %d, %v; want 1", n, err)
+	}
+	if r := renew(a); r.Held || r.Sweeper {
+		t.Fatalf("renewal of the ended lease = %+v, want neither held nor the sweeper", r)
+	}
+	if r := renew(b); !r.Held || !r.Sweeper {
+		t.Fatalf("renewal of the only held lease = %+v, want held and the sweeper", r)
+	}
+	a2, err := sendstate.TakeLease(ctx, pool, a, sendstate.Holder{Host: "a", PID: 1}, sendstate.DefaultLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := renew(a2); !r.Held || !r.Sweeper {
+		t.Fatalf("renewal of the lower lease taken again = %+v, want held and the sweeper", r)
+	}
+	if r := renew(b); r.Sweeper {
+		t.Fatalf("renewal of the higher lease with the lower one taken again = %+v, want not the sweeper", r)
 	}
 }
 

@@ -16,16 +16,24 @@ import (
 // startLiveness runs a liveness of the given lease over its own pool until
 // the test ends.
 func startLiveness(t *testing.T, pool *pgxpool.Pool, lease time.Duration) *liveness {
+	l, _ := runLiveness(t, pool, lease, "river-test")
+	return l
+}
+
+// runLiveness is startLiveness with a kill: it stops the renewals at once
+// (no release), as a worker that dies, and returns when they have stopped.
+func runLiveness(t *testing.T, pool *pgxpool.Pool, lease time.Duration, riverClientID string) (*liveness, func()) {
 	t.Helper()
 	l := newLiveness(pool, lease, slog.New(slog.DiscardHandler))
-	if err := l.start(t.Context(), "river-test"); err != nil {
+	if err := l.start(t.Context(), riverClientID); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return l
+	kill := func() { cancel(); <-done }
+	t.Cleanup(kill)
+	return l, kill
 }
 
 // awaitDone waits for ctx to end, for at most bound.
@@ -128,14 +136,7 @@ func awaitSweeps(t *testing.T, l *liveness, want bool, bound time.Duration, what
 func TestLivenessSweeperTakesOver(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewDB(t)
-	first := newLiveness(pool, time.Second, slog.New(slog.DiscardHandler))
-	if err := first.start(t.Context(), "river-first"); err != nil {
-		t.Fatal(err)
-	}
-	ctx, kill := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { first.run(ctx); close(done) }()
-	t.Cleanup(func() { kill(); <-done })
+	first, kill := runLiveness(t, pool, time.Second, "river-first")
 	second := startLiveness(t, pool, time.Second)
 	if !second.sweeps() {
 		t.Fatal("a lease just taken does not sweep before its first renewal")
@@ -145,7 +146,6 @@ func TestLivenessSweeperTakesOver(t *testing.T) {
 		t.Fatal("the first worker is not the sweeper")
 	}
 	kill()
-	<-done
 	killed := time.Now()
 	awaitSweeps(t, second, true, 10*time.Second, "the second worker after the first died")
 	t.Logf("took over %s after the first stopped renewing a lease of 1s", time.Since(killed).Round(time.Millisecond))

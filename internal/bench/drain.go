@@ -64,9 +64,10 @@ func (d *Drain) Rows() []*Row { return []*Row{d.row, d.vsClient.row} }
 func (d *Drain) Run(ctx context.Context, env *Env) error {
 	var full, raw, cli DrainResult
 	drains := []struct {
+		name  string
 		res   *DrainResult
 		drain func(context.Context, *Env, DrainParams) (DrainResult, error)
-	}{{&full, DrainOutbox}, {&raw, DrainRiver}, {&cli, DrainRiverClient}}
+	}{{"full path", &full, DrainOutbox}, {"River no-op", &raw, DrainRiver}, {"River + client", &cli, DrainRiverClient}}
 	d.poolConns = env.PoolConns
 	for i := range drains {
 		dr := drains[(i+d.runs)%len(drains)]
@@ -76,7 +77,7 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 			return err
 		}
 		if counting {
-			env.Logf("drain %s: per intent, %s", drainNames[(i+d.runs)%len(drains)], env.topStatements(ctx, 15, float64(d.P.N)))
+			env.Logf("drain %s: per intent, %s", dr.name, env.topStatements(ctx, 15, float64(d.P.N)))
 		}
 	}
 	d.runs++
@@ -92,9 +93,6 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 	d.row.Ratio.Add(full.Rate() / raw.Rate())
 	return nil
 }
-
-// drainNames name Run's drains, in its order, for the statements lines.
-var drainNames = []string{"full path", "River no-op", "River + client"}
 
 // Notes describe the measurement.
 func (d *Drain) Notes() []string {

@@ -187,21 +187,24 @@ func (in *Intent) check(payload json.RawMessage) error {
 	if len(payload) > MaxPayloadBytes {
 		return invalid("payload", fmt.Sprintf("%d bytes, over the 1 MiB limit", len(payload)))
 	}
-	if !json.Valid(payload) {
-		var v any
-		err := json.Unmarshal(payload, &v)
-		return invalid("payload", "malformed JSON: "+strings.TrimPrefix(fmt.Sprint(err), "json: "))
+	// One decode checks the syntax and splits the object: json.Unmarshal
+	// checks the whole text before it decodes, so malformed JSON is a
+	// SyntaxError whatever the destination, and valid JSON of another type
+	// an UnmarshalTypeError (told after the storable check, as before).
+	var body map[string]json.RawMessage
+	decodeErr := json.Unmarshal(payload, &body)
+	if _, wrongType := decodeErr.(*json.UnmarshalTypeError); decodeErr != nil && !wrongType {
+		return invalid("payload", "malformed JSON: "+strings.TrimPrefix(decodeErr.Error(), "json: "))
 	}
 	if reason := storableJSON(payload); reason != "" {
 		return invalid("payload", reason)
 	}
-	var body map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &body); err != nil || body == nil {
+	if decodeErr != nil || body == nil {
 		return invalid("payload", "must be a JSON object, not "+jsonType(payload))
 	}
 	if raw, ok := body["scheduledAt"]; ok && !bytes.Equal(raw, []byte("null")) {
-		var at string
-		if json.Unmarshal(raw, &at) != nil {
+		at, isString := jsonString(raw)
+		if !isString {
 			return invalid("payload.scheduledAt", "must be an RFC 3339 time string")
 		}
 		if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
@@ -336,10 +339,10 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 			}
 			continue
 		}
-		var one string
 		var many []string
+		one, isString := jsonString(raw)
 		switch {
-		case json.Unmarshal(raw, &one) == nil:
+		case isString:
 			if one == "" {
 				return invalid(prefix+field, "is empty")
 			}
@@ -356,8 +359,8 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 				}
 			}
 			for i, a := range many {
-				if err := checkAddress(fmt.Sprintf("%s%s[%d]", prefix, field, i), a); err != nil {
-					return err
+				if suppress.Address(a) == "" {
+					return checkAddress(fmt.Sprintf("%s%s[%d]", prefix, field, i), a)
 				}
 			}
 		default:
@@ -398,7 +401,25 @@ func jsonType(raw json.RawMessage) string {
 	}
 }
 
+// nonEmptyString says whether raw, a value of a decoded payload, is a
+// string other than "".
 func nonEmptyString(raw json.RawMessage) bool {
+	s, ok := jsonString(raw)
+	return ok && s != ""
+}
+
+// jsonString returns the string that raw, one value of a JSON text already
+// checked whole (a value json.Unmarshal gave a json.RawMessage), holds, and
+// whether it is a string. A string with no escape is its bytes between the
+// quotes; only one with escapes is decoded, which costs a check and a
+// decode of its own (most fields of an email have none).
+func jsonString(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
 	var s string
-	return json.Unmarshal(raw, &s) == nil && s != ""
+	return s, json.Unmarshal(raw, &s) == nil
 }

@@ -106,15 +106,21 @@ const columns = `id, idempotency_key, kind, payload, coalesce(template_id, ''), 
 	coalesce(batch_key, ''), coalesce(delivery_status, ''), delivery_status_at, suppressed_recipients,
 	coalesce(traceparent, ''), coalesce(tracestate, ''), coalesce(topic, ''), list_unsubscribe`
 
+// scanRecord scans a row of columns (and extra after them) into a Record.
+// The kind, state and delivery status are scanned as strings: into their
+// named string types pgx converts each value by reflection, a tenth of the
+// Go time of an EnqueueMany of 1,000.
 func scanRecord(row pgx.Row, extra ...any) (*Record, error) {
 	r := &Record{}
-	dest := []any{&r.ID, &r.Key, &r.Kind, &r.Payload, &r.TemplateID, &r.SendAt, &r.State, &r.Attempts,
+	var kind, state, delivery string
+	dest := []any{&r.ID, &r.Key, &kind, &r.Payload, &r.TemplateID, &r.SendAt, &state, &r.Attempts,
 		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
 		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy,
-		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt, &r.SuppressedRecipients, &r.TraceParent, &r.TraceState,
+		&r.BatchKey, &delivery, &r.DeliveryStatusAt, &r.SuppressedRecipients, &r.TraceParent, &r.TraceState,
 		&r.Topic, &r.ListUnsubscribe}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
+	r.Kind, r.State, r.DeliveryStatus = Kind(kind), State(state), DeliveryStatus(delivery)
 	return r, nil
 }

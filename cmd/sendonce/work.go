@@ -472,6 +472,19 @@ func (a *app) listenerSecrets(o *workOptions) ([]string, *unsub.Signer, error) {
 	return secrets, signer, nil
 }
 
+// apiTransport is http.DefaultTransport keeping an idle connection for
+// each of concurrency sends in flight. Both limits must be raised: the
+// default transport's MaxIdleConns of 100 (idle connections to all hosts)
+// closed what MaxIdleConnsPerHost let it keep, and a worker of concurrency
+// 500 dialled (and against the real API, shook hands over TLS) again for
+// 400 of every 500 sends.
+func apiTransport(concurrency int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = max(concurrency, 2)
+	t.MaxIdleConns = max(concurrency, t.MaxIdleConns)
+	return t
+}
+
 // apiClient is the API client: the key from the environment only, every
 // HTTP attempt counted, and enough idle connections kept for every send in
 // flight.
@@ -480,8 +493,7 @@ func (a *app) apiClient(o *workOptions, m *metrics.Metrics) (*client.Client, err
 	if key == "" {
 		return nil, fmt.Errorf("%s is not set: work needs an OpenEmail API key (oe_live_… or oe_test_…) in the environment", client.EnvAPIKey)
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = o.concurrency
+	transport := apiTransport(o.concurrency)
 	opts := []client.Option{
 		client.WithAPIKey(key),
 		client.WithTimeout(o.apiTimeout),

@@ -95,6 +95,7 @@ func StartFake(latency time.Duration, conns int) (*Fake, error) {
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = max(conns, 2)
+	transport.MaxIdleConns = max(conns, transport.MaxIdleConns) // as sendonce work's (apiTransport)
 	c, err := client.New(client.WithAPIKey(APIKey), client.WithBaseURL(url),
 		client.WithHTTPClient(&http.Client{Transport: transport}))
 	if err != nil {

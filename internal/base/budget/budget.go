@@ -183,6 +183,17 @@ func (b *Budget) Acquire(ctx context.Context, max time.Duration, bulk bool) (Tok
 // bulkYield is how long a bulk send steps aside for another.
 const bulkYield = 5 * time.Millisecond
 
+// reserveHorizon is how far ahead a send takes a leased token, then
+// sleeps until the token's time. Every send waiting for a token used to
+// sleep until the next one was due, and all but one of them woke to sleep
+// again: with 500 sends in flight, the wakeups of each token cost the drain
+// 78 µs of CPU per intent (1.6 s of a 9.5 s drain of 20,000). Now a send
+// wakes once per horizon at most, and takes the tokens due within it. A
+// token so taken is sent even if a 429 drops the lease's other tokens
+// meanwhile (at most a horizon's worth), and an urgent send may wait
+// behind a horizon's worth taken by bulk sends.
+const reserveHorizon = 20 * time.Millisecond
+
 // wait is Acquire's loop. It is long because its steps must run in this
 // order under one lock: give way to urgent sends, this worker's own rate,
 // tokens already leased (due now or later), another send's lease in
@@ -242,20 +253,35 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token,
 			continue
 		}
 		if b.tokens > 0 && now.Sub(b.readyAt) < tokenTTL {
-			if d := b.readyAt.Sub(now); d > 0 {
-				// Leased ahead: sleep until the tokens are due.
-				if b.readyAt.After(deadline) {
-					return Token{RetryIn: b.capped(d)}, nil
-				}
-				if t, stop, err := nap(d, nil); stop {
+			d := b.readyAt.Sub(now)
+			if d > 0 && b.readyAt.After(deadline) {
+				return Token{RetryIn: b.capped(d)}, nil
+			}
+			if d > reserveHorizon {
+				// Leased ahead: sleep until the next token nears.
+				if t, stop, err := nap(d-reserveHorizon, nil); stop {
 					return t, err
 				}
 				continue
 			}
+			// Due now or within the horizon: this send takes it, and
+			// waits for its own token's time.
 			b.tokens--
+			leasedAt := b.leasedAt
 			b.readyAt = b.readyAt.Add(b.every) // the lease's next token
 			b.own.take()
-			return Token{OK: true, LeasedAt: b.leasedAt}, nil
+			if d > 0 {
+				b.mu.Unlock()
+				err := sleep(ctx, nil, b.closed, d)
+				b.mu.Lock()
+				if err != nil {
+					return Token{}, err
+				}
+				if b.isClosed() {
+					return Token{RetryIn: b.expectedWait()}, nil
+				}
+			}
+			return Token{OK: true, LeasedAt: leasedAt}, nil
 		}
 		if ch := b.leasing; ch != nil {
 			if t, stop, err := nap(time.Until(deadline), ch); stop {

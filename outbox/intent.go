@@ -346,8 +346,8 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 			if one == "" {
 				return invalid(prefix+field, "is empty")
 			}
-			if err := checkAddress(prefix+field, one); err != nil {
-				return err
+			if why := addressProblem(one); why != "" {
+				return invalid(prefix+field, why)
 			}
 		case json.Unmarshal(raw, &many) == nil:
 			if len(many) == 0 && field == "to" {
@@ -359,8 +359,8 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 				}
 			}
 			for i, a := range many {
-				if suppress.Address(a) == "" {
-					return checkAddress(fmt.Sprintf("%s%s[%d]", prefix, field, i), a)
+				if why := addressProblem(a); why != "" {
+					return invalid(fmt.Sprintf("%s%s[%d]", prefix, field, i), why)
 				}
 			}
 		default:
@@ -373,14 +373,14 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 	return nil
 }
 
-// checkAddress refuses a recipient in a spelling the suppression list
-// cannot match (see internal/base/suppress): the API would send to it even
-// when its address is suppressed.
-func checkAddress(field, a string) error {
+// addressProblem says why a recipient is in a spelling the suppression
+// list cannot match (see internal/base/suppress), or returns "": the API
+// would send to such a spelling even when its address is suppressed.
+func addressProblem(a string) string {
 	if suppress.Address(a) == "" {
-		return invalid(field, fmt.Sprintf("%q %s", shorten(a), suppress.Why(a)))
+		return fmt.Sprintf("%q %s", shorten(a), suppress.Why(a))
 	}
-	return nil
+	return ""
 }
 
 // jsonType names the type of a valid JSON text, for messages.

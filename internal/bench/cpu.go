@@ -15,12 +15,47 @@ import (
 // shows where a cost lies.
 type CPU struct {
 	Self time.Duration // this process: worker, River, client, fake API
-	DB   time.Duration // PostgreSQL backends connected to the benchmark database
+	// DB is, in a reading, the time of the backends connected to the
+	// benchmark database now; in a difference (Sub), the time the server
+	// spent for it in between, backends that ended meanwhile included.
+	DB time.Duration
+
+	// backends are the ticks of each backend of the database (and of its
+	// parallel workers) at the reading, by pid; reaped are the server's
+	// ended processes' ticks, as the postmaster counts them (cutime and
+	// cstime: a child's times are added to its parent's when it is
+	// reaped).
+	backends map[int]int64
+	reaped   int64
 }
 
-// Sub is c minus an earlier reading.
+// Sub is c minus an earlier reading. A backend that ended in between (a
+// pool closed its connection, a parallel worker finished, a worker process
+// stopped) took its time out of the sum of live backends; its whole time
+// went into the postmaster's count of reaped children, so the difference
+// adds that count's growth and takes off what the earlier reading had of
+// the ended backends. (Summing the live backends alone made the prune
+// row's database CPU per row negative, and left out parallel workers.)
+// That growth also holds the other children reaped meanwhile, autovacuum
+// workers above all: on the benchmark's own server, work its writes
+// caused.
 func (c CPU) Sub(earlier CPU) CPU {
-	return CPU{Self: c.Self - earlier.Self, DB: c.DB - earlier.DB}
+	d := CPU{Self: c.Self - earlier.Self, DB: c.DB - earlier.DB}
+	if c.backends == nil || earlier.backends == nil {
+		return d
+	}
+	var ticks int64
+	for pid, t := range c.backends {
+		ticks += t - earlier.backends[pid]
+	}
+	for pid, t := range earlier.backends {
+		if _, live := c.backends[pid]; !live {
+			ticks -= t
+		}
+	}
+	ticks += c.reaped - earlier.reaped
+	d.DB = time.Duration(ticks) * time.Second / clockTicks
+	return d
 }
 
 // ReadCPU reads the processor time used so far. DB is zero when the server
@@ -32,7 +67,12 @@ func (e *Env) ReadCPU() CPU {
 		c.Self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	if e.db != nil {
-		c.DB = backendsCPU(e.db.Name)
+		c.backends, c.reaped = backendsCPU(e.db.Name)
+		var ticks int64
+		for _, t := range c.backends {
+			ticks += t
+		}
+		c.DB = time.Duration(ticks) * time.Second / clockTicks
 	}
 	return c
 }
@@ -41,39 +81,90 @@ func (e *Env) ReadCPU() CPU {
 // Linux platform Go supports.
 const clockTicks = 100
 
-// backendsCPU sums the user and system time of the PostgreSQL backends
-// whose process title names db ("postgres: USER DB HOST(PORT) STATE").
-func backendsCPU(db string) time.Duration {
+// procStat is what backendsCPU reads of /proc/PID/stat.
+type procStat struct {
+	ppid                         int
+	utime, stime, cutime, cstime int64
+}
+
+// readStat reads /proc/PID/stat at path: the fields after the command,
+// which is in parentheses and may hold spaces (state is field 3, ppid 4,
+// utime 14, stime 15, cutime 16, cstime 17).
+func readStat(path string) (procStat, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return procStat{}, false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok {
+		return procStat{}, false
+	}
+	f := strings.Fields(rest)
+	if len(f) < 15 {
+		return procStat{}, false
+	}
+	var s procStat
+	s.ppid, _ = strconv.Atoi(f[1])
+	s.utime, _ = strconv.ParseInt(f[11], 10, 64)
+	s.stime, _ = strconv.ParseInt(f[12], 10, 64)
+	s.cutime, _ = strconv.ParseInt(f[13], 10, 64)
+	s.cstime, _ = strconv.ParseInt(f[14], 10, 64)
+	return s, true
+}
+
+// backendsCPU reads the ticks of the PostgreSQL backends whose process
+// title names db ("postgres: USER DB HOST(PORT) STATE") and of the
+// parallel workers of those backends ("postgres: parallel worker for PID
+// N"), by pid, and the ticks of the server's reaped children (its
+// postmaster, the backends' parent: cutime + cstime).
+func backendsCPU(db string) (map[int]int64, int64) {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var ticks int64
+	backends := map[int]int64{}
+	leaders := map[int]bool{}
+	parallel := map[int]int{} // parallel worker pid: its leader's pid
+	var postmaster int
 	for _, statPath := range stats {
 		dir := filepath.Dir(statPath)
 		title, err := os.ReadFile(filepath.Join(dir, "cmdline"))
 		if err != nil || !strings.HasPrefix(string(title), "postgres: ") {
 			continue
 		}
-		if f := strings.Fields(strings.ReplaceAll(string(title), "\x00", " ")); len(f) < 3 || f[2] != db {
-			continue
-		}
-		b, err := os.ReadFile(statPath)
+		pid, err := strconv.Atoi(filepath.Base(dir))
 		if err != nil {
 			continue
 		}
-		// The fields after the command, which is in parentheses and may hold
-		// spaces: state is field 3 of stat, utime 14 and stime 15.
-		_, rest, ok := strings.Cut(string(b), ") ")
+		f := strings.Fields(strings.ReplaceAll(string(title), "\x00", " "))
+		leader := 0
+		switch {
+		case len(f) >= 6 && f[1] == "parallel" && f[2] == "worker" && f[4] == "PID":
+			leader, _ = strconv.Atoi(f[5])
+		case len(f) < 3 || f[2] != db:
+			continue
+		}
+		st, ok := readStat(statPath)
 		if !ok {
 			continue
 		}
-		f := strings.Fields(rest)
-		if len(f) < 13 {
-			continue
+		if leader != 0 {
+			parallel[pid] = leader
+		} else {
+			leaders[pid] = true
+			postmaster = st.ppid
 		}
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += ut + st
+		backends[pid] = st.utime + st.stime
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	for pid, leader := range parallel {
+		if !leaders[leader] {
+			delete(backends, pid)
+		}
+	}
+	var reaped int64
+	if postmaster > 0 {
+		if st, ok := readStat(filepath.Join("/proc", strconv.Itoa(postmaster), "stat")); ok {
+			reaped = st.cutime + st.cstime
+		}
+	}
+	return backends, reaped
 }
 
 // medianCPU renders the medians of readings as "process X µs + database

@@ -108,18 +108,7 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 		return DrainResult{}, err
 	}
 
-	w, err := worker.New(pool, &worker.Config{
-		Client:        fake.Client,
-		Concurrency:   p.Concurrency,
-		FetchCooldown: p.FetchCooldown,
-		Logger:        discard,
-	})
-	if err != nil {
-		return DrainResult{}, err
-	}
-	events, unsubscribe := w.RiverClient().SubscribeConfig(&river.SubscribeConfig{ChanSize: p.N + 1000, Kinds: finishedKinds})
-	defer unsubscribe()
-	res, err := timeDrain(ctx, env, p, events, w.Start, w.Stop)
+	res, err := drainQueued(ctx, env, pool, fake, p)
 	if err != nil || p.Window > 0 {
 		return res, err
 	}
@@ -132,6 +121,24 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 		return res, fmt.Errorf("bench: %d intents drained, but %d rows are sent and the fake delivered %d", p.N, sent, delivered)
 	}
 	return res, nil
+}
+
+// drainQueued starts a sendonce worker over pool against fake, for
+// intents already queued, and times it as p says (p.N is how many
+// completions end it).
+func drainQueued(ctx context.Context, env *Env, pool *pgxpool.Pool, fake *Fake, p DrainParams) (DrainResult, error) {
+	w, err := worker.New(pool, &worker.Config{
+		Client:        fake.Client,
+		Concurrency:   p.Concurrency,
+		FetchCooldown: p.FetchCooldown,
+		Logger:        discard,
+	})
+	if err != nil {
+		return DrainResult{}, err
+	}
+	events, unsubscribe := w.RiverClient().SubscribeConfig(&river.SubscribeConfig{ChanSize: p.N + 1000, Kinds: finishedKinds})
+	defer unsubscribe()
+	return timeDrain(ctx, env, p, events, w.Start, w.Stop)
 }
 
 // timeDrain starts a River client, times it as p says, and stops it. The

@@ -32,6 +32,7 @@ type History struct {
 	rows    []*Row
 	recon   *Row
 	prune   *Row
+	drain   *Row // a drain while the prune runs, against one before it
 }
 
 // NewHistory makes the scenario; quick uses small sizes. sizes, when not
@@ -60,11 +61,16 @@ func NewHistory(quick bool, sizes []int) *History {
 	h.recon = &Row{Scenario: "10. History", Measure: fmt.Sprintf("one Reconcile call against a run of %s pending members",
 		Thousands(float64(h.RunSize))), Unit: Millis,
 		Also: []*Figure{{Name: "DB CPU", Unit: Millis}, {Name: "WAL", Unit: Bytes}}}
-	h.prune = &Row{Scenario: "10. History", Measure: fmt.Sprintf("Prune of %s sent rows while a %s-member run is pending",
-		Thousands(float64(h.Sizes[len(h.Sizes)-1])), Thousands(float64(h.RunSize))), Unit: PerSecond,
+	h.prune = &Row{Scenario: "10. History", Measure: fmt.Sprintf("Prune of %s sent rows (the older half of the history) while a %s-member run is pending",
+		Thousands(float64(h.Sizes[len(h.Sizes)-1]/2)), Thousands(float64(h.RunSize))), Unit: PerSecond,
 		Goal: Goal{Text: "≥ 20,000/s", Check: AtLeast(20_000)},
 		Also: []*Figure{{Name: "DB CPU/row", Unit: Micros}, {Name: "WAL/row", Unit: Bytes}, {Name: "mean transaction", Unit: Millis}}}
-	h.rows = append(h.rows, h.recon, h.prune)
+	h.drain = &Row{Scenario: "10. History", Measure: fmt.Sprintf("drain beside the %s-member run while the rest of the history is pruned (worker --concurrency %d, %s of steady rate after %s)",
+		Thousands(float64(h.RunSize)), historyDrain.Concurrency, historyDrain.Window, historyDrain.Warmup), Unit: PerSecond,
+		Baseline: "the same drain before the prune", BaselineUnit: PerSecond, RatioUnit: Times,
+		Goal: Goal{Text: "≥ 0.9× the drain without the prune", Check: RatioAtLeast(0.9)},
+		Also: []*Figure{{Name: "DB CPU/intent, the prune's included", Unit: Micros}, {Name: "WAL/intent, the prune's included", Unit: Bytes}, {Name: "that prune", Unit: PerSecond}}}
+	h.rows = append(h.rows, h.recon, h.prune, h.drain)
 	return h
 }
 
@@ -76,11 +82,18 @@ func (h *History) Rows() []*Row { return h.rows }
 
 // Notes implements Scenario.
 func (h *History) Notes() []string {
-	return []string{"History (10): the sent rows are loaded by one INSERT … SELECT generate_series (updated a day ago, sent in the last hour), " +
+	return []string{"History (10): the sent rows are loaded by one INSERT … SELECT generate_series (the older half created and settled two days ago, the rest a day ago; all sent in the last hour), " +
 		"ANALYZEd and CHECKPOINTed before the reads; each read is timed five times after one warm-up, the median shown, with the database's CPU and WAL of the five. " +
 		"The /metrics scrape is the worker's registry (outbox, runs and budget collectors) served by its handler; the page is the outbox UI's overview. " +
-		"The run's members are pending with live (scheduled) River jobs, so Reconcile finds nothing to give and what is timed is its reading."}
+		"The run's members are pending with live (scheduled) River jobs, so Reconcile finds nothing to give and what is timed is its reading. " +
+		"Half the history was settled two days ago, half a day ago: the first half is pruned alone (the prune row: its rate, the database's CPU and WAL per row, " +
+		"its mean transaction); then a drain of new intents (a sendonce worker, --concurrency 100, the in-process fake API) is timed beside the history and the run, " +
+		"and timed again while the second half is pruned: the drain row is its steady rate then against before, with that second prune's rate beside it."}
 }
+
+// historyDrain is the drain timed before the prune and again while it
+// runs: its steady rate over a window, so that it ends within the prune.
+var historyDrain = DrainParams{N: 40_000, Concurrency: 100, Warmup: 2 * time.Second, Window: 6 * time.Second, Timeout: 2 * time.Minute}
 
 const historyPayload = `'{"from":"a@example.com","to":["b@example.com"],"subject":"s","text":"t"}'`
 
@@ -114,9 +127,11 @@ func (h *History) Run(ctx context.Context, env *Env) error {
 		if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, payload, state, attempts, message_id, job_id,
 				first_attempt_at, sent_at, created_at, updated_at, run_key)
 			SELECT 'h:' || g, `+historyPayload+`, 'sent', 1, 'm' || g, -1,
-				now() - interval '1 day', now() - (g % 3600) * interval '1 second', now() - interval '1 day', now() - interval '1 day',
+				now() - interval '1 day', now() - (g % 3600) * interval '1 second',
+				now() - CASE WHEN g <= $3 THEN interval '2 days' ELSE interval '1 day' END,
+				now() - CASE WHEN g <= $3 THEN interval '2 days' ELSE interval '1 day' END,
 				CASE WHEN g % 2 = 0 THEN 'hist-run' END
-			FROM generate_series($1::bigint + 1, $2::bigint) g`, loaded, n); err != nil {
+			FROM generate_series($1::bigint + 1, $2::bigint) g`, loaded, n, h.Sizes[len(h.Sizes)-1]/2); err != nil {
 			return fmt.Errorf("history: load: %w", err)
 		}
 		loaded = n
@@ -182,40 +197,119 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	h.recon.Also[0].Value.Add(cpu)
 	h.recon.Also[1].Value.Add(wal)
 
-	env.Logf("history: prune %d sent rows while the run is pending", sent)
-	w0, err := env.ReadWAL(ctx)
+	// The older half of the history (created and settled two days ago,
+	// the lower ids: Prune reads the ids created before its cutoff) is
+	// pruned alone, for the prune's own rate and costs; the rest (a day ago)
+	// while a drain runs beside it, for the drain's rate against the
+	// same drain before.
+	env.Logf("history: prune the older half of the %d sent rows while the run is pending", sent)
+	alone, err := timePrune(ctx, env, pool, 36*time.Hour)
 	if err != nil {
 		return err
+	}
+	h.prune.Value.Add(alone.rate())
+	h.prune.Also[0].Value.Add(float64(alone.cpu.DB.Microseconds()) / float64(max(alone.res.Intents, 1)))
+	h.prune.Also[1].Value.Add(float64(alone.wal) / float64(max(alone.res.Intents, 1)))
+	rounds := (alone.res.Intents + sendstate.DefaultPruneBatch - 1) / sendstate.DefaultPruneBatch
+	h.prune.Also[2].Value.Add(float64(alone.el.Milliseconds()) / float64(max(rounds, 1)))
+
+	fake, err := StartFake(0, historyDrain.Concurrency)
+	if err != nil {
+		return err
+	}
+	defer fake.Close()
+	drainPool, drainOb, err := env.NewOutbox(ctx, env.PoolConns)
+	if err != nil {
+		return err
+	}
+	defer drainPool.Close()
+	before, err := h.drainBeside(ctx, env, drainPool, drainOb, fake, "hd1")
+	if err != nil {
+		return fmt.Errorf("history: drain before the prune: %w", err)
+	}
+	env.Logf("history: drain beside the run, before the prune: %s", before)
+	if err := EnqueueBatches(ctx, drainPool, drainOb, Intents("hd2", historyDrain.N), 1000); err != nil {
+		return err
+	}
+	env.Logf("history: prune the rest while the run is pending, with a drain beside them")
+	type pruned struct {
+		p   prunedRun
+		err error
+	}
+	done := make(chan pruned, 1)
+	go func() {
+		p, err := timePrune(ctx, env, pool, time.Hour)
+		done <- pruned{p, err}
+	}()
+	during, drainErr := drainQueued(ctx, env, drainPool, fake, historyDrain)
+	second := <-done
+	if second.err != nil {
+		return second.err
+	}
+	if drainErr != nil {
+		return fmt.Errorf("history: drain during the prune: %w", drainErr)
+	}
+	env.Logf("history: drain during the prune: %s; that prune: %s/s in %s", during, Thousands(second.p.rate()), second.p.el.Round(time.Millisecond))
+	if second.p.el < historyDrain.Warmup+historyDrain.Window {
+		env.Logf("history: the prune ended before the drain's window did: the drain's figure is partly without it")
+	}
+	if n := alone.res.Intents + second.p.res.Intents; n != sent && !alone.cutOff && !second.p.cutOff {
+		return fmt.Errorf("history: the prunes deleted %d intents, want the %d sent", n, sent)
+	}
+	h.drain.Value.Add(during.Rate())
+	h.drain.BaselineValue.Add(before.Rate())
+	h.drain.Ratio.Add(during.Rate() / before.Rate())
+	h.drain.Also[0].Value.Add(float64(during.CPUPerJob().DB.Microseconds()))
+	h.drain.Also[1].Value.Add(during.WALPerJob())
+	h.drain.Also[2].Value.Add(second.p.rate())
+	return nil
+}
+
+// prunedRun is what timePrune measured.
+type prunedRun struct {
+	res    sendstate.PruneResult
+	el     time.Duration
+	cpu    CPU
+	wal    int64
+	cutOff bool // stopped at two minutes
+}
+
+func (p prunedRun) rate() float64 { return float64(p.res.Intents) / p.el.Seconds() }
+
+// timePrune times one Prune of the intents settled more than retain ago.
+// At most two minutes: a prune that fights the run (10 rows/s before issue
+// 26) is measured on what it did by then.
+func timePrune(ctx context.Context, env *Env, pool *pgxpool.Pool, retain time.Duration) (prunedRun, error) {
+	w0, err := env.ReadWAL(ctx)
+	if err != nil {
+		return prunedRun{}, err
 	}
 	c0 := env.ReadCPU()
 	start := time.Now()
-	// At most two minutes: a prune that fights the run (10 rows/s before
-	// issue 26) is measured on what it did by then.
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	res, err := sendstate.Prune(pctx, pool, sendstate.PruneOptions{Retain: time.Hour})
-	cutOff := pctx.Err() != nil && ctx.Err() == nil
+	res, err := sendstate.Prune(pctx, pool, sendstate.PruneOptions{Retain: retain})
+	p := prunedRun{res: res, el: time.Since(start), cpu: env.ReadCPU().Sub(c0), cutOff: pctx.Err() != nil && ctx.Err() == nil}
 	cancel()
-	if err != nil && !cutOff {
-		return err
+	if err != nil && !p.cutOff {
+		return p, fmt.Errorf("history: prune: %w", err)
 	}
-	el := time.Since(start)
-	cpuUsed := env.ReadCPU().Sub(c0)
-	walUsed, err := env.WALSince(ctx, w0)
-	if err != nil {
-		return err
+	if p.cutOff {
+		env.Logf("history: prune cut off after %s with %d rows deleted", p.el.Round(time.Second), res.Intents)
 	}
-	if res.Intents != sent && !cutOff {
-		return fmt.Errorf("history: prune deleted %d intents, want the %d sent", res.Intents, sent)
+	p.wal, err = env.WALSince(ctx, w0)
+	return p, err
+}
+
+// drainBeside enqueues historyDrain.N intents (keys from prefix) beside
+// the history and the run, and times historyDrain over them.
+func (h *History) drainBeside(ctx context.Context, env *Env, pool *pgxpool.Pool, ob *outbox.Outbox, fake *Fake, prefix string) (DrainResult, error) {
+	if err := EnqueueBatches(ctx, pool, ob, Intents(prefix, historyDrain.N), 1000); err != nil {
+		return DrainResult{}, err
 	}
-	if cutOff {
-		env.Logf("history: prune cut off after %s with %d of %d rows deleted", el.Round(time.Second), res.Intents, sent)
+	if err := env.Checkpoint(ctx); err != nil {
+		return DrainResult{}, err
 	}
-	h.prune.Value.Add(float64(res.Intents) / el.Seconds())
-	h.prune.Also[0].Value.Add(float64(cpuUsed.DB.Microseconds()) / float64(max(res.Intents, 1)))
-	h.prune.Also[1].Value.Add(float64(walUsed) / float64(max(res.Intents, 1)))
-	rounds := (res.Intents + sendstate.DefaultPruneBatch - 1) / sendstate.DefaultPruneBatch
-	h.prune.Also[2].Value.Add(float64(el.Milliseconds()) / float64(max(rounds, 1)))
-	return nil
+	return drainQueued(ctx, env, pool, fake, historyDrain)
 }
 
 // timed runs fn once to warm up, then times runs of it, and returns the

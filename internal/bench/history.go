@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/internal/ops/metrics"
 	"github.com/sendonce/sendonce/internal/ops/outboxui"
@@ -33,6 +34,10 @@ type History struct {
 	recon   *Row
 	prune   *Row
 	drain   *Row // a drain while the prune runs, against one before it
+	// backlog0 and backlog are drains of backlogDrain.N intents from a
+	// pending backlog: of that many beside the smallest history, and of
+	// the run's RunSize members beside the largest.
+	backlog0, backlog *Row
 }
 
 // NewHistory makes the scenario; quick uses small sizes. sizes, when not
@@ -70,7 +75,15 @@ func NewHistory(quick bool, sizes []int) *History {
 		Baseline: "the same drain before the prune", BaselineUnit: PerSecond, RatioUnit: Times,
 		Goal: Goal{Text: "≥ 0.9× the drain without the prune", Check: RatioAtLeast(0.9)},
 		Also: []*Figure{{Name: "DB CPU/intent, the prune's included", Unit: Micros}, {Name: "WAL/intent, the prune's included", Unit: Bytes}, {Name: "that prune", Unit: PerSecond}}}
-	h.rows = append(h.rows, h.recon, h.prune, h.drain)
+	h.backlog0 = &Row{Scenario: "10. History", Measure: fmt.Sprintf("drain from a pending backlog of %s, no history: database CPU per intent (worker --concurrency %d, %s of steady rate after %s)",
+		Thousands(float64(backlogDrain.N)), backlogDrain.Concurrency, backlogDrain.Window, backlogDrain.Warmup), Unit: Micros,
+		Also: []*Figure{{Name: "rate", Unit: PerSecond}, {Name: "WAL/intent", Unit: Bytes}}}
+	h.backlog = &Row{Scenario: "10. History", Measure: fmt.Sprintf("drain from a pending backlog of %s (the run), beside %s sent rows: database CPU per intent (worker --concurrency %d, %s of steady rate after %s)",
+		Thousands(float64(h.RunSize)), Thousands(float64(h.Sizes[len(h.Sizes)-1])), backlogDrain.Concurrency, backlogDrain.Window, backlogDrain.Warmup), Unit: Micros,
+		Baseline: "the same from a backlog of " + Thousands(float64(backlogDrain.N)), BaselineUnit: Micros, RatioUnit: Times,
+		Goal: Goal{Text: "≤ 1.2× the small backlog's", Check: RatioAtMost(1.2)},
+		Also: []*Figure{{Name: "rate", Unit: PerSecond}, {Name: "WAL/intent", Unit: Bytes}}}
+	h.rows = append(h.rows, h.recon, h.backlog0, h.backlog, h.prune, h.drain)
 	return h
 }
 
@@ -85,11 +98,20 @@ func (h *History) Notes() []string {
 	return []string{"History (10): the sent rows are loaded by one INSERT … SELECT generate_series (the older half created and settled two days ago, the rest a day ago; all sent in the last hour), " +
 		"ANALYZEd and CHECKPOINTed before the reads; each read is timed five times after one warm-up, the median shown, with the database's CPU and WAL of the five. " +
 		"The /metrics scrape is the worker's registry (outbox, runs and budget collectors) served by its handler; the page is the outbox UI's overview. " +
-		"The run's members are pending with live (scheduled) River jobs, so Reconcile finds nothing to give and what is timed is its reading. " +
+		"The run's members are pending with live (available) River jobs, loaded like the history, so Reconcile finds nothing to give and what is timed is its reading. " +
+		"The backlog rows time a worker's steady rate (5 s after a warm-up of 3 s that holds its start and first reconcile) from a backlog of 20,000 pending intents " +
+		"before any history is loaded, and from the run's pending members beside the largest history; the figure is the database's CPU per intent. " +
 		"Half the history was settled two days ago, half a day ago: the first half is pruned alone (the prune row: its rate, the database's CPU and WAL per row, " +
 		"its mean transaction); then a drain of new intents (a sendonce worker, --concurrency 100, the in-process fake API) is timed beside the history and the run, " +
 		"and timed again while the second half is pruned: the drain row is its steady rate then against before, with that second prune's rate beside it."}
 }
+
+// backlogDrain is the drain from a pending backlog: its steady rate over
+// a window, after a warm-up that holds the worker's start and its first
+// reconcile (a fixed cost, timed in the reconcile row, that a drain of a
+// billing run pays once; later ones come every 30 s). The small backlog
+// is N intents, more than the window drains.
+var backlogDrain = DrainParams{N: 20_000, Concurrency: 100, Warmup: 3 * time.Second, Window: 5 * time.Second, Timeout: 2 * time.Minute}
 
 // historyDrain is the drain timed before the prune and again while it
 // runs: its steady rate over a window, so that it ends within the prune.
@@ -119,6 +141,9 @@ func (h *History) Run(ctx context.Context, env *Env) error {
 	// Half the history belongs to a finished run, so that prune asks
 	// whether that run is busy for those rows.
 	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('hist-run') ON CONFLICT DO NOTHING`); err != nil {
+		return err
+	}
+	if err := h.smallBacklog(ctx, env); err != nil {
 		return err
 	}
 	loaded := 0
@@ -168,12 +193,7 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('bench-run') ON CONFLICT DO NOTHING`); err != nil {
 		return err
 	}
-	if _, err := env.Admin.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
-		SELECT '{}', 'sendonce_send', 25, $2, 'scheduled', now() + interval '1 day' FROM generate_series(1, $1)`, h.RunSize, outbox.DefaultQueue); err != nil {
-		return err
-	}
-	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, payload, job_id, run_key)
-		SELECT 'r:' || j.id, `+historyPayload+`, j.id, 'bench-run' FROM river_job j`); err != nil {
+	if err := loadBacklog(ctx, env, "r:", "bench-run", h.RunSize, 0); err != nil {
 		return err
 	}
 	if _, err := env.Admin.Exec(ctx, `ANALYZE sendonce_outbox, river_job`); err != nil {
@@ -197,6 +217,23 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	h.recon.Also[0].Value.Add(cpu)
 	h.recon.Also[1].Value.Add(wal)
 
+	fake, err := StartFake(0, max(historyDrain.Concurrency, backlogDrain.Concurrency))
+	if err != nil {
+		return err
+	}
+	defer fake.Close()
+	drainPool, drainOb, err := env.NewOutbox(ctx, env.PoolConns)
+	if err != nil {
+		return err
+	}
+	defer drainPool.Close()
+	env.Logf("history: drain from the run's %d pending members", h.RunSize)
+	if err := h.drainBacklog(ctx, env, drainPool, fake, h.backlog); err != nil {
+		return err
+	}
+	h.backlog.BaselineValue.Add(h.backlog0.Value.Median())
+	h.backlog.Ratio.Add(h.backlog.Value.Median() / h.backlog0.Value.Median())
+
 	// The older half of the history (created and settled two days ago,
 	// the lower ids: Prune reads the ids created before its cutoff) is
 	// pruned alone, for the prune's own rate and costs; the rest (a day ago)
@@ -213,16 +250,6 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	rounds := (alone.res.Intents + sendstate.DefaultPruneBatch - 1) / sendstate.DefaultPruneBatch
 	h.prune.Also[2].Value.Add(float64(alone.el.Milliseconds()) / float64(max(rounds, 1)))
 
-	fake, err := StartFake(0, historyDrain.Concurrency)
-	if err != nil {
-		return err
-	}
-	defer fake.Close()
-	drainPool, drainOb, err := env.NewOutbox(ctx, env.PoolConns)
-	if err != nil {
-		return err
-	}
-	defer drainPool.Close()
 	before, err := h.drainBeside(ctx, env, drainPool, drainOb, fake, "hd1")
 	if err != nil {
 		return fmt.Errorf("history: drain before the prune: %w", err)
@@ -298,6 +325,75 @@ func timePrune(ctx context.Context, env *Env, pool *pgxpool.Pool, retain time.Du
 	}
 	p.wal, err = env.WALSince(ctx, w0)
 	return p, err
+}
+
+// smallBacklog times the drain of a backlog of backlogDrain.N before any
+// history is loaded: the figure the run's backlog is held to. Its rows
+// are older than the history's (three days), the order of their ids.
+func (h *History) smallBacklog(ctx context.Context, env *Env) error {
+	env.Logf("history: drain a backlog of %d", backlogDrain.N)
+	if err := loadBacklog(ctx, env, "b:", "small-run", backlogDrain.N, 72*time.Hour); err != nil {
+		return err
+	}
+	fake, err := StartFake(0, backlogDrain.Concurrency)
+	if err != nil {
+		return err
+	}
+	defer fake.Close()
+	pool, err := env.NewPool(ctx, env.PoolConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return h.drainBacklog(ctx, env, pool, fake, h.backlog0)
+}
+
+// loadBacklog inserts n pending intents of run (none: "") with available
+// send jobs, keys prefix + a number, by plain INSERT … SELECT: a backlog of
+// 1M loads in seconds, where Enqueue would take minutes.
+//
+// created is how long ago the rows were created: Prune reads the ids
+// created before its cutoff, so ids must grow with created_at, as they do
+// in production.
+func loadBacklog(ctx context.Context, env *Env, prefix, run string, n int, created time.Duration) error {
+	if run != "" {
+		if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ($1) ON CONFLICT DO NOTHING`, run); err != nil {
+			return err
+		}
+	}
+	if _, err := env.Admin.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at, priority)
+		SELECT jsonb_build_object('key', $3 || g, 'kind', 'email') || CASE WHEN $4 = '' THEN '{}'::jsonb ELSE jsonb_build_object('run', $4) END,
+			'sendonce_send', $5, $2, 'available', now(), $6
+		FROM generate_series(1, $1) g`, n, outbox.DefaultQueue, prefix, run, sendjob.MaxAttempts, sendjob.PriorityFor(run)); err != nil {
+		return fmt.Errorf("history: load a backlog: %w", err)
+	}
+	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, payload, job_id, run_key, created_at, updated_at)
+		SELECT j.args->>'key', `+historyPayload+`, j.id, nullif($2, ''), now() - $3::float8 * interval '1 second', now() - $3::float8 * interval '1 second'
+		FROM river_job j WHERE j.state = 'available' AND starts_with(j.args->>'key', $1)`, prefix, run, created.Seconds()); err != nil {
+		return fmt.Errorf("history: load a backlog: %w", err)
+	}
+	if _, err := env.Admin.Exec(ctx, `ANALYZE sendonce_outbox, river_job`); err != nil {
+		return err
+	}
+	return env.Checkpoint(ctx)
+}
+
+// drainBacklog times backlogDrain (a burn-down of its N completions) from
+// the backlog queued, into row: database CPU per intent, rate and WAL.
+func (h *History) drainBacklog(ctx context.Context, env *Env, pool *pgxpool.Pool, fake *Fake, row *Row) error {
+	pgss := env.resetStatements(ctx)
+	res, err := drainQueued(ctx, env, pool, fake, backlogDrain)
+	if err != nil {
+		return fmt.Errorf("history: drain from a backlog: %w", err)
+	}
+	env.Logf("history: %s: %s", row.Measure, res)
+	if pgss {
+		env.Logf("history: per intent, %s", env.topStatements(ctx, 12, float64(res.N)))
+	}
+	row.Value.Add(float64(res.CPUPerJob().DB.Microseconds()))
+	row.Also[0].Value.Add(res.Rate())
+	row.Also[1].Value.Add(res.WALPerJob())
+	return nil
 }
 
 // drainBeside enqueues historyDrain.N intents (keys from prefix) beside

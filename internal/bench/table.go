@@ -124,6 +124,12 @@ func RatioAtLeast(v float64) func(r *Row) bool {
 	return func(r *Row) bool { return r.Ratio.Len() > 0 && r.Ratio.Median() >= v }
 }
 
+// RatioAtMost is met when the row's median ratio to its baseline is at
+// most v.
+func RatioAtMost(v float64) func(r *Row) bool {
+	return func(r *Row) bool { return r.Ratio.Len() > 0 && r.Ratio.Median() <= v }
+}
+
 // All is met when every check is.
 func All(checks ...func(r *Row) bool) func(r *Row) bool {
 	return func(r *Row) bool {

@@ -55,7 +55,7 @@ func NewTrouble(binary string) *Trouble {
 		RatioUnit:    Times,
 		Also:         []*Figure{s.poisonRequests, s.poisonPending},
 		Goal: Goal{Text: "≤ 1.5× the drain without them, both poison intents pending",
-			Check: All(func(r *Row) bool { return r.Ratio.Len() > 0 && r.Ratio.Median() <= 1.5 }, s.poisonPending.AtLeast(2))},
+			Check: All(RatioAtMost(1.5), s.poisonPending.AtLeast(2))},
 	}
 	s.waiting = &Row{
 		Scenario: "8. Provider trouble",

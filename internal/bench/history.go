@@ -34,9 +34,10 @@ type History struct {
 	recon   *Row
 	prune   *Row
 	drain   *Row // a drain while the prune runs, against one before it
-	// backlog0 and backlog are drains of backlogDrain.N intents from a
-	// pending backlog: of that many beside the smallest history, and of
-	// the run's RunSize members beside the largest.
+	// backlog0 and backlog are the steady database CPU per intent of a
+	// drain from a pending backlog (backlogDrain): from a run of
+	// backlogDrain.N members before any history is loaded, and from the
+	// run's RunSize members beside the largest history.
 	backlog0, backlog *Row
 }
 
@@ -193,13 +194,8 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('bench-run') ON CONFLICT DO NOTHING`); err != nil {
 		return err
 	}
+	// loadBacklog leaves the tables ANALYZEd and checkpointed.
 	if err := loadBacklog(ctx, env, "r:", "bench-run", h.RunSize, 0); err != nil {
-		return err
-	}
-	if _, err := env.Admin.Exec(ctx, `ANALYZE sendonce_outbox, river_job`); err != nil {
-		return err
-	}
-	if err := env.Checkpoint(ctx); err != nil {
 		return err
 	}
 	s := &sendstate.Scheduler{Pool: pool, Queue: outbox.DefaultQueue}
@@ -378,8 +374,9 @@ func loadBacklog(ctx context.Context, env *Env, prefix, run string, n int, creat
 	return env.Checkpoint(ctx)
 }
 
-// drainBacklog times backlogDrain (a burn-down of its N completions) from
-// the backlog queued, into row: database CPU per intent, rate and WAL.
+// drainBacklog times backlogDrain's steady window (after its warm-up) of
+// a drain from the backlog queued, into row: database CPU per intent, rate
+// and WAL.
 func (h *History) drainBacklog(ctx context.Context, env *Env, pool *pgxpool.Pool, fake *Fake, row *Row) error {
 	pgss := env.resetStatements(ctx)
 	res, err := drainQueued(ctx, env, pool, fake, backlogDrain)

@@ -34,6 +34,11 @@ type DrainParams struct {
 	Window, Warmup time.Duration
 	// Timeout bounds the timed part (default 5 min).
 	Timeout time.Duration
+	// Suppressed, for DrainOutbox, is how many addresses are put on the
+	// suppression list for the drain (none of them a recipient): a list
+	// that is not empty makes every first claim look its intent's
+	// recipients up.
+	Suppressed int
 }
 
 // DrainResult is what one drain measured.
@@ -101,6 +106,13 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 		return DrainResult{}, err
 	}
 	defer pool.Close()
+	if p.Suppressed > 0 {
+		if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_suppression (address, reason, source)
+			SELECT 'blocked' || g || '@example.org', 'bounced', 'bench' FROM generate_series(1, $1) g`, p.Suppressed); err != nil {
+			return DrainResult{}, fmt.Errorf("bench: fill the suppression list: %w", err)
+		}
+		defer env.Admin.Exec(context.WithoutCancel(ctx), `DELETE FROM sendonce_suppression WHERE source = 'bench'`)
+	}
 	if err := EnqueueBatches(ctx, pool, ob, Intents("drain", p.N), 1000); err != nil {
 		return DrainResult{}, err
 	}

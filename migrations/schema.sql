@@ -191,14 +191,13 @@ $$;
 -- FUNCTION sendonce_email_recipients(jsonb)
 CREATE FUNCTION public.sendonce_email_recipients(body jsonb) RETURNS SETOF text
     LANGUAGE sql IMMUTABLE
-    AS $$
+    AS $_$
     SELECT sendonce_address(r)
-    FROM unnest(ARRAY['to', 'cc', 'bcc']) AS f,
-        LATERAL jsonb_array_elements_text(CASE jsonb_typeof(body -> f)
-            WHEN 'array' THEN body -> f
-            WHEN 'string' THEN jsonb_build_array(body -> f)
-            ELSE '[]'::jsonb END) AS r
-$$;
+    FROM jsonb_array_elements_text(
+        jsonb_path_query_array(body, 'lax $.to ? (@.type() == "string")')
+        || jsonb_path_query_array(body, 'lax $.cc ? (@.type() == "string")')
+        || jsonb_path_query_array(body, 'lax $.bcc ? (@.type() == "string")')) AS r
+$_$;
 
 -- FUNCTION sendonce_event_addresses(jsonb)
 CREATE FUNCTION public.sendonce_event_addresses(raw jsonb) RETURNS text[]
@@ -312,7 +311,7 @@ $$;
 
 -- FUNCTION sendonce_intent_hash(text, text, jsonb)
 CREATE FUNCTION public.sendonce_intent_hash(kind text, template_id text, payload jsonb) RETURNS bytea
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT substring(sha256(convert_to(jsonb_build_array(kind, template_id, payload)::text, 'UTF8')) FROM 1 FOR 16)
 $$;
@@ -331,7 +330,7 @@ $$;
 
 -- FUNCTION sendonce_key_hash(text)
 CREATE FUNCTION public.sendonce_key_hash(k text) RETURNS bytea
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
     AS $$
     SELECT substring(sha256(convert_to(k, 'UTF8')) FROM 1 FOR 16)
 $$;
@@ -560,13 +559,19 @@ $$;
 -- FUNCTION sendonce_recipients(text, jsonb)
 CREATE FUNCTION public.sendonce_recipients(kind text, payload jsonb) RETURNS SETOF text
     LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT sendonce_email_recipients(payload) WHERE kind IN ('email', 'template')
-    UNION ALL
-    SELECT sendonce_email_recipients(e)
-    FROM jsonb_array_elements(CASE WHEN kind = 'batch' AND jsonb_typeof(payload -> 'emails') = 'array'
-        THEN payload -> 'emails' ELSE '[]'::jsonb END) AS e
-$$;
+    AS $_$
+    SELECT sendonce_address(r)
+    FROM jsonb_array_elements_text(CASE
+        WHEN kind IN ('email', 'template') THEN
+            jsonb_path_query_array(payload, 'lax $.to ? (@.type() == "string")')
+            || jsonb_path_query_array(payload, 'lax $.cc ? (@.type() == "string")')
+            || jsonb_path_query_array(payload, 'lax $.bcc ? (@.type() == "string")')
+        WHEN kind = 'batch' AND jsonb_typeof(payload -> 'emails') = 'array' THEN
+            jsonb_path_query_array(payload, 'lax $.emails[*].to ? (@.type() == "string")')
+            || jsonb_path_query_array(payload, 'lax $.emails[*].cc ? (@.type() == "string")')
+            || jsonb_path_query_array(payload, 'lax $.emails[*].bcc ? (@.type() == "string")')
+        ELSE '[]' END) AS r
+$_$;
 
 -- FUNCTION sendonce_run_topic()
 CREATE FUNCTION public.sendonce_run_topic() RETURNS trigger
@@ -592,17 +597,20 @@ $$;
 -- FUNCTION sendonce_suppressed(text, jsonb, text)
 CREATE FUNCTION public.sendonce_suppressed(kind text, payload jsonb, topic text) RETURNS text[]
     LANGUAGE sql STABLE
+    AS $$
+    SELECT array_agg(DISTINCT a ORDER BY a) FROM sendonce_suppressed_addresses(kind, payload, topic) AS a
+$$;
+
+-- FUNCTION sendonce_suppressed_addresses(text, jsonb, text)
+CREATE FUNCTION public.sendonce_suppressed_addresses(kind text, payload jsonb, topic text) RETURNS SETOF text
+    LANGUAGE sql STABLE
     AS $_$
-    SELECT array_agg(DISTINCT a ORDER BY a) FROM (
-        SELECT s.address AS a
-        FROM sendonce_recipients(kind, payload) AS r
-        JOIN sendonce_suppression s ON s.address = r
-        UNION ALL
-        SELECT u.address
-        FROM sendonce_recipients(kind, payload) AS r
-        JOIN sendonce_unsubscribe u ON u.address = r AND u.topic = $3
-        WHERE $3 IS NOT NULL
-    ) x
+    SELECT s.address FROM sendonce_suppression s
+    WHERE s.address = ANY (ARRAY(SELECT r FROM sendonce_recipients(kind, payload) AS r))
+    UNION ALL
+    SELECT u.address FROM sendonce_unsubscribe u
+    WHERE $3 IS NOT NULL AND u.topic = $3
+        AND u.address = ANY (ARRAY(SELECT r FROM sendonce_recipients(kind, payload) AS r))
 $_$;
 
 -- FUNCTION sendonce_suppression_set(text[], boolean, text, text, timestamp with time zone)

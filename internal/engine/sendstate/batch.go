@@ -99,7 +99,7 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 			AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
 			AND NOT (((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
 					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe))))
-				AND sendonce_suppressed(o.kind, o.payload, o.topic) IS NOT NULL)
+				AND EXISTS (SELECT 1 FROM sendonce_suppressed_addresses(o.kind, o.payload, o.topic)))
 			AND (o.topic IS NULL OR $4)
 		ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run, b.Unsubscribe != nil)
 	if err != nil {
@@ -388,7 +388,8 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 	}
 	// The members are locked after their batch, in the order of ids.
 	rows, err := tx.Query(ctx, `SELECT o.idempotency_key, o.job_id, s.addrs
-		FROM sendonce_outbox o CROSS JOIN LATERAL sendonce_suppressed(o.kind, o.payload, o.topic) AS s(addrs)
+		FROM sendonce_outbox o CROSS JOIN LATERAL (SELECT array_agg(DISTINCT a ORDER BY a)
+			FROM sendonce_suppressed_addresses(o.kind, o.payload, o.topic) AS a) AS s(addrs)
 		WHERE o.idempotency_key = ANY($1) AND o.batch_key = $2 AND (o.state IN ('pending', 'sending')) IS TRUE
 			AND s.addrs IS NOT NULL
 		ORDER BY o.id FOR UPDATE OF o`, keys, req.Key)

@@ -129,8 +129,13 @@ type Claimed struct {
 // up on the suppression list and stores what it finds (NULL: none) with
 // the claim, so that every attempt sends the same body; with the list empty
 // that is one lookup per statement, not per row. An intent with a topic is
-// looked up on the unsubscribes of its topic too (sendonce_suppressed with
-// a topic): an address unsubscribed from it is suppressed for it alone.
+// looked up on the unsubscribes of its topic too: an address unsubscribed
+// from it is suppressed for it alone. The lookup is a subquery over
+// sendonce_suppressed_addresses, which PostgreSQL inlines and plans with
+// the claim, one probe of the list's key per recipient (migration 00023):
+// a call of sendonce_suppressed per row started a plan of its own and
+// hashed the whole list, and with 10,000 addresses on it a drain cost the
+// database 4 ms per intent instead of 0.26 ms.
 //
 // The state is checked on the row the key found, never used to find rows:
 // `(state IN (…)) IS TRUE` means the same as the bare IN, but no index can
@@ -175,7 +180,7 @@ func ClaimMany(ctx context.Context, db DB, reqs []ClaimRequest, opts ClaimOption
 				WHEN o.first_attempt_at IS NOT NULL THEN o.suppressed_recipients
 				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
 					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
-					THEN sendonce_suppressed(o.kind, o.payload, o.topic) END,
+					THEN (SELECT array_agg(DISTINCT a ORDER BY a) FROM sendonce_suppressed_addresses(o.kind, o.payload, o.topic) AS a) END,
 			updated_at = now()
 		FROM `+reqRows+` AS r(req_key, req_job_id)
 		WHERE o.idempotency_key = r.req_key AND o.job_id = r.req_job_id AND (o.state IN ('pending', 'sending')) IS TRUE

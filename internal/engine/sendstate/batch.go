@@ -388,8 +388,7 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 	}
 	// The members are locked after their batch, in the order of ids.
 	rows, err := tx.Query(ctx, `SELECT o.idempotency_key, o.job_id, s.addrs
-		FROM sendonce_outbox o CROSS JOIN LATERAL (SELECT array_agg(DISTINCT a ORDER BY a)
-			FROM sendonce_suppressed_addresses(o.kind, o.payload, o.topic) AS a) AS s(addrs)
+		FROM sendonce_outbox o CROSS JOIN LATERAL (SELECT `+suppressedSQL+`) AS s(addrs)
 		WHERE o.idempotency_key = ANY($1) AND o.batch_key = $2 AND (o.state IN ('pending', 'sending')) IS TRUE
 			AND s.addrs IS NOT NULL
 		ORDER BY o.id FOR UPDATE OF o`, keys, req.Key)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sendonce/sendonce/internal/base/planguard"
 )
 
 // Get returns the intent with the given key, or an error matching
@@ -178,8 +180,8 @@ func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 	var age float64
 	// Read through the partial index of unsettled intents, whatever the
 	// statistics say: taken while a large run was pending, they make a
-	// scan of the whole table look cheaper (see GuardStatePlan).
-	err = GuardStatePlan(ctx, db, func(tx pgx.Tx) error {
+	// scan of the whole table look cheaper (see planguard.Run).
+	err = planguard.Run(ctx, db, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, coalesce(send_at, created_at)))), 0)
 			FROM sendonce_outbox WHERE state IN ('pending', 'sending') AND coalesce(send_at, created_at) <= now()`).Scan(&age)
 	})
@@ -188,26 +190,4 @@ func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 	}
 	st.OldestPending = time.Duration(age * float64(time.Second))
 	return st, nil
-}
-
-// GuardStatePlan runs fn in a read-only transaction whose plans do not
-// scan tables whole (enable_seqscan off, and so jit off), for reads that find rows by an
-// unsettled state. Those rows are few and a partial index holds them, but
-// with statistics taken while most of the table was unsettled (a billing
-// run just enqueued, and no ANALYZE since it was sent) the planner chose a
-// sequential scan of the whole outbox, a cost that grows with history.
-func GuardStatePlan(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// jit off: a plan priced with enable_seqscan off passes
-		// jit_above_cost, and compiling it took 80 ms of a read of 1.
-		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off; SET LOCAL jit = off`); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
-}
-
-// Beginner starts transactions: a *pgxpool.Pool or a *pgx.Conn.
-type Beginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }

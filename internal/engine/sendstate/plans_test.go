@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sendonce/sendonce/internal/base/planguard"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
-	"github.com/sendonce/sendonce/outbox"
 )
 
 // Issue 26, item 5: the statements that find rows by state keep a plan
@@ -51,7 +51,7 @@ func TestStatePlansSurviveStaleStatistics(t *testing.T) {
 			ORDER BY o.id LIMIT 1000 FOR UPDATE OF o SKIP LOCKED`,
 	} {
 		var plan []string
-		err := outbox.GuardStatePlan(ctx, pool, func(tx pgx.Tx) error {
+		err := planguard.Run(ctx, pool, func(tx pgx.Tx) error {
 			if !guarded[name] {
 				if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on`); err != nil {
 					return err

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/internal/base/budget"
+	"github.com/sendonce/sendonce/internal/base/planguard"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -83,8 +84,8 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 	}
 	d := &overviewData{Oldest: st.OldestPending, WebhookAddr: h.opts.WebhookAddr}
 	// The pending intents through their partial index, whatever the
-	// statistics say (see outbox.GuardStatePlan).
-	if err := outbox.GuardStatePlan(ctx, h.pool, func(tx pgx.Tx) error {
+	// statistics say (see planguard.Run).
+	if err := planguard.Run(ctx, h.pool, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE send_at IS NULL OR send_at <= now()),
 				count(*) FILTER (WHERE send_at > now()), min(send_at) FILTER (WHERE send_at > now()),
 				(SELECT max(received_at) FROM sendonce_event)

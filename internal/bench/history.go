@@ -191,30 +191,13 @@ func (h *History) Run(ctx context.Context, env *Env) error {
 	return h.runAndPrune(ctx, env, pool, loaded)
 }
 
+// runAndPrune is the scenario's second half: a run of RunSize pending
+// members beside the history, reconciled and drained, then the history
+// pruned alone and beside a drain.
 func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool, sent int) error {
-	env.Logf("history: a run of %d pending members", h.RunSize)
-	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('bench-run') ON CONFLICT DO NOTHING`); err != nil {
+	if err := h.loadRun(ctx, env, pool); err != nil {
 		return err
 	}
-	// loadBacklog leaves the tables ANALYZEd and checkpointed.
-	if err := loadBacklog(ctx, env, "r:", "bench-run", h.RunSize, 0); err != nil {
-		return err
-	}
-	s := &sendstate.Scheduler{Pool: pool, Queue: outbox.DefaultQueue}
-	ms, cpu, wal, err := timed(ctx, env, 1, func() error {
-		n, err := s.Reconcile(ctx)
-		if err == nil && n != 0 {
-			err = fmt.Errorf("reconcile gave %d intents new jobs, want 0", n)
-		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("history: reconcile: %w", err)
-	}
-	h.recon.Value.Add(ms)
-	h.recon.Also[0].Value.Add(cpu)
-	h.recon.Also[1].Value.Add(wal)
-
 	fake, err := StartFake(0, max(historyDrain.Concurrency, backlogDrain.Concurrency))
 	if err != nil {
 		return err
@@ -238,9 +221,54 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	// while a drain runs beside it, for the drain's rate against the
 	// same drain before.
 	env.Logf("history: prune the older half of the %d sent rows while the run is pending", sent)
-	alone, err := timePrune(ctx, env, pool, 36*time.Hour)
+	alone, err := h.pruneAlone(ctx, env, pool)
 	if err != nil {
 		return err
+	}
+	second, err := h.pruneBesideDrain(ctx, env, pool, drainPool, drainOb, fake)
+	if err != nil {
+		return err
+	}
+	if n := alone.res.Intents + second.res.Intents; n != sent && !alone.cutOff && !second.cutOff {
+		return fmt.Errorf("history: the prunes deleted %d intents, want the %d sent", n, sent)
+	}
+	return nil
+}
+
+// loadRun loads the run's pending members and times one reconcile of
+// them, which must give no intent a new job.
+func (h *History) loadRun(ctx context.Context, env *Env, pool *pgxpool.Pool) error {
+	env.Logf("history: a run of %d pending members", h.RunSize)
+	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('bench-run') ON CONFLICT DO NOTHING`); err != nil {
+		return err
+	}
+	// loadBacklog leaves the tables ANALYZEd and checkpointed.
+	if err := loadBacklog(ctx, env, "r:", "bench-run", h.RunSize, 0); err != nil {
+		return err
+	}
+	s := &sendstate.Scheduler{Pool: pool, Queue: outbox.DefaultQueue}
+	ms, cpu, wal, err := timed(ctx, env, 1, func() error {
+		n, err := s.Reconcile(ctx)
+		if err == nil && n != 0 {
+			err = fmt.Errorf("reconcile gave %d intents new jobs, want 0", n)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("history: reconcile: %w", err)
+	}
+	h.recon.Value.Add(ms)
+	h.recon.Also[0].Value.Add(cpu)
+	h.recon.Also[1].Value.Add(wal)
+	return nil
+}
+
+// pruneAlone prunes the history's older half with nothing beside it and
+// records the prune row.
+func (h *History) pruneAlone(ctx context.Context, env *Env, pool *pgxpool.Pool) (prunedRun, error) {
+	alone, err := timePrune(ctx, env, pool, 36*time.Hour)
+	if err != nil {
+		return alone, err
 	}
 	h.prune.Value.Add(alone.rate())
 	h.prune.Also[0].Value.Add(float64(alone.cpu.DB.Microseconds()) / float64(max(alone.res.Intents, 1)))
@@ -248,14 +276,19 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	rounds := (alone.res.Intents + sendstate.DefaultPruneBatch - 1) / sendstate.DefaultPruneBatch
 	h.prune.Also[2].Value.Add(float64(alone.el.Milliseconds()) / float64(max(rounds, 1)))
 	h.prune.Also[3].Value.Add(float64(alone.longest.Milliseconds()))
+	return alone, nil
+}
 
+// pruneBesideDrain times a drain beside the run before any of the rest is
+// pruned, then again while the rest is pruned, and records the drain row.
+func (h *History) pruneBesideDrain(ctx context.Context, env *Env, pool, drainPool *pgxpool.Pool, drainOb *outbox.Outbox, fake *Fake) (prunedRun, error) {
 	before, err := h.drainBeside(ctx, env, drainPool, drainOb, fake, "hd1")
 	if err != nil {
-		return fmt.Errorf("history: drain before the prune: %w", err)
+		return prunedRun{}, fmt.Errorf("history: drain before the prune: %w", err)
 	}
 	env.Logf("history: drain beside the run, before the prune: %s", before)
 	if err := EnqueueBatches(ctx, drainPool, drainOb, Intents("hd2", historyDrain.N), 1000); err != nil {
-		return err
+		return prunedRun{}, err
 	}
 	env.Logf("history: prune the rest while the run is pending, with a drain beside them")
 	type pruned struct {
@@ -270,17 +303,14 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	during, drainErr := drainQueued(ctx, env, drainPool, fake, historyDrain)
 	second := <-done
 	if second.err != nil {
-		return second.err
+		return second.p, second.err
 	}
 	if drainErr != nil {
-		return fmt.Errorf("history: drain during the prune: %w", drainErr)
+		return second.p, fmt.Errorf("history: drain during the prune: %w", drainErr)
 	}
 	env.Logf("history: drain during the prune: %s; that prune: %s/s in %s", during, Thousands(second.p.rate()), second.p.el.Round(time.Millisecond))
 	if second.p.el < historyDrain.Warmup+historyDrain.Window {
 		env.Logf("history: the prune ended before the drain's window did: the drain's figure is partly without it")
-	}
-	if n := alone.res.Intents + second.p.res.Intents; n != sent && !alone.cutOff && !second.p.cutOff {
-		return fmt.Errorf("history: the prunes deleted %d intents, want the %d sent", n, sent)
 	}
 	h.drain.Value.Add(during.Rate())
 	h.drain.BaselineValue.Add(before.Rate())
@@ -288,7 +318,7 @@ func (h *History) runAndPrune(ctx context.Context, env *Env, pool *pgxpool.Pool,
 	h.drain.Also[0].Value.Add(float64(during.CPUPerJob().DB.Microseconds()))
 	h.drain.Also[1].Value.Add(during.WALPerJob())
 	h.drain.Also[2].Value.Add(second.p.rate())
-	return nil
+	return second.p, nil
 }
 
 // prunedRun is what timePrune measured.

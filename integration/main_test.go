@@ -42,6 +42,11 @@ var suite struct {
 	slack time.Duration
 }
 
+// TestMain builds the command once and runs the scenarios one at a time,
+// none with t.Parallel: each SIGKILLs, SIGSTOPs or restarts real processes
+// (a database cluster among them) and several judge rates, pauses and
+// replay times against the wall clock, so on a 2-core machine a scenario
+// beside another would measure the other's load, not its own.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {

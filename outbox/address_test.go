@@ -109,6 +109,7 @@ func inTx(t *testing.T, pool *pgxpool.Pool, f func(tx pgx.Tx)) {
 // (Ada)", "\"ada\"@example.com", "\tada@example.com" and "Ada
 // <ada@example.com> (work)" were sent.
 func TestAddressForms(t *testing.T) {
+	t.Parallel()
 	pool, ob := outboxtest.New(t)
 	ctx := context.Background()
 	for _, c := range loadForms(t) {
@@ -265,6 +266,7 @@ func charsetOnly(err error) bool {
 // differently, or that Go accepts and the API's parser (net/mail) reads as
 // another address.
 func TestAddressRuleGoAndSQLAgree(t *testing.T) {
+	t.Parallel()
 	pool, _ := outboxtest.New(t)
 	pieces := []string{"ada", "Ada", "ADA", "Lovelace", "zoë", "Å", "\u212a", "İ", "ß", "@", "@", ".", ".", "example", "com",
 		"xn--bcher-kva", "bücher", "-", "_", "+", "'", "!", "#", "=?utf-8?q?A?=", " ", " ", "  ", "<", ">", "<", ">", `"`, `"`,

@@ -11,6 +11,7 @@ import (
 )
 
 func TestSuppressionList(t *testing.T) {
+	t.Parallel()
 	pool, ob := outboxtest.New(t)
 	ctx := context.Background()
 	n, err := ob.Suppress(ctx, []string{"Ada <ADA@example.com>", "bo@example.com", "bo@example.com"}, "ops")

@@ -5,8 +5,9 @@
 //	base/     under outbox and worker: the River job kinds (sendjob), the
 //	          rate budget (budget), the address rules (suppress), cron specs
 //	          (cronspec), trace context (tracing), the pending-migration
-//	          error (schemaerr). They import nothing of sendonce's but
-//	          migrations and each other.
+//	          error (schemaerr), the unsubscribe tokens (unsub), plans for
+//	          reads by unsettled state (planguard). They import nothing of
+//	          sendonce's but migrations and each other.
 //	          (above them: the public client, outbox, webhook, migrations)
 //	engine/   the worker's state machine (sendstate): claim an intent, record
 //	          what the API answered, rescue what a crashed worker left. Used
@@ -14,7 +15,8 @@
 //	          (above it: the public worker)
 //	ops/      the operator surfaces of cmd/sendonce: /metrics (metrics), the
 //	          HTTP server (httpserver), the outbox page (outboxui), the
-//	          embedded default of `sendonce demo` (demo).
+//	          one-click unsubscribe endpoint (unsubscribe), the embedded
+//	          default of `sendonce demo` (demo).
 //	machine/  PostgreSQL and its companions on this machine: a throwaway
 //	          cluster (pgcluster), a throwaway PgBouncer (pgbouncer), the
 //	          system packages they need (sysdeps). For demo, tests and tools.

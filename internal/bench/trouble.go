@@ -251,13 +251,13 @@ func waitSent(ctx context.Context, env *Env, p *workProc, n int, timeout time.Du
 	}
 }
 
+// sleepCtx waits d, or less if ctx ends first (as the bench's other waits,
+// with time.After).
 func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-time.After(d):
 		return nil
 	}
 }

@@ -166,9 +166,32 @@ func (m *model) suppressedAt(addr string, c time.Time) (certain, possible bool) 
 }
 
 // possiblySuppressedDuring reports whether addr may have been on the list
-// at some instant in [lo, hi]: it asks suppressedAt at both ends and just
-// after each change that began within the interval.
+// at some instant in [lo, hi].
 func (m *model) possiblySuppressedDuring(addr string, lo, hi time.Time) bool {
+	for _, t := range m.instantsWithin(addr, lo, hi) {
+		if _, poss := m.suppressedAt(addr, t); poss {
+			return true
+		}
+	}
+	return false
+}
+
+// certainlySuppressedThroughout reports whether addr was certainly on the
+// list at every instant in [lo, hi]: certainly added before lo, and no
+// removal that may have been committed within the interval.
+func (m *model) certainlySuppressedThroughout(addr string, lo, hi time.Time) bool {
+	for _, t := range m.instantsWithin(addr, lo, hi) {
+		if cert, _ := m.suppressedAt(addr, t); !cert {
+			return false
+		}
+	}
+	return true
+}
+
+// instantsWithin are the instants at which the list may differ for addr
+// within [lo, hi]: both ends and just after each change that began or
+// ended within the interval.
+func (m *model) instantsWithin(addr string, lo, hi time.Time) []time.Time {
 	at := []time.Time{lo, hi}
 	for _, c := range m.changes[addr] {
 		for _, t := range []time.Time{c.ApplyLo, c.ApplyHi} {
@@ -177,12 +200,7 @@ func (m *model) possiblySuppressedDuring(addr string, lo, hi time.Time) bool {
 			}
 		}
 	}
-	for _, t := range at {
-		if _, poss := m.suppressedAt(addr, t); poss {
-			return true
-		}
-	}
-	return false
+	return at
 }
 
 // everSuppressed reports whether any addition of addr may have been made.

@@ -16,7 +16,10 @@ import (
 
 // EnqueueResult is what Enqueue did.
 type EnqueueResult struct {
-	// Record is the stored intent.
+	// Record is the stored intent. For an intent inserted now, its Payload
+	// is the JSON text given, which the database stores as jsonb: the same
+	// value, in the database's spelling (key order, spacing) when read back
+	// with Get.
 	Record *Record
 	// Existing is true when an intent with the same key and the same
 	// payload was already there: nothing was inserted, and Record is that

@@ -39,9 +39,22 @@ const MaxPayloadBytes = 1 << 20
 // MaxBatchEmails bounds the emails of one batch intent.
 const MaxBatchEmails = 100
 
-// keyRE is the API's rule for an idempotency key: 1 to 255 characters of
-// letters, digits, "_", ".", ":" and "-".
-var keyRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
+// validKey is the API's rule for an idempotency key: 1 to 255 characters
+// of letters, digits, "_", ".", ":" and "-" (a loop: the regular
+// expression it was cost a tenth of EnqueueMany's Go time).
+func validKey(key string) bool {
+	if len(key) == 0 || len(key) > 255 {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // TopicPattern is the rule for a topic, in Go as in the table's check
 // (sendonce_outbox_topic_check).
@@ -115,7 +128,7 @@ func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 
 // ValidateKey checks an idempotency key against the API's rule.
 func ValidateKey(key string) error {
-	if !keyRE.MatchString(key) {
+	if !validKey(key) {
 		return invalid("key", fmt.Sprintf(
 			"%q: want 1 to 255 characters of letters, digits, \"_\", \".\", \":\" and \"-\" (invalid_idempotency_key)", shorten(key)))
 	}
@@ -187,22 +200,21 @@ func (in *Intent) check(payload json.RawMessage) error {
 	if len(payload) > MaxPayloadBytes {
 		return invalid("payload", fmt.Sprintf("%d bytes, over the 1 MiB limit", len(payload)))
 	}
-	// One decode checks the syntax and splits the object: json.Unmarshal
-	// checks the whole text before it decodes, so malformed JSON is a
-	// SyntaxError whatever the destination, and valid JSON of another type
-	// an UnmarshalTypeError (told after the storable check, as before).
-	var body map[string]json.RawMessage
-	decodeErr := json.Unmarshal(payload, &body)
-	if _, wrongType := decodeErr.(*json.UnmarshalTypeError); decodeErr != nil && !wrongType {
-		return invalid("payload", "malformed JSON: "+strings.TrimPrefix(decodeErr.Error(), "json: "))
+	// json.Valid checks the syntax; the object's members are then read in
+	// place (jsonMembers). A malformed text's error is encoding/json's.
+	if !json.Valid(payload) {
+		var v any
+		err := json.Unmarshal(payload, &v)
+		return invalid("payload", "malformed JSON: "+strings.TrimPrefix(fmt.Sprint(err), "json: "))
 	}
 	if reason := storableJSON(payload); reason != "" {
 		return invalid("payload", reason)
 	}
-	if decodeErr != nil || body == nil {
+	body, isObject := jsonMembers(payload)
+	if !isObject {
 		return invalid("payload", "must be a JSON object, not "+jsonType(payload))
 	}
-	if raw, ok := body["scheduledAt"]; ok && !bytes.Equal(raw, []byte("null")) {
+	if raw := body.get("scheduledAt"); raw != nil && !bytes.Equal(raw, []byte("null")) {
 		at, isString := jsonString(raw)
 		if !isString {
 			return invalid("payload.scheduledAt", "must be an RFC 3339 time string")
@@ -215,37 +227,45 @@ func (in *Intent) check(payload json.RawMessage) error {
 }
 
 // checkBody checks the payload's fields that a kind requires.
-func checkBody(kind Kind, body map[string]json.RawMessage) error {
+func checkBody(kind Kind, body jsonObject) error {
 	switch kind {
 	case KindEmail:
 		return checkEmail(body, "payload.", true)
 	case KindTemplate:
 		return checkEmail(body, "payload.", false)
 	case KindBatch:
-		var emails []map[string]json.RawMessage
-		if err := json.Unmarshal(body["emails"], &emails); err != nil || len(emails) == 0 {
+		emails, isArray := jsonElements(body.get("emails"))
+		if !isArray || len(emails) == 0 {
 			return invalid("payload.emails", "a batch needs a non-empty array of email objects")
+		}
+		objects := make([]jsonObject, len(emails))
+		for i, e := range emails {
+			var isObject bool
+			// A null element is an email with no fields, as json.Unmarshal
+			// into a map makes it.
+			if objects[i], isObject = jsonMembers(e); !isObject && string(e) != "null" {
+				return invalid("payload.emails", "a batch needs a non-empty array of email objects")
+			}
 		}
 		if len(emails) > MaxBatchEmails {
 			return invalid("payload.emails", fmt.Sprintf("%d emails, over the limit of %d", len(emails), MaxBatchEmails))
 		}
-		for i, e := range emails {
+		for i, e := range objects {
 			if err := checkEmail(e, fmt.Sprintf("payload.emails[%d].", i), true); err != nil {
 				return err
 			}
 		}
 	case KindBroadcast:
-		if !nonEmptyString(body["from"]) {
+		if !nonEmptyString(body.get("from")) {
 			return invalid("payload.from", "a broadcast needs a sender")
 		}
-		if !nonEmptyString(body["subject"]) {
+		if !nonEmptyString(body.get("subject")) {
 			return invalid("payload.subject", "a broadcast needs a subject")
 		}
-		if !nonEmptyString(body["html"]) && !nonEmptyString(body["text"]) {
+		if !nonEmptyString(body.get("html")) && !nonEmptyString(body.get("text")) {
 			return invalid("payload.html", `a broadcast needs content: "html" or "text"`)
 		}
-		var ids []string
-		if !nonEmptyString(body["audienceId"]) && (json.Unmarshal(body["audienceIds"], &ids) != nil || len(ids) == 0) {
+		if ids, ok := jsonStrings(body.get("audienceIds")); !nonEmptyString(body.get("audienceId")) && (!ok || len(ids) == 0) {
 			return invalid("payload.audienceId", `a broadcast needs "audienceId" or a non-empty "audienceIds"`)
 		}
 	}
@@ -327,20 +347,20 @@ func invalid(field, reason string) error {
 	return &InvalidError{Index: -1, Field: field, Reason: reason}
 }
 
-func checkEmail(body map[string]json.RawMessage, prefix string, needsContent bool) error {
-	if !nonEmptyString(body["from"]) {
+func checkEmail(body jsonObject, prefix string, needsContent bool) error {
+	if !nonEmptyString(body.get("from")) {
 		return invalid(prefix+"from", "needs a sender address")
 	}
 	for _, field := range []string{"to", "cc", "bcc"} {
-		raw, ok := body[field]
-		if !ok || bytes.Equal(raw, []byte("null")) {
+		raw := body.get(field)
+		if raw == nil || bytes.Equal(raw, []byte("null")) {
 			if field == "to" {
 				return invalid(prefix+"to", "needs at least one recipient")
 			}
 			continue
 		}
-		var many []string
 		one, isString := jsonString(raw)
+		many, isStrings := jsonStrings(raw)
 		switch {
 		case isString:
 			if one == "" {
@@ -349,7 +369,7 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 			if why := addressProblem(one); why != "" {
 				return invalid(prefix+field, why)
 			}
-		case json.Unmarshal(raw, &many) == nil:
+		case isStrings:
 			if len(many) == 0 && field == "to" {
 				return invalid(prefix+"to", "needs at least one recipient")
 			}
@@ -367,7 +387,7 @@ func checkEmail(body map[string]json.RawMessage, prefix string, needsContent boo
 			return invalid(prefix+field, "must be an address string or an array of them")
 		}
 	}
-	if needsContent && !nonEmptyString(body["html"]) && !nonEmptyString(body["text"]) {
+	if needsContent && !nonEmptyString(body.get("html")) && !nonEmptyString(body.get("text")) {
 		return invalid(prefix+"html", `needs content: "html" or "text"`)
 	}
 	return nil

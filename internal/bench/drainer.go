@@ -87,8 +87,8 @@ var finishedKinds = []river.EventKind{
 	river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled, river.EventKindJobSnoozed,
 }
 
-// DrainOutbox enqueues p.N intents, then starts a sendonce worker against
-// a fake API and times it: the full path of River job → worker → client →
+// DrainOutbox warms the send budget (WarmBudget), enqueues p.N intents,
+// then starts a sendonce worker against a fake API and times it: the full path of River job → worker → client →
 // fake API → outbox row marked sent → job completed. After a burn-down it
 // checks that every row is sent and that the fake delivered each intent
 // once.
@@ -96,6 +96,11 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 	if err := env.Reset(ctx); err != nil {
 		return DrainResult{}, err
 	}
+	rate, err := env.WarmBudget(ctx)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	env.Logf("drain: the budget's rate after the warm-up: %s/s", Thousands(rate))
 	fake, err := StartFake(p.Latency, p.Concurrency)
 	if err != nil {
 		return DrainResult{}, err

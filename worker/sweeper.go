@@ -192,7 +192,8 @@ func (p *pruner) run(ctx context.Context) {
 			p.logger.Warn("sweeper: prune failed", "error", err)
 		case res != (sendstate.PruneResult{}):
 			p.logger.Info("sweeper: pruned settled intents past retention, leaving their keys' tombstones",
-				"intents", res.Intents, "events", res.Events, "batches", res.Batches, "runs", res.Runs, "tombstones", res.Tombstones, "unsubscribe_events", res.UnsubscribeEvents)
+				"intents", res.Intents, "events", res.Events, "batches", res.Batches, "runs", res.Runs, "tombstones", res.Tombstones, "unsubscribe_events", res.UnsubscribeEvents,
+				"rested", res.Rested.Round(time.Millisecond))
 		}
 		select {
 		case <-ctx.Done():

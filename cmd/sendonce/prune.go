@@ -71,7 +71,9 @@ key-reuse error when it is not: never a second send. Intents whose batch or
 run is unsettled, or whose River job may still run, stay.
 
 It deletes in transactions of 1,000 rows, skipping rows others hold, so it
-never holds long locks; "sendonce work --retain" runs the same every minute.`
+never holds long locks; "sendonce work --retain" runs the same every minute.
+While intents are being sent it rests three times as long as each
+transaction took, so the sends keep most of the database.`
 
 const pruneExamples = `  sendonce prune --retain 30d
   sendonce prune --retain 0 --retain-keys 2y   # everything settled, tombstones kept two years`
@@ -99,6 +101,9 @@ func (a *app) pruneCommand() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "pruned %d intents, %d events, %d batches, %d runs, %d tombstones, %d unsubscribe events\n",
 				res.Intents, res.Events, res.Batches, res.Runs, res.Tombstones, res.UnsubscribeEvents)
+			if res.Rested > 0 {
+				fmt.Fprintf(a.stdout, "rested %s between transactions for the sends in flight\n", res.Rested.Round(time.Millisecond))
+			}
 			return nil
 		}),
 	}

@@ -298,3 +298,33 @@ func TestPruneUnsubscribeEventsPastRetainKeys(t *testing.T) {
 		t.Fatalf("%d addresses unsubscribed after the prune, want 1 (only the history goes)", n)
 	}
 }
+
+// TestPruneYieldsToSends: while an intent is being sent, Prune rests
+// between its transactions (PruneOptions.Yield), and says how long; with
+// nothing being sent it does not rest. It deletes the same either way.
+func TestPruneYieldsToSends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "old:1", "old:2", "old:3", "old:4", "in-flight")
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET created_at = now() - interval '2 hours'`)
+	settle(t, pool, "sent", 2*time.Hour, "old:1", "old:2")
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'sending', attempts = 1, first_attempt_at = now() WHERE idempotency_key = 'in-flight'`)
+
+	res, err := sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: time.Hour, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Intents != 2 || res.Rested <= 0 {
+		t.Fatalf("with a send in flight: pruned %+v, want 2 intents and a rest between the transactions", res)
+	}
+
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'sent', updated_at = now() WHERE idempotency_key = 'in-flight'`)
+	settle(t, pool, "sent", 2*time.Hour, "old:3", "old:4")
+	res, err = sendstate.Prune(ctx, pool, sendstate.PruneOptions{Retain: time.Hour, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Intents != 2 || res.Rested != 0 {
+		t.Fatalf("with nothing in flight: pruned %+v, want 2 intents and no rest", res)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -221,7 +222,8 @@ func scanInserted(batch []Intent, parent, state string, rows pgx.Rows, err error
 // the database holds as jsonb (the same JSON value; Get returns the stored
 // text).
 func newRecord(in *Intent, id, jobID int64, created time.Time, topic, parent, state string) *Record {
-	r := &Record{ID: id, Key: in.Key, Kind: in.Kind, Payload: in.raw, TemplateID: in.TemplateID, State: StatePending,
+	// A copy: the caller's own []byte or json.RawMessage may change later.
+	r := &Record{ID: id, Key: in.Key, Kind: in.Kind, Payload: slices.Clone(in.raw), TemplateID: in.TemplateID, State: StatePending,
 		JobID: &jobID, CreatedAt: created, UpdatedAt: created, TraceParent: parent, TraceState: state, Topic: topic}
 	if !in.SendAt.IsZero() {
 		at := in.SendAt

@@ -289,3 +289,79 @@ func TestEnqueueInvalidQueue(t *testing.T) {
 		t.Fatalf("%d rows written", n)
 	}
 }
+
+// TestEnqueueResultIsTheStoredIntent: the Record EnqueueMany returns for a
+// new intent, built from the intent and what the database chose, is the
+// row Get reads back: the same fields, the payload the same JSON value (and
+// the caller's bytes, changed afterwards, do not change it), and a run
+// member's topic taken from its run.
+func TestEnqueueResultIsTheStoredIntent(t *testing.T) {
+	t.Parallel()
+	pool, ob := outboxtest.New(t)
+	ctx := context.Background()
+	payload := []byte(`{ "to": ["ada@example.test"], "from": "Shop <shop@example.test>", "subject": "Invoice", "text": "Hi." }`)
+	at := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	var got []*outbox.EnqueueResult
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		res, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "digest:2026-12", Topic: "digest", Intents: []outbox.Intent{
+			{Key: "result:run", Payload: payload},
+			{Key: "result:own-topic", Payload: payload, Topic: "news", SendAt: at}}})
+		if err != nil {
+			return err
+		}
+		got = res.Intents
+		more, err := ob.EnqueueMany(ctx, tx, []outbox.Intent{{Kind: outbox.KindTemplate, TemplateID: "welcome",
+			Payload: `{"from":"shop@example.test","to":"ada@example.test"}`}})
+		got = append(got, more...)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(payload, "XXXXXXXX")
+	for _, r := range got {
+		stored, err := ob.Get(ctx, r.Record.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, b any
+		if err := json.Unmarshal(r.Record.Payload, &a); err != nil {
+			t.Fatalf("%s: result payload %q: %v", r.Record.Key, r.Record.Payload, err)
+		}
+		if err := json.Unmarshal(stored.Payload, &b); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("%s: result payload %s, stored %s", r.Record.Key, r.Record.Payload, stored.Payload)
+		}
+		res, want := *r.Record, *stored
+		res.Payload, want.Payload = nil, nil
+		if fmt.Sprintf("%+v", recordFields(res)) != fmt.Sprintf("%+v", recordFields(want)) {
+			t.Errorf("%s: result\n%+v\nstored\n%+v", r.Record.Key, recordFields(res), recordFields(want))
+		}
+		if r.Existing {
+			t.Errorf("%s: Existing on a new intent", r.Record.Key)
+		}
+	}
+	if got[0].Record.Topic != "digest" || got[1].Record.Topic != "news" || got[1].Record.SendAt == nil || !got[1].Record.SendAt.Equal(at) {
+		t.Errorf("topics %q %q, send at %v: want the run's, the member's own, %v", got[0].Record.Topic, got[1].Record.Topic, got[1].Record.SendAt, at)
+	}
+}
+
+// recordFields is r with its pointers read, for comparing and printing.
+func recordFields(r outbox.Record) map[string]any {
+	deref := func(p *time.Time) any {
+		if p == nil {
+			return nil
+		}
+		return p.UnixMicro()
+	}
+	job := any(nil)
+	if r.JobID != nil {
+		job = *r.JobID
+	}
+	return map[string]any{"id": r.ID, "key": r.Key, "kind": r.Kind, "template": r.TemplateID, "sendAt": deref(r.SendAt),
+		"state": r.State, "attempts": r.Attempts, "job": job, "created": r.CreatedAt.UnixMicro(), "updated": r.UpdatedAt.UnixMicro(),
+		"traceparent": r.TraceParent, "tracestate": r.TraceState, "topic": r.Topic, "messageId": r.MessageID,
+		"firstAttempt": deref(r.FirstAttemptAt), "suppressed": r.SuppressedRecipients, "listUnsubscribe": string(r.ListUnsubscribe)}
+}

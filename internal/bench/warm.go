@@ -41,23 +41,8 @@ func (e *Env) WarmBudget(ctx context.Context) (rate float64, err error) {
 	if err := EnqueueBatches(ctx, pool, ob, Intents("warm", warmIntents), 1000); err != nil {
 		return 0, err
 	}
-	w, err := worker.New(pool, &worker.Config{Client: fake.Client, Logger: discard})
-	if err != nil {
-		return 0, err
-	}
-	if err := w.Start(ctx); err != nil {
-		return 0, err
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	waitErr := fake.Server.WaitDeliveries(waitCtx, warmIntents)
-	stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer stopCancel()
-	if err := w.Stop(stopCtx); err != nil {
-		return 0, fmt.Errorf("bench: stop the warm-up worker: %w", err)
-	}
-	if waitErr != nil {
-		return 0, fmt.Errorf("bench: warm the budget: %w", waitErr)
+	if _, err := drainQueued(ctx, e, pool, fake, DrainParams{N: warmIntents, Timeout: time.Minute}); err != nil {
+		return 0, fmt.Errorf("bench: warm the budget: %w", err)
 	}
 	if _, err := e.Admin.Exec(ctx, "TRUNCATE sendonce_outbox, river_job RESTART IDENTITY"); err != nil {
 		return 0, fmt.Errorf("bench: empty the tables after the warm-up: %w", err)

@@ -38,7 +38,8 @@ func TestReconcileInPieces(t *testing.T) {
 
 // Issue 24, item 4: under a DBA's statement_timeout, Reconcile still
 // completes however large the backlog, since none of its statements reads
-// more than a window of it. Scaled down so the test stays small: 600,000
+// more than a window of it, and a window that passes the timeout is read
+// again in smaller ones. Scaled down so the test stays small: 600,000
 // unsettled intents and a 200 ms timeout, where the whole backlog read in
 // one statement took about twice that; a window's statement takes a few
 // milliseconds.
@@ -68,6 +69,15 @@ func TestReconcileUnderStatementTimeout(t *testing.T) {
 	dba := &sendstate.Scheduler{Pool: limited, River: jobs.River, Queue: jobs.Queue, ReconcileBudget: 2 * backlog}
 	if n, err := dba.Reconcile(ctx); err != nil || n != 1 {
 		t.Fatalf("Reconcile of %d unsettled intents under a 200 ms statement_timeout = %d, %v; want the 1 stranded", backlog, n, err)
+	}
+
+	// A window whose statement passes the timeout (here the whole backlog,
+	// as on a loaded server a default window can): Reconcile reads the
+	// same intents again in smaller windows instead of failing.
+	pgtest.Exec(t, pool, `DELETE FROM river_job WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = (SELECT max(idempotency_key) FROM sendonce_outbox))`)
+	whole := &sendstate.Scheduler{Pool: limited, River: jobs.River, Queue: jobs.Queue, ReconcileWindow: backlog, ReconcileBudget: 2 * backlog}
+	if n, err := whole.Reconcile(ctx); err != nil || n != 1 {
+		t.Fatalf("Reconcile with a window of %d under a 200 ms statement_timeout = %d, %v; want the 1 stranded", backlog, n, err)
 	}
 }
 

@@ -2,11 +2,13 @@ package sendstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -135,7 +137,9 @@ func (o *Scheduler) RescueStranded(ctx context.Context, restartGrace time.Durati
 // ReconcileWindow at a time, so no statement's work grows with the
 // backlog, and at most ReconcileBudget of them a call: a call goes on where
 // the last one stopped, and a pass over the backlog starts again from the
-// first once it reached the end. The window is a row comparison on
+// first once it reached the end. A window whose statement passes the
+// server's statement_timeout is read again in halves (down to
+// minReconcileWindow) for the rest of the call. The window is a row comparison on
 // (state, id), the partial index of unsettled intents' key: with one state
 // a constant of the statement, statistics taken while a run was pending
 // made the planner walk the primary key over every sent row of history to
@@ -157,37 +161,21 @@ func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 	total, read := 0, 0
 	for cur := &o.reconcile; read < budget; {
 		size := min(window, budget-read)
-		var lastState string
-		var ids []int64
-		rows, err := o.Pool.Query(ctx, `SELECT state, id FROM sendonce_outbox
-			WHERE state IN ('pending', 'sending') AND (state, id) > ($1, $2) ORDER BY state, id LIMIT $3`, cur.state, cur.after, size)
-		if err == nil {
-			var id int64
-			_, err = pgx.ForEachRow(rows, []any{&lastState, &id}, func() error {
-				ids = append(ids, id)
-				return nil
-			})
+		n, seen, last, err := o.reconcileWindow(ctx, *cur, size)
+		total += n
+		if timedOut(ctx, err) && window > minReconcileWindow {
+			// A statement_timeout shorter than a window's work (a
+			// loaded server, a strict DBA): the same intents again in
+			// smaller windows, for the rest of this call.
+			window = max(window/2, minReconcileWindow)
+			continue
 		}
 		if err != nil {
-			return total, fmt.Errorf("sendstate: reconcile: %w", err)
+			return total, err
 		}
-		seen := len(ids)
 		read += seen
 		if seen > 0 {
-			// The window's intents by id: a range of (state, id) bounds
-			// an index scan by its leading column only, and read on
-			// through every pending intent past the window.
-			n, err := o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
-				LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
-				WHERE o.id = ANY($2) AND o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
-					AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
-					AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
-				ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, ids)
-			total += n
-			if err != nil {
-				return total, err
-			}
-			cur.state, cur.after = lastState, ids[seen-1]
+			*cur = last
 		}
 		if seen < size {
 			// The backlog is read to the end: the next pass starts again.
@@ -196,6 +184,51 @@ func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// minReconcileWindow is the smallest window Reconcile shrinks to when its
+// statements pass the server's statement_timeout.
+const minReconcileWindow = 50
+
+// reconcileWindow reads up to size unsettled intents after cur and gives a
+// new job to those whose job is gone or finished without them. It returns
+// how many it rescheduled, how many it read and the last one read.
+func (o *Scheduler) reconcileWindow(ctx context.Context, cur reconcileCursor, size int) (n, seen int, last reconcileCursor, err error) {
+	var ids []int64
+	rows, err := o.Pool.Query(ctx, `SELECT state, id FROM sendonce_outbox
+		WHERE state IN ('pending', 'sending') AND (state, id) > ($1, $2) ORDER BY state, id LIMIT $3`, cur.state, cur.after, size)
+	if err == nil {
+		var id int64
+		_, err = pgx.ForEachRow(rows, []any{&last.state, &id}, func() error {
+			ids = append(ids, id)
+			return nil
+		})
+	}
+	if err != nil {
+		return 0, 0, last, fmt.Errorf("sendstate: reconcile: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, 0, last, nil
+	}
+	last.after = ids[len(ids)-1]
+	// The window's intents by id: a range of (state, id) bounds an index
+	// scan by its leading column only, and read on through every pending
+	// intent past the window.
+	n, err = o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
+		LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
+		WHERE o.id = ANY($2) AND o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
+			AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, ids)
+	return n, len(ids), last, err
+}
+
+// timedOut reports whether err is the server cancelling a statement that
+// passed its statement_timeout (not ctx's cancellation, which the server
+// reports with the same code).
+func timedOut(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	return ctx.Err() == nil && errors.As(err, &pgErr) && pgErr.Code == "57014" // query_canceled
 }
 
 // RescueAbandonedBatches is RescueAbandoned for coalesced batches: a

@@ -61,7 +61,9 @@ func NewEnqueue(quick bool) *Enqueue {
 		mk(100, false, 5_000, "`Enqueue` ×100 per transaction"),
 		mk(1000, true, 40_000, "`EnqueueMany` ×1,000 per transaction"),
 	}}
-	s.modes[2].row.Goal = Goal{Text: "≥ 40,000/s and ≥ 0.7× plain INSERT", Check: All(AtLeast(40_000), RatioAtLeast(0.7))}
+	many := s.modes[2].row
+	many.Baseline = "the floor (the next row)"
+	many.Goal = Goal{Text: "≥ 0.75× the floor", Check: RatioAtLeast(0.75)}
 	s.floor = &Row{
 		Scenario:     "3. Enqueue",
 		Measure:      fmt.Sprintf("the floor: plain INSERT of the rows *and their River jobs*, ×1,000 per transaction, nothing returned (%s intents)", Thousands(float64(s.modes[2].n))),
@@ -86,75 +88,59 @@ func (s *Enqueue) Rows() []*Row {
 }
 
 // Run times every shape once through the outbox and once as plain
-// INSERTs, in alternating order from run to run.
+// INSERTs (EnqueueMany also as the floor), in an order that turns from run
+// to run.
 func (s *Enqueue) Run(ctx context.Context, env *Env) error {
 	pool, ob, err := env.NewOutbox(ctx, 1)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	plainFirst := s.runs%2 == 1
+	turn := s.runs
 	s.runs++
 	for _, m := range s.modes {
-		var viaOutbox, plain time.Duration
-		for i := range 2 {
-			write := func(intents []outbox.Intent) error { return EnqueueIn(ctx, pool, ob, intents, m.perTx, m.many) }
-			if (i == 0) == plainFirst {
-				write = func(intents []outbox.Intent) error { return PlainInsert(ctx, pool, intents, m.perTx) }
-			}
+		writers := []func([]outbox.Intent) error{
+			func(intents []outbox.Intent) error { return EnqueueIn(ctx, pool, ob, intents, m.perTx, m.many) },
+			func(intents []outbox.Intent) error { return PlainInsert(ctx, pool, intents, m.perTx) },
+		}
+		if m.many {
+			writers = append(writers, func(intents []outbox.Intent) error { return FloorInsert(ctx, pool, intents, m.perTx) })
+		}
+		took := make([]time.Duration, len(writers))
+		for i := range writers {
+			w := (i + turn) % len(writers)
 			// Warm the connection: the statements are prepared before the clock
 			// starts.
-			if err := write(Intents(fmt.Sprintf("warm%d", m.perTx), 2)); err != nil {
+			if err := writers[w](Intents(fmt.Sprintf("warm%d", m.perTx), 2)); err != nil {
 				return err
 			}
 			if err := resetEmpty(ctx, env); err != nil {
 				return err
 			}
 			intents := Intents(fmt.Sprintf("enq%d", m.perTx), m.n)
-			d, err := timeIt(func() error { return write(intents) })
-			if err != nil {
+			if took[w], err = timeIt(func() error { return writers[w](intents) }); err != nil {
 				return err
 			}
-			if (i == 0) == plainFirst {
-				plain = d
-			} else {
-				viaOutbox = d
-			}
 		}
-		o, p := Rate(m.n, viaOutbox), Rate(m.n, plain)
-		env.Logf("enqueue %d per tx (many=%v): %s/s, plain INSERT %s/s", m.perTx, m.many, Thousands(o), Thousands(p))
+		o, p := Rate(m.n, took[0]), Rate(m.n, took[1])
+		if !m.many {
+			env.Logf("enqueue %d per tx: %s/s, plain INSERT %s/s", m.perTx, Thousands(o), Thousands(p))
+			m.row.Value.Add(o)
+			m.row.BaselineValue.Add(p)
+			m.row.Ratio.Add(o / p)
+			continue
+		}
+		// EnqueueMany is judged against the floor, which is judged against
+		// the plain INSERT.
+		f := Rate(m.n, took[2])
+		env.Logf("enqueue %d per tx (many): %s/s, floor %s/s (%.2f×), plain INSERT %s/s", m.perTx, Thousands(o), Thousands(f), o/f, Thousands(p))
 		m.row.Value.Add(o)
-		m.row.BaselineValue.Add(p)
-		m.row.Ratio.Add(o / p)
-		if m.many {
-			if err := s.runFloor(ctx, env, pool, m, p); err != nil {
-				return err
-			}
-		}
+		m.row.BaselineValue.Add(f)
+		m.row.Ratio.Add(o / f)
+		s.floor.Value.Add(f)
+		s.floor.BaselineValue.Add(p)
+		s.floor.Ratio.Add(f / p)
 	}
-	return nil
-}
-
-// runFloor times the floor row: the rows of m with their River jobs, in
-// one plain statement per transaction, against the plain INSERT's rate p
-// of the same run.
-func (s *Enqueue) runFloor(ctx context.Context, env *Env, pool *pgxpool.Pool, m *enqueueMode, p float64) error {
-	if err := FloorInsert(ctx, pool, Intents("warmfloor", 2), m.perTx); err != nil {
-		return err
-	}
-	if err := resetEmpty(ctx, env); err != nil {
-		return err
-	}
-	intents := Intents("floor", m.n)
-	d, err := timeIt(func() error { return FloorInsert(ctx, pool, intents, m.perTx) })
-	if err != nil {
-		return err
-	}
-	f := Rate(m.n, d)
-	env.Logf("enqueue floor %d per tx: %s/s, plain INSERT %s/s", m.perTx, Thousands(f), Thousands(p))
-	s.floor.Value.Add(f)
-	s.floor.BaselineValue.Add(p)
-	s.floor.Ratio.Add(f / p)
 	return nil
 }
 
@@ -297,8 +283,8 @@ func (s *Enqueue) Notes() []string {
 		"tables bloated as a drain leaves them (every row updated twice, the jobs deleted) measured about 30% slower. " +
 		"The machine matters most: an earlier 12,000/s was measured on a machine whose plain INSERT ran at 44,000/s, " +
 		"half of this one's, and on two shared cores the figure moves with other load. Compare the ratio to the plain " +
-		"INSERT, measured in the same run. The floor row writes the same rows and a River job for each (River's " +
+		"INSERT, measured in the same run. The `EnqueueMany` row is judged against the floor row, timed in the same run: the floor writes the same rows and a River job for each (River's " +
 		"columns, into `river_job` with its indexes) in one plain statement per 1,000, returning nothing and " +
-		"checking nothing: no enqueue that writes the jobs in the producer's transaction can be faster, so its " +
-		"ratio to the plain INSERT bounds what `EnqueueMany` can reach."}
+		"checking nothing: no enqueue that writes the jobs in the producer's transaction can be faster, and its " +
+		"ratio to the plain INSERT bounds what `EnqueueMany` can reach. The three are timed in an order that turns from run to run."}
 }

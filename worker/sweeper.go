@@ -21,9 +21,10 @@ import (
 // see sendstate.Renewal) also applies the delivery events that came before
 // their send was recorded, ends the leases of workers that stopped renewing
 // them (ExpireLeases), and rescues the intents and batches that such
-// workers left sending (RescueAbandoned), and every reconcileEvery
-// intervals it gives a new job to intents and batches whose job ended
-// without them (Reconcile): nothing is left where nothing will move it.
+// workers left sending (RescueAbandoned), and every few intervals
+// (reconcileEvery, reconcileBatchesEvery) it gives a new job to intents and
+// batches whose job ended without them (Reconcile): nothing is left where
+// nothing will move it.
 // One worker does it for the fleet, not each of them (issue 23: three
 // workers made three times the statements for nothing). When the sweeper
 // dies, the next worker takes over at its first renewal past the dead
@@ -53,10 +54,17 @@ type sweeper struct {
 	pollOnly     bool
 }
 
-// reconcileEvery is how many sweeps pass between two reconciliations: a
-// job ending without its intent is rare, and the check reads every
-// unsent intent.
-const reconcileEvery = 30
+// reconcileEvery is how many sweeps pass between two calls of Reconcile:
+// each reads one window of the unsent intents (sendstate's
+// DefaultReconcileBudget), 5,000 every 3 s, so a backlog of any size costs
+// the same per second, and a pass over a backlog of 1,000,000 takes ten
+// minutes.
+const reconcileEvery = 3
+
+// reconcileBatchesEvery is how many sweeps pass between two calls of
+// ReconcileBatches: a batch job ending without its batch is rare, and the
+// check reads every unsent batch.
+const reconcileBatchesEvery = 30
 
 func (s *sweeper) run(ctx context.Context) {
 	if s.pollOnly {
@@ -156,6 +164,8 @@ func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, compact, "compact tally", "")
 	if s.sweeps%reconcileEvery == 0 {
 		s.do(ctx, s.jobs.Reconcile, "reconcile", "gave a new job to intents whose job ended without sending them")
+	}
+	if s.sweeps%reconcileBatchesEvery == 0 {
 		s.do(ctx, s.jobs.ReconcileBatches, "reconcile batches", "gave a new job to batches whose job ended without sending them")
 	}
 	s.sweeps++

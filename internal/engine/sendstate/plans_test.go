@@ -42,8 +42,11 @@ func TestStatePlansSurviveStaleStatistics(t *testing.T) {
 		"failures":       `SELECT count(*) FROM sendonce_outbox WHERE state = 'failed' AND updated_at > now() - interval '1 day'`,
 		// Reconcile's window and its reschedule, unguarded: with the state a
 		// constant, the window walked the primary key over all history.
-		"reconcile window": `SELECT state, id FROM sendonce_outbox
-			WHERE state IN ('pending', 'sending') AND (state, id) > ('', 0) ORDER BY state, id LIMIT 5000`,
+		"reconcile window": `WITH w AS MATERIALIZED (
+				SELECT state, id, job_id FROM sendonce_outbox
+				WHERE state IN ('pending', 'sending') AND (state, id) > ('', 0) ORDER BY state, id LIMIT 5000)
+			SELECT w.state, w.id, w.job_id IS NOT NULL AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+			FROM w LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = w.job_id LIMIT 1) j ON true`,
 		"reconcile jobs": `SELECT o.id FROM sendonce_outbox o
 			LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
 			WHERE o.id = ANY('{1,2,3,40000}') AND o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL

@@ -431,6 +431,43 @@ func (r *sysRunner) opCancel() {
 	}
 }
 
+// opRiverJob does to the River job of an unsent intent, one not running, what an
+// operator can do in River's UI, or a River client that does not know
+// sendonce's job kind: deletes it, or discards it (River's JobDelete, like
+// this, leaves a running job alone). The intent is still sent once: the
+// sweeper's Reconcile gives it a new job.
+func (r *sysRunner) opRiverJob() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	keys, err := queryStrings(ctx, r.pool, `SELECT o.idempotency_key FROM sendonce_outbox o JOIN river_job j ON j.id = o.job_id
+		WHERE o.state IN ('pending', 'sending') AND j.state IN ('available', 'scheduled', 'retryable') ORDER BY o.id`)
+	cancel()
+	if err != nil || len(keys) == 0 {
+		return
+	}
+	key := keys[r.rng.IntN(len(keys))]
+	kind, sql := "river-delete", `DELETE FROM river_job j USING sendonce_outbox o
+		WHERE o.idempotency_key = $1 AND o.state IN ('pending', 'sending') AND j.id = o.job_id
+			AND j.state IN ('available', 'scheduled', 'retryable')`
+	if r.rng.IntN(2) == 0 {
+		kind, sql = "river-discard", `UPDATE river_job j SET state = 'discarded', finalized_at = now() FROM sendonce_outbox o
+			WHERE o.idempotency_key = $1 AND o.state IN ('pending', 'sending') AND j.id = o.job_id
+				AND j.state IN ('available', 'scheduled', 'retryable')`
+	}
+	op := r.begin(kind, key)
+	op.Keys = []string{key}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	tag, err := r.pool.Exec(ctx, sql, key)
+	cancel()
+	o := outYes
+	switch {
+	case err != nil:
+		o = outUncertain
+	case tag.RowsAffected() == 0:
+		o = outNo
+	}
+	r.end(op, o, err)
+}
+
 // keyOp runs the operation kind (cancel, retry) on key, by `sendonce KIND
 // KEY` when cli, else by goOp, and records it with its outcome.
 func (r *sysRunner) keyOp(kind, key string, cli bool, goOp func(ctx context.Context) error) (*sysOp, sysOutcome) {

@@ -374,6 +374,7 @@ func (r *sysRunner) step() {
 		{2, func() { r.opReenqueue(true) }},
 		{5, r.opCancel},
 		{2, r.opRetry},
+		{2, r.opRiverJob},
 		{3, func() { r.opSuppression(true) }},
 		{2, func() { r.opSuppression(false) }},
 		{2, func() { r.opTopicUnsubscribe(true) }},

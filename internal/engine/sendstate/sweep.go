@@ -190,6 +190,11 @@ func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 // statements pass the server's statement_timeout.
 const minReconcileWindow = 50
 
+// jobEndedSQL says, of the job j found for an intent (by a LEFT JOIN),
+// that it is gone or finished: Reconcile's rule, in the window that finds
+// suspects and again under lock.
+const jobEndedSQL = `(j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))`
+
 // reconcileWindowSQL reads a window of unsettled intents after ($1, $2)
 // in (state, id) order, at most $3, each with whether its job is gone or
 // finished without it: one pass through the window's index entries and a
@@ -203,7 +208,7 @@ const minReconcileWindow = 50
 const reconcileWindowSQL = `WITH w AS MATERIALIZED (
 		SELECT state, id, job_id FROM sendonce_outbox
 		WHERE state IN ('pending', 'sending') AND (state, id) > ($1, $2) ORDER BY state, id LIMIT $3)
-	SELECT w.state, w.id, w.job_id IS NOT NULL AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+	SELECT w.state, w.id, w.job_id IS NOT NULL AND ` + jobEndedSQL + `
 	FROM w LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = w.job_id LIMIT 1) j ON true`
 
 // reconcileWindow reads up to size unsettled intents after cur and gives a
@@ -237,7 +242,7 @@ func (o *Scheduler) reconcileWindow(ctx context.Context, cur reconcileCursor, si
 		LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
 		WHERE o.id = ANY($2) AND o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
 			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
-			AND (j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+			AND `+jobEndedSQL+`
 		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, suspects)
 	return n, seen, last, err
 }

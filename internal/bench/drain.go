@@ -50,8 +50,8 @@ func NewDrain(quick bool) *Drain {
 	}
 	d.vsClient = newVersusClient("1. Drain", measure+", vs "+ClientBaseline)
 	d.vsClient.row.Goal = Goal{
-		Text:  "≥ 0.8× River + client; DB CPU/intent ≤ 1.5× River + client",
-		Check: All(RatioAtLeast(0.8), d.vsClient.cpuRatio.AtMost(1.5)),
+		Text:  "≥ 0.9× River + client; DB CPU/intent ≤ 1.3× River + client",
+		Check: All(RatioAtLeast(0.9), d.vsClient.cpuRatio.AtMost(1.3)),
 	}
 	d.suppressed = &Row{
 		Scenario:     "1. Drain",

@@ -27,18 +27,18 @@ type PruneOptions struct {
 }
 
 // DefaultPruneYield is PruneOptions.Yield when none is given: while an
-// intent is being sent (a row in state sending), Prune rests nine times as
-// long as each transaction took, so it takes at most a tenth of the
+// intent is being sent (a row in state sending), Prune rests nineteen times
+// as long as each transaction took, so it takes at most a twentieth of the
 // database time it would, the way autovacuum's cost delay keeps vacuum from
 // starving the queries beside it. Retention is housekeeping and the sends
 // are the work: on two cores, a prune at full speed (its own 30-50 µs of
 // database CPU a row) cut a concurrent drain to 0.53-0.91x its rate before
 // (issue 26); resting three times as long, to 0.54-0.62x beside 1,000,000
-// rows of history, and nine times, 0.78-0.80x. Paced, it still deletes
-// thousands of rows a second, more than a fleet sends; with nothing being
-// sent it runs at full speed. A row left in sending by a worker that died
-// keeps it paced until the row is rescued.
-const DefaultPruneYield = 9.0
+// rows of history; nine times, 0.80-0.93x beside 100,000 (0.78x in a full
+// make bench); nineteen times, 0.95-1.02x in the same session, three runs
+// of each, alternated. With nothing being sent it runs at full speed. A row left in sending by a worker that died keeps it
+// paced until the row is rescued.
+const DefaultPruneYield = 19.0
 
 // sendingSQL says whether an intent is being sent now (through the partial
 // index of unsettled rows).

@@ -178,11 +178,16 @@ func (h *History) Run(ctx context.Context, env *Env) error {
 			func() error { return serve(ui, outboxui.Prefix+"/") },
 		}
 		for i, read := range reads {
+			pgss := env.resetStatements(ctx)
 			ms, cpu, wal, err := timed(ctx, env, 5, read)
 			if err != nil {
 				return fmt.Errorf("history: %s: %w", h.reads[n][i].Measure, err)
 			}
 			r := h.reads[n][i]
+			if pgss {
+				// Six calls: the warm-up and the five timed.
+				env.Logf("history: %s: per call, %s", r.Measure, env.topStatements(ctx, 12, 6))
+			}
 			r.Value.Add(ms)
 			r.Also[0].Value.Add(cpu)
 			r.Also[1].Value.Add(wal)

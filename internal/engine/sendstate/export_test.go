@@ -1,0 +1,4 @@
+package sendstate
+
+// PruneBoundSQL is pruneBoundSQL, for the test of its reads.
+const PruneBoundSQL = pruneBoundSQL

@@ -10,13 +10,14 @@ import (
 )
 
 // CPU is processor time spent by this process and by the PostgreSQL
-// backends serving the benchmark database. On a machine shared with other
+// backends serving the benchmark database, its autovacuum workers
+// included. On a machine shared with other
 // work, time per operation is steadier than operations per second, and it
 // shows where a cost lies.
 type CPU struct {
 	Self time.Duration // this process: worker, River, client, fake API
 	// DB is, in a reading, the time of the backends connected to the
-	// benchmark database now; in a difference (Sub), the time the server
+	// benchmark database now (and of its autovacuum workers); in a difference (Sub), the time the server
 	// spent for it in between, backends that ended meanwhile included.
 	DB time.Duration
 
@@ -36,9 +37,10 @@ type CPU struct {
 // adds that count's growth and takes off what the earlier reading had of
 // the ended backends. (Summing the live backends alone made the prune
 // row's database CPU per row negative, and left out parallel workers.)
-// That growth also holds the other children reaped meanwhile, autovacuum
-// workers above all: on the benchmark's own server, work its writes
-// caused.
+// An autovacuum worker in the benchmark database is counted as a backend
+// (see serves): its time in between, whether or not it ended. The growth
+// also holds any other child reaped meanwhile (on the benchmark's own
+// server, seldom one).
 func (c CPU) Sub(earlier CPU) CPU {
 	d := CPU{Self: c.Self - earlier.Self, DB: c.DB - earlier.DB}
 	if c.backends == nil || earlier.backends == nil {
@@ -112,10 +114,8 @@ func readStat(path string) (procStat, bool) {
 	return s, true
 }
 
-// backendsCPU reads the ticks of the PostgreSQL backends whose process
-// title names db ("postgres: USER DB HOST(PORT) STATE") and of the
-// parallel workers of those backends ("postgres: parallel worker for PID
-// N"), by pid, and the ticks of the server's reaped children (its
+// backendsCPU reads the ticks of the PostgreSQL processes working for db
+// (see serves), by pid, and the ticks of the server's reaped children (its
 // postmaster, the backends' parent: cutime + cstime).
 func backendsCPU(db string) (map[int]int64, int64) {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
@@ -133,12 +133,8 @@ func backendsCPU(db string) (map[int]int64, int64) {
 		if err != nil {
 			continue
 		}
-		f := strings.Fields(strings.ReplaceAll(string(title), "\x00", " "))
-		leader := 0
-		switch {
-		case len(f) >= 6 && f[1] == "parallel" && f[2] == "worker" && f[4] == "PID":
-			leader, _ = strconv.Atoi(f[5])
-		case len(f) < 3 || f[2] != db:
+		ok, leader := serves(string(title), db)
+		if !ok {
 			continue
 		}
 		st, ok := readStat(statPath)
@@ -165,6 +161,28 @@ func backendsCPU(db string) (map[int]int64, int64) {
 		}
 	}
 	return backends, reaped
+}
+
+// serves says whether the process of a title works for db, and for a
+// parallel worker, its leader's pid: a backend connected to db ("postgres:
+// USER DB HOST(PORT) STATE"), a parallel worker ("postgres: parallel worker
+// for PID N", counted when its leader is), or an autovacuum worker in db
+// ("postgres: autovacuum worker DB"). An autovacuum worker was counted only
+// when it ended, through the postmaster's reaped children, and then whole:
+// one that began before a reading and ended after the next added all its
+// time to the difference, and one still running at the second reading
+// added none of it.
+func serves(title, db string) (ok bool, leader int) {
+	f := strings.Fields(strings.ReplaceAll(title, "\x00", " "))
+	switch {
+	case len(f) >= 6 && f[1] == "parallel" && f[2] == "worker" && f[4] == "PID":
+		leader, err := strconv.Atoi(f[5])
+		return err == nil, leader
+	case len(f) >= 4 && f[1] == "autovacuum" && f[2] == "worker":
+		return f[3] == db, 0
+	default:
+		return len(f) >= 3 && f[2] == db, 0
+	}
 }
 
 // medianCPU renders the medians of readings as "process X µs + database

@@ -61,3 +61,29 @@ func TestCPUCountsEndedBackends(t *testing.T) {
 	}
 	t.Logf("the ended backend spent %s; the difference of the readings counts %s", spent, d.DB)
 }
+
+// TestServes: the processes counted as the benchmark database's, from
+// their titles as PostgreSQL 15 sets them (NUL-separated in cmdline).
+func TestServes(t *testing.T) {
+	const db = "sendonce_bench_1"
+	for _, c := range []struct {
+		title  string
+		ok     bool
+		leader int
+	}{
+		{"postgres: bench sendonce_bench_1 127.0.0.1(51234) idle\x00", true, 0},
+		{"postgres: bench sendonce_bench_1 [local] UPDATE", true, 0},
+		{"postgres: bench other_db 127.0.0.1(51234) idle", false, 0},
+		{"postgres: parallel worker for PID 4242", true, 4242},
+		{"postgres: autovacuum worker sendonce_bench_1", true, 0},
+		{"postgres: autovacuum worker other_db", false, 0},
+		{"postgres: autovacuum launcher", false, 0},
+		{"postgres: checkpointer ", false, 0},
+		{"postgres: walwriter ", false, 0},
+	} {
+		ok, leader := serves(c.title, db)
+		if ok != c.ok || leader != c.leader {
+			t.Errorf("serves(%q) = %v, %d; want %v, %d", c.title, ok, leader, c.ok, c.leader)
+		}
+	}
+}

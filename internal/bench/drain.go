@@ -136,7 +136,7 @@ func (d *Drain) Notes() []string {
 		"each intent once (for River + client, each email once).",
 		Thousands(float64(d.P.N)), d.P.Concurrency, d.P.FetchCooldown, d.poolConns, RawQueue, ClientBaseline),
 		"CPU per intent while draining (median of runs; this process is the worker, River, the client and the fake API; the " +
-			"database is the backends serving the benchmark): full path " + medianCPU(d.cpuFull) + "; River no-op " + medianCPU(d.cpuRaw) +
+			"database is the backends serving the benchmark and the autovacuum workers in its database): full path " + medianCPU(d.cpuFull) + "; River no-op " + medianCPU(d.cpuRaw) +
 			"; River + client " + medianCPU(d.cpuClient) + ". DB CPU/intent in the table is the database's part; WAL/intent is " +
 			"the write-ahead log the server wrote while draining (`pg_wal_lsn_diff` of `pg_current_wal_lsn()` before and after), " +
 			"over the intents drained: each drain starts right after a CHECKPOINT, so it includes the full-page images of the " +

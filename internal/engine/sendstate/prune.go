@@ -34,10 +34,10 @@ type PruneOptions struct {
 // are the work: on two cores, a prune at full speed (its own 30-50 µs of
 // database CPU a row) cut a concurrent drain to 0.53-0.91x its rate before
 // (issue 26); resting three times as long, to 0.54-0.62x beside 1,000,000
-// rows of history; nine times, 0.80-0.93x beside 100,000 (0.78x in a full
-// make bench); nineteen times, 0.95-1.02x in the same session, three runs
-// of each, alternated. With nothing being sent it runs at full speed. A row left in sending by a worker that died keeps it
-// paced until the row is rescued.
+// rows of history; nine times, 0.74-0.93x; nineteen times, 0.84-1.05x
+// (0.91x in a make bench, 0.95-1.02x in three runs alternated with three
+// of nine). With nothing being sent it runs at full speed. A row left in
+// sending by a worker that died keeps it paced until the row is rescued.
 const DefaultPruneYield = 19.0
 
 // sendingSQL says whether an intent is being sent now (through the partial
@@ -130,13 +130,13 @@ const pruneIntentsSQL = `
 // row at or after the middle of what is left), so it reads a few dozen
 // rows whatever the table's size. Every row below lo is old; the first
 // row at or after hi is new, or there is none; when they meet, that row
-// is the end. Read in id order until the first new
-// row, it read every row older than the cutoff: 1.5-2 s with 3,000,000
-// rows of history, in one statement before the first transaction, beside
-// the sends it otherwise gives way to (issue 26). The bisection relies on
-// the same agreement of ids and creation times; a probe that meets an old
-// row of a long transaction among new ones may move the end past it, and
-// that row goes in this round rather than a later one.
+// is the end. Read in id order until the first new row, it read every row
+// older than the cutoff: 1.5-2 s with 3,000,000 rows of history, in one
+// statement before the first transaction, beside the sends it otherwise
+// gives way to (issue 26). The bisection relies on the same agreement of
+// ids and creation times; a probe that meets an old row of a long
+// transaction among new ones may move the end past it, and that row goes
+// in this round rather than a later one.
 const pruneBoundSQL = `WITH RECURSIVE b(lo, hi) AS (
 		SELECT 0::bigint, coalesce((SELECT max(id) FROM sendonce_outbox), 0) + 1
 	UNION ALL

@@ -11,14 +11,14 @@ import (
 
 // CPU is processor time spent by this process and by the PostgreSQL
 // backends serving the benchmark database, its autovacuum workers
-// included. On a machine shared with other
-// work, time per operation is steadier than operations per second, and it
-// shows where a cost lies.
+// included. On a machine shared with other work, time per operation is
+// steadier than operations per second, and it shows where a cost lies.
 type CPU struct {
 	Self time.Duration // this process: worker, River, client, fake API
 	// DB is, in a reading, the time of the backends connected to the
-	// benchmark database now (and of its autovacuum workers); in a difference (Sub), the time the server
-	// spent for it in between, backends that ended meanwhile included.
+	// benchmark database now (and of its autovacuum workers); in a
+	// difference (Sub), the time the server spent for it in between,
+	// backends that ended meanwhile included.
 	DB time.Duration
 
 	// backends are the ticks of each backend of the database (and of its
@@ -167,11 +167,9 @@ func backendsCPU(db string) (map[int]int64, int64) {
 // parallel worker, its leader's pid: a backend connected to db ("postgres:
 // USER DB HOST(PORT) STATE"), a parallel worker ("postgres: parallel worker
 // for PID N", counted when its leader is), or an autovacuum worker in db
-// ("postgres: autovacuum worker DB"). An autovacuum worker was counted only
-// when it ended, through the postmaster's reaped children, and then whole:
-// one that began before a reading and ended after the next added all its
-// time to the difference, and one still running at the second reading
-// added none of it.
+// ("postgres: autovacuum worker DB"). Counted only through the
+// postmaster's reaped children, an autovacuum worker added all its time to
+// a difference it ended in, and none to one it outlived.
 func serves(title, db string) (ok bool, leader int) {
 	f := strings.Fields(strings.ReplaceAll(title, "\x00", " "))
 	switch {

@@ -137,8 +137,9 @@ const pruneIntentsSQL = `
 // ids and creation times; a probe that meets an old row of a long
 // transaction among new ones may move the end past it, and that row goes
 // in this round rather than a later one.
-const pruneBoundSQL = `WITH RECURSIVE b(lo, hi) AS (
-		SELECT 0::bigint, coalesce((SELECT max(id) FROM sendonce_outbox), 0) + 1
+const pruneBoundSQL = `WITH RECURSIVE top AS (SELECT max(id) AS id FROM sendonce_outbox),
+	b(lo, hi) AS (
+		SELECT 0::bigint, coalesce(top.id, 0) + 1 FROM top
 	UNION ALL
 		SELECT CASE WHEN p.created_at < $1 THEN p.id + 1 ELSE b.lo END,
 			CASE WHEN p.id IS NULL THEN (b.lo + b.hi) / 2 WHEN p.created_at < $1 THEN b.hi ELSE p.id END
@@ -148,7 +149,7 @@ const pruneBoundSQL = `WITH RECURSIVE b(lo, hi) AS (
 	)
 	SELECT coalesce(
 		(SELECT o.id FROM sendonce_outbox o WHERE o.id >= (SELECT min(hi) FROM b) ORDER BY o.id LIMIT 1),
-		(SELECT max(id) + 1 FROM sendonce_outbox), 0)`
+		(SELECT id + 1 FROM top), 0)`
 
 // pruneBatchesSQL deletes settled batches last updated before $1 whose
 // members are all gone.

@@ -44,7 +44,7 @@ type History struct {
 // NewHistory makes the scenario; quick uses small sizes. sizes, when not
 // empty, overrides them.
 func NewHistory(quick bool, sizes []int) *History {
-	h := &History{Sizes: []int{10_000, 100_000}, RunSize: 100_000, reads: map[int][3]*Row{}}
+	h := &History{Sizes: []int{10_000, 3_000_000}, RunSize: 1_000_000, reads: map[int][3]*Row{}}
 	if quick {
 		h.Sizes, h.RunSize = []int{1_000, 10_000}, 10_000
 	}
@@ -63,6 +63,19 @@ func NewHistory(quick bool, sizes []int) *History {
 			h.rows = append(h.rows, rs[i])
 		}
 		h.reads[n] = rs
+	}
+	// The largest history's reads are held to the smallest's: a read
+	// that grows with the table shows as a ratio, whatever the machine.
+	if small, large := h.Sizes[0], h.Sizes[len(h.Sizes)-1]; large > small {
+		for i, r := range h.reads[large] {
+			r.Baseline = "the same with " + Thousands(float64(small))
+			r.BaselineUnit, r.RatioUnit = Millis, Times
+			goal := Goal{Text: "≤ 1.2× with " + Thousands(float64(small)), Check: RatioAtMost(1.2)}
+			if i == 0 {
+				goal = Goal{Text: "< 100 ms, " + goal.Text, Check: All(Below(100), goal.Check)}
+			}
+			r.Goal = goal
+		}
 	}
 	h.recon = &Row{Scenario: "10. History", Measure: fmt.Sprintf("one Reconcile call against a run of %s pending members (it reads %s of them; the sweeper calls it every 3 s)",
 		Thousands(float64(h.RunSize)), Thousands(float64(min(h.RunSize, sendstate.DefaultReconcileBudget)))), Unit: Millis,
@@ -191,6 +204,13 @@ func (h *History) Run(ctx context.Context, env *Env) error {
 			r.Value.Add(ms)
 			r.Also[0].Value.Add(cpu)
 			r.Also[1].Value.Add(wal)
+			if r.Baseline != "" {
+				// The smallest history was loaded and read first, in this
+				// run: its last figure is this run's.
+				small := h.reads[h.Sizes[0]][i].Value
+				r.BaselineValue.Add(small[len(small)-1])
+				r.Ratio.Add(ms / small[len(small)-1])
+			}
 		}
 	}
 	return h.runAndPrune(ctx, env, pool, loaded)

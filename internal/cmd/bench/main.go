@@ -45,7 +45,7 @@ func run() int {
 		poolConns  = flag.Int("pool", bench.DefaultPoolConns, "connections in the pool of each worker and of the River baselines")
 		sendonce   = flag.String("sendonce", "", "sendonce binary for the memory and ratelimit scenarios (default: build ./cmd/sendonce)")
 		verbose    = flag.Bool("v", true, "print progress to stderr")
-		history    = flag.String("history-sizes", "", "comma-separated sizes of sent history for the history scenario (e.g. 10000,100000,1000000,3000000); default 10000,100000 (-quick: 1000,10000)")
+		history    = flag.String("history-sizes", "", "comma-separated sizes of sent history for the history scenario (e.g. 10000,100000,1000000,3000000); default 10000,3000000 (-quick: 1000,10000)")
 	)
 	flag.Parse()
 	if *quick && !isSet("runs") {

@@ -23,11 +23,14 @@ type Drain struct {
 	// Suppressed addresses on the suppression list, against the same
 	// drain with the list empty.
 	suppressed *Row
-	runs       int
-	poolConns  int
-	cpuFull    []CPU
-	cpuRaw     []CPU
-	cpuClient  []CPU
+	// floors compare what one outbox write or two cost (Floors) with River
+	// + client, in the same run.
+	floors    []*floorRow
+	runs      int
+	poolConns int
+	cpuFull   []CPU
+	cpuRaw    []CPU
+	cpuClient []CPU
 }
 
 // NewDrain returns scenario 1; quick drains fewer intents.
@@ -62,6 +65,9 @@ func NewDrain(quick bool) *Drain {
 		RatioUnit:    Times,
 		Goal:         Goal{Text: "≤ 1.2× the empty list's", Check: RatioAtMost(1.2)},
 	}
+	for _, f := range Floors {
+		d.floors = append(d.floors, newFloorRow(f, fmt.Sprintf("%s jobs, concurrency %d, fetch cooldown %s", Thousands(float64(p.N)), p.Concurrency, p.FetchCooldown)))
+	}
 	return d
 }
 
@@ -72,13 +78,21 @@ const Suppressed = 10_000
 // Name is "drain".
 func (d *Drain) Name() string { return "drain" }
 
-// Rows are the full path against River no-op jobs, and against River +
+// Rows are the full path against River no-op jobs and against River +
+// client, the suppression list's row, and the floors against River +
 // client.
-func (d *Drain) Rows() []*Row { return []*Row{d.row, d.vsClient.row, d.suppressed} }
+func (d *Drain) Rows() []*Row {
+	rows := []*Row{d.row, d.vsClient.row, d.suppressed}
+	for _, f := range d.floors {
+		rows = append(rows, f.row)
+	}
+	return rows
+}
 
 // Run drains once through the outbox, once through raw River and once
 // through River + client, in an order that rotates from run to run, then
-// through the outbox again with a suppression list.
+// through the outbox again with a suppression list, then once for each
+// floor.
 func (d *Drain) Run(ctx context.Context, env *Env) error {
 	var full, raw, cli, supp DrainResult
 	drains := []struct {
@@ -106,6 +120,13 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	env.Logf("drain: full path with %d addresses on the suppression list %s", Suppressed, supp)
+	for _, f := range d.floors {
+		res, err := DrainFloor(ctx, env, d.P, f.floor)
+		if err != nil {
+			return err
+		}
+		env.Logf("drain: floor %q %s; %s", f.floor, res, f.add(res, cli))
+	}
 	d.suppressed.Value.Add(float64(supp.CPUPerJob().DB.Microseconds()))
 	d.suppressed.BaselineValue.Add(float64(full.CPUPerJob().DB.Microseconds()))
 	d.suppressed.Ratio.Add(float64(supp.CPUPerJob().DB) / float64(full.CPUPerJob().DB))
@@ -143,5 +164,6 @@ func (d *Drain) Notes() []string {
 			"first change to each page.",
 		fmt.Sprintf("The suppression row drains as many intents again through the full path, with %s addresses put on the "+
 			"suppression list first (none of them a recipient, so every intent is sent): with a list that is not empty, the first "+
-			"claim of each intent looks its recipients up on it and stores what it found.", Thousands(Suppressed))}
+			"claim of each intent looks its recipients up on it and stores what it found.", Thousands(Suppressed)),
+		floorNote}
 }

@@ -263,7 +263,12 @@ func DrainRiver(ctx context.Context, env *Env, p DrainParams) (DrainResult, erro
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, NoopWorker{})
-	return drainJobs(ctx, env, p, params, workers)
+	pool, err := env.freshPool(ctx)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	defer pool.Close()
+	return drainJobs(ctx, env, p, pool, params, workers)
 }
 
 // SendArgs are the River + client baseline's job arguments: what an
@@ -312,7 +317,12 @@ func DrainRiverClient(ctx context.Context, env *Env, p DrainParams) (DrainResult
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &SendWorker{Client: fake.Client})
-	res, err := drainJobs(ctx, env, p, params, workers)
+	pool, err := env.freshPool(ctx)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	defer pool.Close()
+	res, err := drainJobs(ctx, env, p, pool, params, workers)
 	if err != nil || p.Window > 0 {
 		return res, err
 	}
@@ -322,19 +332,11 @@ func DrainRiverClient(ctx context.Context, env *Env, p DrainParams) (DrainResult
 	return res, nil
 }
 
-// drainJobs empties the tables, inserts jobs in one transaction with
-// InsertManyFast (not timed), then times a River client of workers on
-// RawQueue with the same MaxWorkers, FetchCooldown and pool size as the
-// worker of DrainOutbox.
-func drainJobs(ctx context.Context, env *Env, p DrainParams, jobs []river.InsertManyParams, workers *river.Workers) (DrainResult, error) {
-	if err := env.Reset(ctx); err != nil {
-		return DrainResult{}, err
-	}
-	pool, err := env.NewPool(ctx, env.PoolConns)
-	if err != nil {
-		return DrainResult{}, err
-	}
-	defer pool.Close()
+// drainJobs inserts jobs in one transaction with InsertManyFast (not
+// timed) on pool, over tables the caller emptied (freshPool), then times a
+// River client of workers on RawQueue, on pool, with the same MaxWorkers,
+// FetchCooldown and pool size as the worker of DrainOutbox.
+func drainJobs(ctx context.Context, env *Env, p DrainParams, pool *pgxpool.Pool, jobs []river.InsertManyParams, workers *river.Workers) (DrainResult, error) {
 	if err := insertJobs(ctx, pool, jobs); err != nil {
 		return DrainResult{}, err
 	}
@@ -358,6 +360,15 @@ func drainJobs(ctx context.Context, env *Env, p DrainParams, jobs []river.Insert
 	events, unsubscribe := rc.SubscribeConfig(&river.SubscribeConfig{ChanSize: p.N + 1000, Kinds: finishedKinds})
 	defer unsubscribe()
 	return timeDrain(ctx, env, p, events, rc.Start, rc.Stop)
+}
+
+// freshPool empties the tables (Reset) and opens a pool of PoolConns for a
+// drain of River jobs.
+func (e *Env) freshPool(ctx context.Context) (*pgxpool.Pool, error) {
+	if err := e.Reset(ctx); err != nil {
+		return nil, err
+	}
+	return e.NewPool(ctx, e.PoolConns)
 }
 
 func insertJobs(ctx context.Context, pool *pgxpool.Pool, jobs []river.InsertManyParams) error {

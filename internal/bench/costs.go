@@ -43,19 +43,34 @@ func (c costs) add(r DrainResult) {
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// versusClient is a row comparing the full path with the River + client
+// versusClient is a row comparing a drain with the River + client
 // baseline, measured in the same run: the rate of each and its ratio, the
-// baseline's costs and the ratio of the database CPU per intent.
+// baseline's costs (or the compared drain's own: see newVersusOwn) and the
+// ratio of the database CPU per intent.
 type versusClient struct {
-	row      *Row
-	base     costs
+	row   *Row
+	shown costs
+	// own says shown are the compared drain's costs, not the baseline's.
+	own      bool
 	cpuRatio *Figure
 }
 
-// newVersusClient returns the row; its goal, if any, is set by the caller.
+// newVersusClient returns the row, showing the baseline's costs; its goal,
+// if any, is set by the caller.
 func newVersusClient(scenario, measure string) *versusClient {
+	return newVersus(scenario, measure, newCosts("River + client", "intent"), false)
+}
+
+// newVersusOwn returns the row, showing the compared drain's own costs per
+// job.
+func newVersusOwn(scenario, measure string) *versusClient {
+	return newVersus(scenario, measure, newCosts("", "job"), true)
+}
+
+func newVersus(scenario, measure string, shown costs, own bool) *versusClient {
 	v := &versusClient{
-		base:     newCosts("River + client", "intent"),
+		shown:    shown,
+		own:      own,
 		cpuRatio: &Figure{Name: "DB CPU ÷ River + client", Unit: Times},
 	}
 	v.row = &Row{
@@ -65,7 +80,7 @@ func newVersusClient(scenario, measure string) *versusClient {
 		Baseline:     ClientBaseline,
 		BaselineUnit: PerSecond,
 		RatioUnit:    Times,
-		Also:         append(v.base.figures(), v.cpuRatio),
+		Also:         append(v.shown.figures(), v.cpuRatio),
 	}
 	return v
 }
@@ -77,7 +92,11 @@ func (v *versusClient) add(full, base DrainResult) (rate, cpu float64) {
 	v.row.Value.Add(full.Rate())
 	v.row.BaselineValue.Add(base.Rate())
 	v.row.Ratio.Add(rate)
-	v.base.add(base)
+	if v.own {
+		v.shown.add(full)
+	} else {
+		v.shown.add(base)
+	}
 	cpu = float64(full.CPUPerJob().DB) / float64(base.CPUPerJob().DB)
 	if base.CPUPerJob().DB > 0 && full.CPU.DB > 0 {
 		v.cpuRatio.Value.Add(cpu)

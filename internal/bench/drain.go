@@ -125,7 +125,7 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 		if err != nil {
 			return err
 		}
-		env.Logf("drain: floor %q %s; %s", f.floor, res, f.add(res, cli))
+		env.Logf("drain: floor %q %s; %s", f.floor, res, f.log(res, cli))
 	}
 	d.suppressed.Value.Add(float64(supp.CPUPerJob().DB.Microseconds()))
 	d.suppressed.BaselineValue.Add(float64(full.CPUPerJob().DB.Microseconds()))

@@ -338,38 +338,18 @@ func (b *batchFloor) write(ctx context.Context, db floorDB, batch []floorWrite) 
 // database CPU. It has no goal: it says what a goal against River + client
 // can ask of an outbox that makes the floor's writes.
 type floorRow struct {
-	floor    Floor
-	row      *Row
-	own      costs
-	cpuRatio *Figure
+	floor Floor
+	*versusClient
 }
 
 func newFloorRow(f Floor, settings string) *floorRow {
-	r := &floorRow{floor: f, own: newCosts("", "job"), cpuRatio: &Figure{Name: "DB CPU ÷ River + client", Unit: Times}}
-	r.row = &Row{
-		Scenario:     "1. Drain",
-		Measure:      fmt.Sprintf("floor: %s; %s", f, settings),
-		Unit:         PerSecond,
-		Baseline:     ClientBaseline,
-		BaselineUnit: PerSecond,
-		RatioUnit:    Times,
-		Also:         append(r.own.figures(), r.cpuRatio),
-	}
-	return r
+	return &floorRow{floor: f, versusClient: newVersusOwn("1. Drain", fmt.Sprintf("floor: %s; %s", f, settings))}
 }
 
-// add records one run against the River + client drain of the same run,
+// log records one run against the River + client drain of the same run,
 // and returns the ratios for the log.
-func (r *floorRow) add(res, base DrainResult) string {
-	rate := res.Rate() / base.Rate()
-	r.row.Value.Add(res.Rate())
-	r.row.BaselineValue.Add(base.Rate())
-	r.row.Ratio.Add(rate)
-	r.own.add(res)
-	cpu := float64(res.CPUPerJob().DB) / float64(base.CPUPerJob().DB)
-	if base.CPUPerJob().DB > 0 && res.CPU.DB > 0 {
-		r.cpuRatio.Value.Add(cpu)
-	}
+func (r *floorRow) log(res, base DrainResult) string {
+	rate, cpu := r.add(res, base)
 	return fmt.Sprintf("÷ River + client: rate %s, DB CPU per job %s", Times.Format(rate), Times.Format(cpu))
 }
 

@@ -30,6 +30,12 @@ import (
 // reset earlier, or raised the quota. A probe the API serves while only the
 // count said exhausted turns the count off until the reset; the API's next
 // quota 429 stops the fleet again.
+//
+// The stored verdicts of the count are read against the limit of the
+// worker reading them (see judge): a worker restarted with a raised quota
+// sends what the new limit leaves at once, one with a lowered quota sends
+// nothing more once the count reaches it, and either counts on. The API's
+// own verdict holds whatever the limit configured, until its probe.
 
 // Period is what a quota counts over.
 type Period string
@@ -83,7 +89,10 @@ type quotas struct {
 	// checkedAt is when a lease last read the quota rows (owned by the
 	// lease in flight).
 	checkedAt time.Time
-	logger    *slog.Logger
+	// changeLogged: judge logged a quota other than the row's (owned by
+	// the lease in flight).
+	changeLogged bool
+	logger       *slog.Logger
 }
 
 func (q *quotas) clock(ctx context.Context, tx pgx.Tx) (time.Time, error) {
@@ -189,7 +198,7 @@ func (q *quotas) begin(ctx context.Context, tx pgx.Tx, fp string, want int) (*qu
 		} else {
 			r.used = max(0, r.used-refund)
 		}
-		r.quota = q.count(r.period, r.quota)
+		q.judge(r, now)
 		if r.exhaustedUntil.After(now) {
 			continue
 		}
@@ -243,6 +252,46 @@ func (q *quotas) begin(ctx context.Context, tx pgx.Tx, fp string, want int) (*qu
 		q.state.exhaustedUntil = until
 	}
 	return l, nil
+}
+
+// judge takes row r's quota to be this worker's (see count) and reads the
+// row's state against it, as of now. The count's own verdicts are this
+// limit's to make, not the limit's that a worker read before (issue 44: a
+// worker restarted from 3/d to 10/d with 3 used found the fleet held until
+// the probe, and a probe served in that hold turned the count off):
+//
+//   - An exhaustion by the count stands only while the count is used up
+//     under this limit: with room left (a raised quota, or tokens given
+//     back) it ends, and the count decides below, as for any lease. One by
+//     the API ("api") stands, whatever the limit: the API's count is what
+//     it refuses by, and a configured number does not change it; the probe
+//     a minute finds out when it has.
+//   - The count turned off by a served probe (count_off_until) said the
+//     API allows more than the limit it was counting against; a different
+//     limit (the row's quota column is the one last counted against) is
+//     the operator's new word, and the count is on again.
+func (q *quotas) judge(r *quotaRow, now time.Time) {
+	limit := q.count(r.period, r.quota)
+	if (limit == nil) != (r.quota == nil) || limit != nil && *limit != *r.quota {
+		r.countOffUntil = time.Time{}
+		if !q.changeLogged {
+			q.changeLogged = true
+			q.logger.Info("budget: this worker's quota differs from the one the fleet counted against; the count is judged against this worker's",
+				"period", string(r.period), "quota", fmtCount(limit), "was", fmtCount(r.quota), "used", r.used)
+		}
+	}
+	r.quota = limit
+	if r.exhaustedBy == "count" && r.exhaustedUntil.After(now) && (r.quota == nil || r.used < *r.quota) {
+		r.exhaustedUntil, r.exhaustedBy, r.probeAt = time.Time{}, "", time.Time{}
+	}
+}
+
+// fmtCount is a quota's count for a log line ("none": not known).
+func fmtCount(n *int64) string {
+	if n == nil {
+		return "none"
+	}
+	return fmt.Sprint(*n)
 }
 
 // missing are the configured periods with no row yet.

@@ -745,6 +745,8 @@ CREATE TABLE public.sendonce_outbox (
     tracestate text,
     topic text,
     list_unsubscribe jsonb,
+    next_attempt_at timestamp with time zone,
+    rate_limited integer DEFAULT 0 NOT NULL,
     CONSTRAINT sendonce_outbox_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT sendonce_outbox_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'canceled'::text, 'suppressed'::text]))),
     CONSTRAINT sendonce_outbox_topic_check CHECK (((topic IS NULL) OR ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text) AND (kind <> 'broadcast'::text)))),
@@ -1012,6 +1014,9 @@ CREATE INDEX sendonce_event_unmatched_idx ON public.sendonce_event USING btree (
 
 -- INDEX sendonce_outbox_batch_message_ids_idx
 CREATE INDEX sendonce_outbox_batch_message_ids_idx ON public.sendonce_outbox USING gin (string_to_array(message_id, ','::text)) WHERE ((kind = 'batch'::text) AND (message_id IS NOT NULL));
+
+-- INDEX sendonce_outbox_due_idx
+CREATE INDEX sendonce_outbox_due_idx ON public.sendonce_outbox USING btree (((run_key IS NOT NULL)), COALESCE(next_attempt_at, send_at, created_at), id) WHERE ((state = 'pending'::text) AND (job_id IS NULL));
 
 -- INDEX sendonce_outbox_failed_idx
 CREATE INDEX sendonce_outbox_failed_idx ON public.sendonce_outbox USING btree (updated_at) WHERE (state = 'failed'::text);

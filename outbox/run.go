@@ -333,7 +333,7 @@ func (o *Outbox) ResumeRun(ctx context.Context, key string) (*RunStatus, error) 
 func (o *Outbox) giveRunJobs(ctx context.Context, tx pgx.Tx, key string, unstarted bool) error {
 	_, err := sendjob.Give(ctx, tx, o.river, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
 		LEFT JOIN river_job j ON j.id = o.job_id
-		WHERE o.run_key = $1 AND o.state IN ('pending', 'sending') AND o.batch_key IS NULL
+		WHERE o.run_key = $1 AND o.state IN ('pending', 'sending') AND o.batch_key IS NULL AND o.job_id IS NOT NULL
 			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded')
 				OR ($2 AND o.state = 'pending' AND o.attempts = 0))
 		ORDER BY o.id FOR UPDATE OF o`, []any{key, unstarted},

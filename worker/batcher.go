@@ -34,10 +34,25 @@ type batcher struct {
 	opts   func() (sendstate.ClaimOptions, error)
 	claims chan claimRequest
 	sents  chan sentRequest
+	dues   chan dueRequest
+}
+
+// dueRequest asks for one due intent of the drain's (sendstate.ClaimDue).
+type dueRequest struct {
+	done chan dueResult
+}
+
+type dueResult struct {
+	claim *sendstate.DrainClaim // nil: nothing due
+	err   error
 }
 
 // batchMax bounds the claims, and the answers, of one round.
 const batchMax = 200
+
+// dueMax bounds the drain's claims of one round: one statement claims at
+// most this many due intents.
+const dueMax = 500
 
 type claimRequest struct {
 	req  sendstate.ClaimRequest
@@ -62,7 +77,7 @@ type sentResult struct {
 
 // newBatcher starts the batch loop; it ends when ctx does.
 func newBatcher(ctx context.Context, pool *pgxpool.Pool, opts func() (sendstate.ClaimOptions, error)) *batcher {
-	b := &batcher{pool: pool, opts: opts, claims: make(chan claimRequest), sents: make(chan sentRequest)}
+	b := &batcher{pool: pool, opts: opts, claims: make(chan claimRequest), sents: make(chan sentRequest), dues: make(chan dueRequest)}
 	go b.loop(ctx)
 	return b
 }
@@ -76,6 +91,20 @@ func (b *batcher) claim(ctx context.Context, r sendstate.ClaimRequest) (*sendsta
 	}
 	res := <-req.done
 	return res.claimed, res.ok, res.err
+}
+
+// claimDue claims one due intent of the drain's, with whatever other due
+// claims are queued, in one statement; nil when none is due. Once queued it
+// waits for the answer whatever ctx says: a claim made must be sent.
+func (b *batcher) claimDue(ctx context.Context) (*sendstate.DrainClaim, error) {
+	req := dueRequest{done: make(chan dueResult, 1)}
+	select {
+	case b.dues <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res := <-req.done
+	return res.claim, res.err
 }
 
 // markSent waits for its batch whatever ctx says: once the API has answered,
@@ -96,26 +125,36 @@ func (b *batcher) loop(ctx context.Context) {
 	for {
 		var claims []claimRequest
 		var sents []sentRequest
+		var dues []dueRequest
 		select {
 		case r := <-b.claims:
 			claims = append(claims, r)
 		case r := <-b.sents:
 			sents = append(sents, r)
+		case r := <-b.dues:
+			dues = append(dues, r)
 		case <-ctx.Done():
 			return
 		}
 	queued:
-		for len(claims) < batchMax && len(sents) < batchMax {
+		for len(claims) < batchMax && len(sents) < batchMax && len(dues) < dueMax {
 			select {
 			case r := <-b.claims:
 				claims = append(claims, r)
 			case r := <-b.sents:
 				sents = append(sents, r)
+			case r := <-b.dues:
+				dues = append(dues, r)
 			default:
 				break queued
 			}
 		}
-		b.round(context.WithoutCancel(ctx), claims, sents)
+		if len(claims) > 0 || len(sents) > 0 {
+			b.round(context.WithoutCancel(ctx), claims, sents)
+		}
+		if len(dues) > 0 {
+			b.claimDues(context.WithoutCancel(ctx), dues)
+		}
 	}
 }
 
@@ -189,5 +228,26 @@ func (b *batcher) answer(sents []sentRequest, overrode, notOwned []string, err e
 			res.err = sendstate.ErrLeaseLost
 		}
 		r.done <- res
+	}
+}
+
+// claimDues claims as many due intents as dues asks for, in one statement
+// that has committed before any is handed out, and hands one to each
+// request, in order; the requests left over get none (nothing more is due).
+func (b *batcher) claimDues(ctx context.Context, dues []dueRequest) {
+	opts, err := b.opts()
+	var claimed []*sendstate.DrainClaim
+	if err == nil {
+		claimed, err = sendstate.ClaimDue(ctx, b.pool, len(dues), opts)
+	}
+	for i, r := range dues {
+		switch {
+		case err != nil:
+			r.done <- dueResult{err: err}
+		case i < len(claimed):
+			r.done <- dueResult{claim: claimed[i]}
+		default:
+			r.done <- dueResult{}
+		}
 	}
 }

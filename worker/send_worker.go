@@ -143,24 +143,47 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (er
 	} else {
 		endClaim(cspan, ok, 0, false, err)
 	}
-	if err != nil {
-		return err
-	}
-	if !ok {
+	if err != nil || !ok {
+		if w.budget != nil {
+			w.budget.Return(1) // no request: the token is the fleet's again
+		}
+		if err != nil {
+			return err
+		}
 		return w.skip(ctx, job)
 	}
+	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, claimedAt: time.Now(), bulk: bulk, span: span,
+		leasedAt: leasedAt, token: w.budget != nil, rateLimited: rateLimitedBefore(job.JobRow)}
+	return a.run(ctx, c)
+}
+
+// run makes the attempt of a claimed intent: the checks that may park it
+// without a request, the paced call, and the outcome's record. A token of
+// the fleet's budget taken for it and not spent on a request (the intent
+// was parked, or the lease ended first) goes back to the budget.
+func (a *attempt) run(ctx context.Context, c *sendstate.Claimed) (err error) {
+	w := a.w
+	defer func() {
+		if a.token && !a.spent {
+			w.budget.Return(1)
+		}
+	}()
 	// The send stops when the lease it was claimed under does: the intent
 	// may be another worker's by then.
 	ctx, release := w.bindLease(ctx, c.Owner)
 	defer release()
 	rec := c.Record
+	a.rec, a.windowLeft, a.owner = rec, c.WindowLeft, c.Owner
+	span := a.span
 	if l, ok := enqueuerLink(rec.TraceParent, rec.TraceState); ok {
 		span.AddLink(l)
 	}
 	span.SetAttributes(attrAttempt.Int(rec.Attempts))
-	log := w.cfg.Logger.With("key", key, "kind", string(rec.Kind), "attempt", rec.Attempts, "job_id", job.ID)
-	a := &attempt{w: w, jobID: job.ID, jobAttempt: job.Attempt, rec: rec, log: log, claimedAt: time.Now(), windowLeft: c.WindowLeft,
-		bulk: bulk, span: span, owner: c.Owner, leasedAt: leasedAt, rateLimited: rateLimitedBefore(job.JobRow)}
+	log := w.cfg.Logger.With("key", rec.Key, "kind", string(rec.Kind), "attempt", rec.Attempts)
+	if a.jobID != 0 {
+		log = log.With("job_id", a.jobID)
+	}
+	a.log = log
 	if err := a.check(ctx); err != nil {
 		return err
 	}
@@ -178,7 +201,7 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (er
 	res, sendErr := a.sendPaced(ctx, sendCtx, func() (sendResult, error) { return w.send(sendCtx, a.rec) })
 	elapsed := time.Since(start)
 	if w.afterSend != nil {
-		if err := w.afterSend(key); err != nil {
+		if err := w.afterSend(rec.Key); err != nil {
 			return err
 		}
 	}
@@ -266,6 +289,7 @@ func (a *attempt) suppress(ctx context.Context) (parked bool, err error) {
 func (a *attempt) sendPaced(ctx, sendCtx context.Context, call func() (sendResult, error)) (sendResult, error) {
 	w := a.w
 	call = a.answering(ctx, call) // the budget hears every answer: rate headers, quotas
+	a.spent = true
 	res, err := call()
 	for w.budget != nil && client.IsRateLimited(err) && ctx.Err() == nil {
 		var apiErr *client.APIError
@@ -347,13 +371,22 @@ type attempt struct {
 	span trace.Span
 	// owner is the lease epoch of the claim, carried by every record.
 	owner int32
+	// token is set when a token of the fleet's budget was taken for the
+	// attempt; spent once a request was made with it. A token not spent
+	// goes back to the budget when the attempt ends.
+	token, spent bool
+	// drained is set for an intent without a River job of its own, claimed
+	// by the drain: a retry is recorded on its row (next_attempt_at), not
+	// left to River.
+	drained bool
 }
 
 // left is what remains of the replay window now.
 func (a *attempt) left() time.Duration { return a.windowLeft - time.Since(a.claimedAt) }
 
 func (a *attempt) outcome(reason string, uncertain, snoozed bool) sendstate.Outcome {
-	o := sendstate.Outcome{Key: a.rec.Key, JobID: a.jobID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed, Owner: a.owner}
+	o := sendstate.Outcome{Key: a.rec.Key, JobID: a.jobID, Reason: reason, Uncertain: uncertain, Snoozed: snoozed, Owner: a.owner,
+		RateLimited: sendstate.KeepRateLimited}
 	if a.batch {
 		// A run of the batch's job that a later claim superseded (River
 		// ran the job again beside it) records nothing.

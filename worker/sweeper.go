@@ -42,6 +42,7 @@ import (
 type sweeper struct {
 	pool      *pgxpool.Pool
 	jobs      *sendstate.Scheduler
+	drain     *drain // woken by every notification and every interval
 	schedules *ticker
 	interval  time.Duration
 	logger    *slog.Logger
@@ -101,7 +102,7 @@ func (s *sweeper) listen(ctx context.Context) error {
 	}
 	// Rows inserted before the LISTEN, while no notification reached this
 	// worker.
-	s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
+	s.drain.wake()
 	next := time.Now().Add(s.interval)
 	for {
 		waitCtx, cancel := context.WithDeadline(ctx, next)
@@ -116,7 +117,7 @@ func (s *sweeper) listen(ctx context.Context) error {
 		case err != nil:
 			return err
 		default:
-			s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
+			s.drain.wake()
 		}
 	}
 }
@@ -139,6 +140,9 @@ func (s *sweeper) poll(ctx context.Context) {
 // sweep is the work of one interval: all of it on the fleet's sweeper, the
 // schedules of this worker's producers on the others.
 func (s *sweeper) sweep(ctx context.Context) {
+	// Retries and send times that came due since, and rows whose
+	// notification was missed.
+	s.drain.wake()
 	if s.role != nil && !s.role.sweeps() {
 		if len(s.schedules.producers) > 0 {
 			s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
@@ -148,11 +152,18 @@ func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
 	matchEvents := func(ctx context.Context) (int, error) { return sendstate.MatchEvents(ctx, s.pool) }
 	s.do(ctx, matchEvents, "match events", "applied delivery events that came before their send was recorded")
-	s.do(ctx, s.jobs.Sweep, "sweep", "scheduled intents inserted by SQL")
 	expire := func(ctx context.Context) (int, error) { return s.jobs.ExpireLeases(ctx, s.restartGrace) }
 	s.do(ctx, expire, "expire leases", "ended the leases of workers that stopped renewing them; their intents go to other jobs")
 	rescue := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandoned(ctx, s.restartGrace) }
 	s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key")
+	drained := func(ctx context.Context) (int, error) {
+		n, err := sendstate.RescueDrained(ctx, s.pool, s.restartGrace)
+		if n > 0 {
+			s.drain.wake()
+		}
+		return n, err
+	}
+	s.do(ctx, drained, "rescue drained", "rescued drained intents a crashed worker left sending; they are sent again with the same key")
 	stranded := func(ctx context.Context) (int, error) { return s.jobs.RescueStranded(ctx, s.restartGrace) }
 	s.do(ctx, stranded, "rescue stranded", "gave new jobs to pending intents whose jobs a crashed worker was running; they are sent at once")
 	rescueBatches := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandonedBatches(ctx, s.restartGrace) }

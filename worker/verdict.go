@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -204,6 +205,21 @@ func windowReason(e attemptEnd, cfg *SendConfig, wait time.Duration) string {
 		"window %s; parked rather than risk a second delivery", max(e.left, 0).Round(time.Second), why, wait.Round(time.Second), first, cfg.ReplayWindow)
 }
 
+// retryIn is when a drained intent is due again after verdict v (not a
+// park): a retry after SendConfig.RetryBase doubling, less up to 10%
+// jitter, as NextRetry spaces a job's; a snooze after its wait; a requeue
+// (the worker stopped, or its lease ended) at once.
+func (a *attempt) retryIn(v verdict) time.Duration {
+	switch v.action {
+	case actRetry:
+		d := a.w.cfg.retryDelay(a.jobAttempt)
+		return d - time.Duration(rand.Int64N(int64(d)/10+1))
+	case actSnooze:
+		return v.wait
+	}
+	return 0
+}
+
 // failed ends an attempt that did not succeed: decide, then apply.
 func (a *attempt) failed(ctx, sendCtx context.Context, sendErr error, elapsed time.Duration) error {
 	return a.apply(ctx, decide(a.ended(ctx, sendCtx, sendErr), &a.w.cfg), elapsed)
@@ -230,7 +246,7 @@ func (a *attempt) ended(ctx, sendCtx context.Context, sendErr error) attemptEnd 
 // tells the observer, logs, and returns what ends the River job.
 func (a *attempt) apply(ctx context.Context, v verdict, elapsed time.Duration) error {
 	w := a.w
-	if v.rateLimited != keepRateLimited {
+	if v.rateLimited != keepRateLimited && !a.drained {
 		w.setRateLimited(ctx, v.rateLimited)
 	}
 	observed := Outcome{Kind: a.rec.Kind, Result: v.result}
@@ -244,7 +260,13 @@ func (a *attempt) apply(ctx context.Context, v verdict, elapsed time.Duration) e
 		}
 		return a.park(ctx, v.result, v.uncertain, v.reason)
 	}
-	if err := a.markPending(ctx, a.outcome(v.reason, v.uncertain, v.snoozed)); err != nil {
+	o := a.outcome(v.reason, v.uncertain, v.snoozed)
+	if a.drained {
+		// The row keeps what River kept for a job: when the intent is
+		// due again, and its 429s in a row.
+		o.RateLimited, o.RetryIn = v.rateLimited, a.retryIn(v)
+	}
+	if err := a.markPending(ctx, o); err != nil {
 		return err
 	}
 	noted := "pending"

@@ -33,6 +33,7 @@ type Worker struct {
 	sweeper      *sweeper
 	pruner       *pruner
 	liveness     *liveness
+	drain        *drain
 	cancel       context.CancelFunc
 	done         sync.WaitGroup
 }
@@ -90,14 +91,16 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		retainKeys = 0 // sendstate.PruneOptions: zero keeps them
 	}
 	lease := newLiveness(pool, conf.Lease, logger)
+	dr := &drain{w: sendWorker, slots: conf.Concurrency, timeout: conf.JobTimeout, interval: conf.SweepInterval}
 	return &Worker{
+		drain:        dr,
 		river:        rc,
 		sendWorker:   sendWorker,
 		batcher:      batcher,
 		coalesce:     conf.Coalesce,
 		coalesceWait: conf.CoalesceWait,
 		pool:         pool,
-		sweeper: &sweeper{pool: pool, jobs: jobs, schedules: schedules, interval: conf.SweepInterval, logger: logger,
+		sweeper: &sweeper{pool: pool, jobs: jobs, drain: dr, schedules: schedules, interval: conf.SweepInterval, logger: logger,
 			restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly, role: lease},
 		liveness: lease,
 		pruner: &pruner{pool: pool, interval: conf.PruneInterval, logger: logger,
@@ -181,6 +184,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: start river: %w", err)
 	}
 	w.cancel = cancel
+	w.drain.start(bgCtx)
 	w.done.Go(func() { w.liveness.run(bgCtx) })
 	w.done.Go(func() { w.sweeper.run(bgCtx) })
 	if w.pruner.opts.Retain > 0 {
@@ -202,12 +206,15 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if w.sendWorker.budget != nil {
 		w.sendWorker.budget.Close()
 	}
+	drained := make(chan struct{})
+	go func() { w.drain.halt(ctx); close(drained) }()
 	err := w.river.Stop(ctx)
 	if err != nil && ctx.Err() != nil {
 		hardCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err = w.river.StopAndCancel(hardCtx)
 	}
+	<-drained
 	// Only now, with no send left running, stop the batcher and sweeper.
 	if w.cancel != nil {
 		w.cancel()

@@ -217,24 +217,6 @@ func jobState(t *testing.T, pool *pgxpool.Pool, id int64) string {
 	return outboxtest.Value[string](t, pool, `SELECT state::text FROM river_job WHERE id = $1`, id)
 }
 
-// A row inserted by plain SQL (a producer in another language) gets a job.
-func TestSweep(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool, _, jobs := setup(t)
-	pgtest.Exec(t, pool, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('php:order:77', 'email', $1)`, outboxtest.InvoiceBody)
-	n, err := jobs.Sweep(ctx)
-	if err != nil || n != 1 {
-		t.Fatalf("Sweep = %d, %v; want 1", n, err)
-	}
-	if rec := get(t, pool, "php:order:77"); rec.JobID == nil || jobState(t, pool, *rec.JobID) != "available" {
-		t.Fatalf("swept intent %+v: want an available job", rec)
-	}
-	if n, _ := jobs.Sweep(ctx); n != 0 {
-		t.Fatalf("second Sweep scheduled %d, want 0", n)
-	}
-}
-
 // MarkSentMany reads whether a row was failed back from the last_error it
 // writes (an UPDATE cannot return old values): only a failed row counts as
 // overridden, not one that merely carries an earlier attempt's error, and

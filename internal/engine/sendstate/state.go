@@ -365,6 +365,12 @@ type Outcome struct {
 	// one, the outcome is recorded only while the claim is the owner's and
 	// its lease is held (see MarkSentMany).
 	Owner int32
+	// RetryIn is, for a drained intent (no River job of its own), when
+	// MarkPending makes it due again; a River job keeps its own time.
+	RetryIn time.Duration
+	// RateLimited is what MarkPending records as the intent's 429s in a
+	// row, or KeepRateLimited to leave the count as it is.
+	RateLimited int
 	// Attempt is, for a batch, the batch's attempt count at the claim
 	// (Batch.Attempts), or 0: with one, the outcome is recorded only while
 	// no later claim of the batch was made (see ErrSuperseded).
@@ -376,7 +382,7 @@ type Outcome struct {
 func MarkFailed(ctx context.Context, db DB, o Outcome) error {
 	return update(ctx, db, "mark failed", `UPDATE sendonce_outbox o
 		SET state = 'failed', last_error = $3, uncertain = uncertain OR $4, updated_at = now()
-		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("o", "$5::int4"),
+		WHERE idempotency_key = $1 AND `+jobIs("$2")+` AND state IN ('pending', 'sending') AND `+owned("o", "$5::int4"),
 		o.Key, o.JobID, o.Reason, o.Uncertain, o.Owner)
 }
 
@@ -386,9 +392,22 @@ func MarkFailed(ctx context.Context, db DB, o Outcome) error {
 func MarkPending(ctx context.Context, db DB, o Outcome) error {
 	return update(ctx, db, "mark pending", `UPDATE sendonce_outbox o
 		SET state = 'pending', last_error = $3, uncertain = uncertain OR $4,
-			snoozes = snoozes + CASE WHEN $5 THEN 1 ELSE 0 END, updated_at = now()
-		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("o", "$6::int4"),
-		o.Key, o.JobID, o.Reason, o.Uncertain, o.Snoozed, o.Owner)
+			snoozes = snoozes + CASE WHEN $5 THEN 1 ELSE 0 END,
+			next_attempt_at = CASE WHEN job_id IS NULL THEN now() + $7::float8 * interval '1 second' END,
+			rate_limited = CASE WHEN $8::int4 < 0 THEN rate_limited ELSE $8::int4 END, updated_at = now()
+		WHERE idempotency_key = $1 AND `+jobIs("$2")+` AND state IN ('pending', 'sending') AND `+owned("o", "$6::int4"),
+		o.Key, o.JobID, o.Reason, o.Uncertain, o.Snoozed, o.Owner, o.RetryIn.Seconds(), o.RateLimited)
+}
+
+// KeepRateLimited, as Outcome.RateLimited, leaves an intent's count of
+// 429s in a row as it is.
+const KeepRateLimited = -1
+
+// jobIs is the SQL condition that the outbox row's job is the job whose id
+// is the int8 parameter p, where 0 names no job: a drained intent's
+// (job_id NULL).
+func jobIs(p string) string {
+	return `job_id IS NOT DISTINCT FROM nullif(` + p + `::int8, 0)`
 }
 
 func update(ctx context.Context, db DB, op, sql string, args ...any) error {
@@ -415,6 +434,6 @@ func MarkSuppressed(ctx context.Context, db DB, o Outcome) error {
 					WHERE u.address = ANY(o.suppressed_recipients) AND u.topic = o.topic
 						AND NOT EXISTS (SELECT 1 FROM sendonce_suppression s WHERE s.address = u.address)) x), ''), first_attempt_at = NULL, uncertain = false,
 			api_key_fingerprint = NULL, updated_at = now()
-		WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("o", "$4::int4"),
+		WHERE idempotency_key = $1 AND `+jobIs("$2")+` AND state IN ('pending', 'sending') AND `+owned("o", "$4::int4"),
 		o.Key, o.JobID, o.Reason, o.Owner)
 }

@@ -60,28 +60,9 @@ const DefaultReconcileBudget = DefaultReconcileWindow
 // and some millions would pass a 5 s statement_timeout.
 const DefaultReconcileWindow = 5000
 
-// sweepBatch bounds the rows one Sweep schedules.
+// sweepBatch bounds the rows one statement of a rescue or a reconcile
+// gives jobs to.
 const sweepBatch = 1000
-
-// Sweep gives a River job to pending intents that have none: rows that a
-// producer in another language inserted with plain SQL. It returns how many
-// it scheduled. Rows locked by a concurrent sweeper are skipped, so any
-// number of workers may sweep at once.
-func (o *Scheduler) Sweep(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		n, err := o.sweepOnce(ctx)
-		total += n
-		if err != nil || n < sweepBatch {
-			return total, err
-		}
-	}
-}
-
-func (o *Scheduler) sweepOnce(ctx context.Context) (int, error) {
-	return o.reschedule(ctx, "sweep", sendjob.PriorityNormal, `SELECT id, idempotency_key, kind, send_at, coalesce(run_key, '') FROM sendonce_outbox
-		WHERE job_id IS NULL AND state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, sweepBatch)
-}
 
 // DefaultRestartGrace is how long after the database server started no
 // lease is ended and nothing is rescued: heartbeats could not reach a
@@ -102,10 +83,29 @@ const DefaultRestartGrace = 5 * time.Second
 // how many it rescued.
 func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Duration) (int, error) {
 	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
-		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL
+		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL AND o.job_id IS NOT NULL
 			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
 			AND NOT `+held("o.claimed_by")+`
 		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds())
+}
+
+// RescueDrained is RescueAbandoned for drained intents (no River job of
+// their own): every one left sending under a lease that is not held goes
+// back to pending, due at once and marked uncertain (the cut-off attempt
+// may have reached the API), so that the next claim of any drain sends it
+// again under the same key, and the API replays it if it was delivered.
+// One statement; within restartGrace of the database server's start
+// nothing is rescued. It returns how many it rescued.
+func RescueDrained(ctx context.Context, db DB, restartGrace time.Duration) (int, error) {
+	tag, err := db.Exec(ctx, `UPDATE sendonce_outbox o
+		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL, updated_at = now()
+		WHERE o.state = 'sending' AND o.job_id IS NULL AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL
+			AND now() - pg_postmaster_start_time() > $1::float8 * interval '1 second'
+			AND NOT `+held("o.claimed_by"), restartGrace.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("sendstate: rescue drained intents: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // RescueStranded gives a new River job to every pending intent whose job a

@@ -1,0 +1,119 @@
+package sendstate
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// dueSQL is when a job-less pending intent of the outbox row aliased o is
+// due: its next attempt's time (a drained retry), its send_at, or its
+// creation. It is the second column of sendonce_outbox_due_idx (migration
+// 00024), written the same way so that the index serves the claim's order.
+const dueSQL = `coalesce(o.next_attempt_at, o.send_at, o.created_at)`
+
+// DrainClaim is one intent that ClaimDue claimed.
+type DrainClaim struct {
+	Claimed
+	// RateLimited is the intent's 429s in a row before this attempt.
+	RateLimited int
+	// RunKey is the intent's run, or "": a send of a run is bulk.
+	RunKey string
+}
+
+// ClaimDue claims up to n due intents that have no River job of their own
+// (job_id NULL: the drain's intents) in one statement and commits the claim
+// before it returns, so that no send starts before its claim is durable:
+// the rows are read to the end of RETURNING first. It takes intents
+// without a run (transactional) before those of runs (bulk), each in due
+// order, skips intents of paused runs and rows other drains have locked
+// (SKIP LOCKED), and sets each claimed row as ClaimMany does: one attempt
+// more, sending, owned by opts.Owner, the suppression list looked up at
+// the first claim.
+//
+// With an owner, nothing is claimed unless the owner's lease is held; when
+// it is not, ClaimDue returns ErrLeaseLost.
+func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainClaim, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	var owner *int32
+	if opts.Owner != 0 {
+		owner = &opts.Owner
+	}
+	rows, err := db.Query(ctx, `WITH due AS (
+			SELECT o.id AS due_id FROM sendonce_outbox o
+			WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now()
+				AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+				AND ($3::int4 IS NULL OR `+held("$3::int4")+`)
+			ORDER BY (o.run_key IS NOT NULL), `+dueSQL+`, o.id
+			LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
+		UPDATE sendonce_outbox o
+		SET `+claimSet("o", "o.state")+`,
+			suppressed_recipients = CASE
+				WHEN o.first_attempt_at IS NOT NULL THEN o.suppressed_recipients
+				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
+					THEN `+suppressedSQL+` END,
+			next_attempt_at = NULL, updated_at = now()
+		FROM due WHERE o.id = due.due_id
+		RETURNING `+claimColumns+`, o.rate_limited, coalesce(o.run_key, ''),
+			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8`,
+		n, opts.ReplayWindow.Seconds(), owner, opts.KeyFingerprint)
+	if err != nil {
+		return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
+	}
+	// Every row is read, and the rows closed (which reads the server's
+	// answer to its end: with a pool, the statement's own transaction has
+	// committed by then), before any claim is handed out.
+	var out []*DrainClaim
+	for rows.Next() {
+		var limited int
+		var run string
+		var left float64
+		rec, err := scanClaimed(rows, &limited, &run, &left)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
+		}
+		out = append(out, &DrainClaim{RateLimited: limited, RunKey: run,
+			Claimed: Claimed{Record: rec, WindowLeft: time.Duration(left * float64(time.Second)), Owner: opts.Owner}})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
+	}
+	if opts.Owner != 0 && len(out) == 0 {
+		ok, err := LeaseHeld(ctx, db, opts.Owner)
+		if err != nil {
+			return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("sendstate: claim due intents: %w", ErrLeaseLost)
+		}
+	}
+	return out, nil
+}
+
+// NextDue is how long until the first job-less pending intent that is not
+// due yet falls due (by the database's clock), or ok false when there is
+// none: how long a drain with nothing to claim may sleep.
+func NextDue(ctx context.Context, db DB) (wait time.Duration, ok bool, err error) {
+	var secs *float64
+	// One index probe for each class (the index's first column), so that
+	// the answer is the earliest of both.
+	first := func(bulk string) string {
+		return `(SELECT ` + dueSQL + ` AS due FROM sendonce_outbox o
+			WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + bulk + `
+			ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + ` LIMIT 1)`
+	}
+	err = db.QueryRow(ctx, `SELECT extract(epoch FROM min(due) - now())::float8 FROM (`+
+		first("NOT (o.run_key IS NOT NULL)")+` UNION ALL `+first("(o.run_key IS NOT NULL)")+`) x`).Scan(&secs)
+	if err != nil {
+		return 0, false, fmt.Errorf("sendstate: next due intent: %w", err)
+	}
+	if secs == nil {
+		return 0, false, nil
+	}
+	return max(0, time.Duration(*secs*float64(time.Second))), true, nil
+}

@@ -1,0 +1,157 @@
+package sendstate_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/outbox"
+)
+
+// insertSQL inserts an email intent as a producer in another language does:
+// plain SQL, no River job.
+func insertSQL(t *testing.T, pool *pgxpool.Pool, key, extra string, args ...any) {
+	t.Helper()
+	cols, vals := "idempotency_key, kind, payload", "$1, 'email', $2"
+	if extra != "" {
+		cols += ", " + extra
+		vals += ", $3"
+	}
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_outbox (`+cols+`) VALUES (`+vals+`)`, append([]any{key, outboxtest.InvoiceBody}, args...)...)
+}
+
+func claimDue(t *testing.T, pool *pgxpool.Pool, n int, opts sendstate.ClaimOptions) []string {
+	t.Helper()
+	claimed, err := sendstate.ClaimDue(context.Background(), pool, n, opts)
+	if err != nil {
+		t.Fatalf("ClaimDue(%d): %v", n, err)
+	}
+	keys := make([]string, len(claimed))
+	for i, c := range claimed {
+		keys[i] = c.Record.Key
+		if c.Record.State != outbox.StateSending || c.Record.Attempts < 1 || c.WindowLeft <= 0 {
+			t.Fatalf("claimed %s: %+v, window %s; want sending, an attempt, a window", c.Record.Key, c.Record, c.WindowLeft)
+		}
+	}
+	return keys
+}
+
+// The drain claims the job-less intents that are due, transactional ones
+// before those of runs, each class in due order, and only once: an intent
+// not due yet (send_at, or a retry's next attempt) and one of a paused run
+// wait.
+func TestClaimDueOrder(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := setup(t)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_run (key) VALUES ('digest'), ('paused')`)
+	insertSQL(t, pool, "bulk:1", "run_key", "digest")
+	insertSQL(t, pool, "later", "send_at", time.Now().Add(time.Hour))
+	insertSQL(t, pool, "tx:1", "")
+	insertSQL(t, pool, "held", "run_key", "paused")
+	insertSQL(t, pool, "tx:2", "")
+	insertSQL(t, pool, "retry", "next_attempt_at", time.Now().Add(time.Hour))
+	pgtest.Exec(t, pool, `UPDATE sendonce_run SET state = 'paused' WHERE key = 'paused'`)
+
+	if got := claimDue(t, pool, 2, claimOpts); !equal(got, "tx:1", "tx:2") {
+		t.Fatalf("first claim %v, want the transactional intents in their order", got)
+	}
+	if got := claimDue(t, pool, 10, claimOpts); !equal(got, "bulk:1") {
+		t.Fatalf("second claim %v, want the run's member alone", got)
+	}
+	if got := claimDue(t, pool, 10, claimOpts); len(got) != 0 {
+		t.Fatalf("third claim %v, want nothing: the rest is not due or paused", got)
+	}
+	wait, ok, err := sendstate.NextDue(context.Background(), pool)
+	if err != nil || !ok || wait != 0 {
+		// The paused run's member is due (the claim skips it).
+		t.Fatalf("NextDue = %s, %v, %v; want due now", wait, ok, err)
+	}
+}
+
+// The claim is fenced by the drain's lease: under a lease that has ended
+// nothing is claimed (ErrLeaseLost), and RescueDrained gives what a gone
+// worker left sending back to the drain, uncertain, so the next claim
+// sends it again under its key.
+func TestClaimDueUnderALease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, jobs := setup(t)
+	insertSQL(t, pool, "php:order:1", "")
+	dead := takeLease(t, pool, "dead")
+	opts := claimOpts
+	opts.Owner = dead.Epoch
+	if got := claimDue(t, pool, 5, opts); !equal(got, "php:order:1") {
+		t.Fatalf("claim %v", got)
+	}
+	if n, err := sendstate.RescueDrained(ctx, pool, 0); err != nil || n != 0 {
+		t.Fatalf("RescueDrained under a held lease = %d, %v; want 0", n, err)
+	}
+	lapse(t, pool, dead)
+	if _, err := jobs.ExpireLeases(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sendstate.ClaimDue(ctx, pool, 5, opts); !errors.Is(err, sendstate.ErrLeaseLost) {
+		t.Fatalf("claim under an ended lease: %v, want ErrLeaseLost", err)
+	}
+	if n, err := sendstate.RescueDrained(ctx, pool, 0); err != nil || n != 1 {
+		t.Fatalf("RescueDrained = %d, %v; want 1", n, err)
+	}
+	live := takeLease(t, pool, "live")
+	opts.Owner = live.Epoch
+	claimed, err := sendstate.ClaimDue(ctx, pool, 5, opts)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim after the rescue: %v, %v", claimed, err)
+	}
+	if rec := claimed[0].Record; rec.Attempts != 2 || !rec.Uncertain || rec.JobID != nil {
+		t.Fatalf("claimed again: %+v; want attempt 2, uncertain, no job", rec)
+	}
+	// The dead worker's answer, come late, is not recorded.
+	if _, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "php:order:1", MessageID: "m", Owner: dead.Epoch}); !errors.Is(err, sendstate.ErrLeaseLost) {
+		t.Fatalf("late answer: %v, want ErrLeaseLost", err)
+	}
+}
+
+// A drained intent's retry lives on its row: MarkPending makes it due
+// after RetryIn and keeps its 429s in a row, and a claim before then finds
+// nothing.
+func TestDrainedRetryIsDueLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t)
+	insertSQL(t, pool, "r:1", "")
+	claimDue(t, pool, 1, claimOpts)
+	err := sendstate.MarkPending(ctx, pool, sendstate.Outcome{Key: "r:1", Reason: "503", Uncertain: true, RetryIn: time.Hour, RateLimited: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := claimDue(t, pool, 1, claimOpts); len(got) != 0 {
+		t.Fatalf("claimed %v before its retry is due", got)
+	}
+	wait, ok, err := sendstate.NextDue(ctx, pool)
+	if err != nil || !ok || wait < 59*time.Minute || wait > time.Hour {
+		t.Fatalf("NextDue = %s, %v, %v; want about an hour", wait, ok, err)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET next_attempt_at = now() WHERE idempotency_key = 'r:1'`)
+	claimed, err := sendstate.ClaimDue(ctx, pool, 1, claimOpts)
+	if err != nil || len(claimed) != 1 || claimed[0].RateLimited != 2 || claimed[0].Record.Attempts != 2 || !claimed[0].Record.Uncertain {
+		t.Fatalf("claim when due: %+v, %v", claimed, err)
+	}
+}
+
+func equal(got []string, want ...string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,214 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
+)
+
+// drain sends the intents that have no River job of their own (job_id
+// NULL: rows a producer inserted with plain SQL): its slots, Concurrency
+// of them, each take a token of the fleet's budget, then a due intent from
+// the batcher, which claims the due intents of all the slots that ask at
+// the same moment in one statement (sendstate.ClaimDue) and commits it
+// before any of them is sent. A slot whose claim found nothing gives its
+// token back and shuts the gate: the slots then wait until a notification
+// of a new row, or the sweeper's next interval (which finds retries come
+// due), opens it again. Retries live on the intent's row.
+type drain struct {
+	w        *sendWorker
+	slots    int
+	timeout  time.Duration // one send's bound, Config.JobTimeout
+	interval time.Duration // how long a slot waits after a failed claim
+	gate     gate
+
+	work   context.Context // sends run in it; cancelled when a stop gives up waiting
+	cancel context.CancelFunc
+	stop   context.CancelFunc // ends the slots' taking of new intents
+	done   sync.WaitGroup
+}
+
+// start starts the slots. Sends in flight when ctx ends (stop) finish
+// under work, which ends only at halt.
+func (d *drain) start(ctx context.Context) {
+	d.work, d.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	fetch, stop := context.WithCancel(ctx)
+	d.stop = stop
+	d.gate.init()
+	for range d.slots {
+		d.done.Go(func() { d.slot(fetch) })
+	}
+}
+
+// wake opens the gate: there may be due intents.
+func (d *drain) wake() {
+	if d != nil {
+		d.gate.open()
+	}
+}
+
+// halt stops taking intents and waits for the sends in flight until ctx
+// ends; then it cancels them (each goes back to pending, uncertain, and is
+// sent again under its key) and waits for them to record that.
+func (d *drain) halt(ctx context.Context) {
+	if d.stop == nil {
+		return
+	}
+	d.stop()
+	finished := make(chan struct{})
+	go func() { d.done.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		d.cancel()
+		<-finished
+	}
+	d.cancel()
+}
+
+// slot takes and sends one intent after another until ctx ends.
+func (d *drain) slot(ctx context.Context) {
+	w := d.w
+	for {
+		gen, err := d.gate.wait(ctx)
+		if err != nil {
+			return
+		}
+		leasedAt, token, err := d.token(ctx)
+		if err != nil {
+			return
+		}
+		if !token && w.budget != nil {
+			continue // waited for the budget as long as it asked
+		}
+		c, err := w.batch.claimDue(ctx)
+		if c == nil && token {
+			w.budget.Return(1) // no request: the token is the fleet's again
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			if !errors.Is(err, sendstate.ErrLeaseLost) {
+				w.cfg.Logger.Warn("drain: claim failed", "error", err)
+			}
+			if sleepCtx(ctx, d.interval) != nil {
+				return
+			}
+			continue
+		case c == nil:
+			d.gate.shut(gen)
+			continue
+		}
+		d.send(c, leasedAt, token)
+	}
+}
+
+// token waits for a token of the fleet's budget (none without a budget).
+// When the budget names a later time, the slot sleeps until then and
+// returns without one.
+func (d *drain) token(ctx context.Context) (leasedAt time.Time, ok bool, err error) {
+	b := d.w.budget
+	if b == nil {
+		return time.Time{}, false, nil
+	}
+	start := time.Now()
+	t, err := b.Acquire(ctx, maxBudgetWait, false)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if !t.OK {
+		d.w.cfg.Observer.Observe(Outcome{Result: ResultBudgetSnoozed, BudgetWait: time.Since(start)})
+		return time.Time{}, false, sleepCtx(ctx, min(max(t.RetryIn, time.Second), d.w.cfg.MaxPause))
+	}
+	d.w.cfg.Observer.Observe(Outcome{Result: ResultBudgetToken, BudgetWait: time.Since(start)})
+	return t.LeasedAt, true, nil
+}
+
+// send makes the attempt of a claimed intent, as a job's send does, in a
+// span of its own, bounded by the send timeout.
+func (d *drain) send(c *sendstate.DrainClaim, leasedAt time.Time, token bool) {
+	w, rec := d.w, c.Record
+	ctx, cancel := context.WithTimeout(d.work, d.timeout)
+	defer cancel()
+	ctx, span := w.tracer.Start(ctx, spanSend, trace.WithAttributes(attrKey.String(rec.Key), attrKind.String(string(rec.Kind))))
+	a := &attempt{w: w, jobAttempt: rec.Attempts, claimedAt: time.Now(), bulk: c.RunKey != "", span: span,
+		leasedAt: leasedAt, token: token, rateLimited: c.RateLimited, drained: true}
+	err := a.run(ctx, &c.Claimed)
+	endSend(span, err)
+}
+
+// sleepCtx sleeps for d or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// gate holds the drain's slots while there is nothing due. Its generation
+// grows at each opening, so a slot whose claim found nothing shuts it only
+// if no opening came since that slot passed it: a row announced while the
+// claim ran is not missed.
+type gate struct {
+	mu     sync.Mutex
+	opened chan struct{} // closed while open
+	isOpen bool
+	gen    uint64
+}
+
+func (g *gate) init() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.opened = make(chan struct{})
+	close(g.opened)
+	g.isOpen = true
+}
+
+// wait returns when the gate is open, with its generation.
+func (g *gate) wait(ctx context.Context) (uint64, error) {
+	g.mu.Lock()
+	ch, gen := g.opened, g.gen
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		g.mu.Lock()
+		gen = g.gen
+		g.mu.Unlock()
+		return gen, nil
+	case <-ctx.Done():
+		return gen, ctx.Err()
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.opened == nil {
+		return // not started
+	}
+	g.gen++
+	if !g.isOpen {
+		g.isOpen = true
+		close(g.opened)
+	}
+}
+
+// shut closes the gate unless it was opened after generation gen.
+func (g *gate) shut(gen uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.isOpen && g.gen == gen {
+		g.isOpen = false
+		g.opened = make(chan struct{})
+	}
+}

@@ -1,0 +1,184 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
+	"github.com/sendonce/sendonce/outbox"
+	"github.com/sendonce/sendonce/worker"
+)
+
+// insertSQL inserts an email intent as a producer in another language does:
+// plain SQL, no River job of its own.
+func insertSQL(t *testing.T, pool *pgxpool.Pool, key, to string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"from":"billing@example.com","to":[%q],"subject":"Invoice","text":"x"}`, to)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ($1, 'email', $2)`, key, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// results counts the outcomes a worker observes, and lets a test await a
+// count: the event a worker's record of an outcome ends with.
+type results struct {
+	mu      sync.Mutex
+	n       map[worker.Result]int
+	changed chan struct{}
+}
+
+func newResults() *results {
+	return &results{n: map[worker.Result]int{}, changed: make(chan struct{})}
+}
+
+func (r *results) Observe(o worker.Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n[o.Result]++
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// wait returns once n outcomes of result have been observed.
+func (r *results) wait(t *testing.T, ctx context.Context, result worker.Result, n int) {
+	t.Helper()
+	for {
+		r.mu.Lock()
+		got, ch := r.n[result], r.changed
+		r.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("waiting for %d outcomes %q: %d", n, result, got)
+		}
+	}
+}
+
+// Intents inserted without a River job are drained: claimed in batches and
+// sent, each once, and no River job is made for any of them.
+func TestDrainSendsIntentsWithoutJobs(t *testing.T) {
+	t.Parallel()
+	ctx, pool, _, fake, c := e2eSetup(t)
+	const n = 120
+	for i := range n {
+		insertSQL(t, pool, fmt.Sprintf("php:order:%d", i), fmt.Sprintf("c%d@example.com", i))
+	}
+	seen := newResults()
+	start(t, pool, &worker.Config{Client: c, Concurrency: 20, Send: worker.SendConfig{Observer: seen}})
+	for i := range 5 { // rows inserted while it runs, announced by the trigger
+		insertSQL(t, pool, fmt.Sprintf("php:late:%d", i), fmt.Sprintf("late%d@example.com", i))
+	}
+	if err := fake.WaitDeliveries(ctx, n+5); err != nil {
+		t.Fatalf("waiting for %d deliveries: %v (have %d)", n+5, err, len(fake.Deliveries()))
+	}
+	perKey := map[string]int{}
+	for _, d := range fake.Deliveries() {
+		perKey[d.IdempotencyKey]++
+	}
+	for k, c := range perKey {
+		if c != 1 {
+			t.Errorf("%s delivered %d times", k, c)
+		}
+	}
+	seen.wait(t, ctx, worker.ResultSent, n+5)
+	if sent := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent' AND job_id IS NULL AND attempts = 1`); sent != n+5 {
+		t.Fatalf("%d rows sent at their first attempt with no job, want %d", sent, n+5)
+	}
+	if jobs := outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job`); jobs != 0 {
+		t.Fatalf("%d River jobs made for drained intents, want none", jobs)
+	}
+}
+
+// A drained intent the API refuses for a while is retried from its row,
+// after the contract's backoff, until it is sent, with no River job.
+func TestDrainRetriesFromTheRow(t *testing.T) {
+	t.Parallel()
+	ctx, pool, _, _, _ := e2eSetup(t)
+	f, err := fakeapi.ParseFault("error_before=503:times=2:to=flaky@")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := fakeapi.NewTest(t, fakeapi.Config{Faults: []fakeapi.Fault{f}})
+	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()), client.WithMaxRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertSQL(t, pool, "php:flaky", "flaky@example.com")
+	seen := newResults()
+	start(t, pool, &worker.Config{Client: c, Concurrency: 4, Send: worker.SendConfig{RetryBase: 100 * time.Millisecond, Observer: seen}})
+	seen.wait(t, ctx, worker.ResultSent, 1)
+	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent' AND attempts = 3 AND job_id IS NULL`); n != 1 {
+		t.Fatalf("want the intent sent at its third attempt, with no job: %d such rows", n)
+	}
+	if got := len(fake.Deliveries()); got != 1 {
+		t.Fatalf("%d deliveries, want 1", got)
+	}
+}
+
+// Issue 44: a token of the fleet's budget taken for a send that makes no
+// request (its recipients are suppressed) goes back to the budget. With a
+// quota of 3 a day, three intents to suppressed addresses, by each path
+// (a River job, the drain), leave the quota to the deliverable ones, which
+// go at once rather than after the quota's probe a minute later.
+func TestTokensOfSendsWithoutARequestComeBack(t *testing.T) {
+	t.Parallel()
+	ctx, pool, ob, fake, c := e2eSetup(t)
+	if _, err := ob.Suppress(ctx, []string{"gone1@example.com", "gone2@example.com", "gone3@example.com"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	limits, err := worker.ParseRateLimits("3/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(to string) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"from":"billing@example.com","to":[%q],"subject":"Invoice","text":"x"}`, to))
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for i := range 3 {
+			to := fmt.Sprintf("gone%d@example.com", i+1)
+			if _, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: fmt.Sprintf("go:gone:%d", i), Payload: body(to)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		insertSQL(t, pool, fmt.Sprintf("sql:gone:%d", i), fmt.Sprintf("gone%d@example.com", i+1))
+	}
+	seen := newResults()
+	start(t, pool, &worker.Config{Client: c, Concurrency: 4, RateLimits: limits, Send: worker.SendConfig{Observer: seen}})
+	seen.wait(t, ctx, worker.ResultSuppressed, 6)
+	began := time.Now()
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "go:ok", Payload: body("ok@example.com")})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertSQL(t, pool, "sql:ok", "ok2@example.com")
+	if err := fake.WaitDeliveries(ctx, 2); err != nil {
+		t.Fatalf("the deliverable intents: %v (have %d)", err, len(fake.Deliveries()))
+	}
+	if took := time.Since(began); took > 15*time.Second {
+		t.Fatalf("the deliverable intents took %s: the suppressed ones spent the quota", took.Round(time.Second))
+	}
+	if got := len(fake.Requests()); got != 2 {
+		t.Fatalf("%d API requests, want 2 (none for a suppressed intent)", got)
+	}
+}

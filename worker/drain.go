@@ -17,9 +17,9 @@ import (
 // the batcher, which claims the due intents of all the slots that ask at
 // the same moment in one statement (sendstate.ClaimDue) and commits it
 // before any of them is sent. A slot whose claim found nothing gives its
-// token back and shuts the gate: the slots then wait until a notification
-// of a new row, or the sweeper's next interval (which finds retries come
-// due), opens it again. Retries live on the intent's row.
+// token back and shuts the gate (see gate): the slots then wait until a
+// notification of a new row, or the sweeper's next interval (which finds
+// retries come due), wakes them. Retries live on the intent's row.
 type drain struct {
 	w        *sendWorker
 	slots    int
@@ -45,10 +45,10 @@ func (d *drain) start(ctx context.Context) {
 	}
 }
 
-// wake opens the gate: there may be due intents.
+// wake tells the slots there may be due intents.
 func (d *drain) wake() {
 	if d != nil {
-		d.gate.open()
+		d.gate.wake()
 	}
 }
 
@@ -75,7 +75,7 @@ func (d *drain) halt(ctx context.Context) {
 func (d *drain) slot(ctx context.Context) {
 	w := d.w
 	for {
-		gen, err := d.gate.wait(ctx)
+		gen, probe, err := d.gate.wait(ctx)
 		if err != nil {
 			return
 		}
@@ -84,6 +84,9 @@ func (d *drain) slot(ctx context.Context) {
 			return
 		}
 		if !token && w.budget != nil {
+			if probe {
+				d.gate.again()
+			}
 			continue // waited for the budget as long as it asked
 		}
 		c, err := w.batch.claimDue(ctx)
@@ -97,6 +100,9 @@ func (d *drain) slot(ctx context.Context) {
 			if !errors.Is(err, sendstate.ErrLeaseLost) {
 				w.cfg.Logger.Warn("drain: claim failed", "error", err)
 			}
+			if probe {
+				d.gate.again()
+			}
 			if sleepCtx(ctx, d.interval) != nil {
 				return
 			}
@@ -104,6 +110,8 @@ func (d *drain) slot(ctx context.Context) {
 		case c == nil:
 			d.gate.shut(gen)
 			continue
+		case probe:
+			d.gate.open()
 		}
 		d.send(c, leasedAt, token)
 	}
@@ -155,42 +163,52 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// gate holds the drain's slots while there is nothing due. Its generation
-// grows at each opening, so a slot whose claim found nothing shuts it only
-// if no opening came since that slot passed it: a row announced while the
-// claim ran is not missed.
+// gate holds the drain's slots while there is nothing due. Shut, it lets
+// one slot through at each wake (a probe): only the probe takes a token of
+// the fleet's budget and asks for a due intent, so an idle drain costs one
+// token lent and given back, and one statement, per wake, whatever its
+// Concurrency. A probe that finds an intent opens the gate for every slot;
+// a slot that finds none shuts it again. Its generation grows at each wake,
+// so a slot shuts it only if no wake came since that slot passed it (a row
+// announced while the claim ran is not missed: another probe goes).
 type gate struct {
 	mu     sync.Mutex
 	opened chan struct{} // closed while open
 	isOpen bool
 	gen    uint64
+	probe  chan struct{} // one probe's pass while shut
 }
 
+// init shuts the gate with a probe waiting: the first slot looks.
 func (g *gate) init() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.opened = make(chan struct{})
-	close(g.opened)
-	g.isOpen = true
+	g.probe = make(chan struct{}, 1)
+	g.probe <- struct{}{}
 }
 
-// wait returns when the gate is open, with its generation.
-func (g *gate) wait(ctx context.Context) (uint64, error) {
+// wait returns when the slot may go, with the generation it went at, and
+// whether it goes as the probe of a shut gate.
+func (g *gate) wait(ctx context.Context) (gen uint64, probe bool, err error) {
 	g.mu.Lock()
-	ch, gen := g.opened, g.gen
+	ch, pr := g.opened, g.probe
 	g.mu.Unlock()
 	select {
 	case <-ch:
-		g.mu.Lock()
-		gen = g.gen
-		g.mu.Unlock()
-		return gen, nil
+	case <-pr:
+		probe = true
 	case <-ctx.Done():
-		return gen, ctx.Err()
+		return 0, false, ctx.Err()
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.gen, probe, nil
 }
 
-func (g *gate) open() {
+// wake tells the slots there may be due intents: a shut gate lets a probe
+// through.
+func (g *gate) wake() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.opened == nil {
@@ -198,17 +216,49 @@ func (g *gate) open() {
 	}
 	g.gen++
 	if !g.isOpen {
+		select {
+		case g.probe <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// again lets another probe through a shut gate: the probe that went could
+// not look (no token yet, or its claim failed).
+func (g *gate) again() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.isOpen {
+		select {
+		case g.probe <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// open lets every slot through: a probe found a due intent.
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.isOpen {
 		g.isOpen = true
 		close(g.opened)
 	}
 }
 
-// shut closes the gate unless it was opened after generation gen.
+// shut closes the gate after a slot that went at generation gen found
+// nothing due; if a wake came since, a probe goes again instead.
 func (g *gate) shut(gen uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.isOpen && g.gen == gen {
+	if g.isOpen {
 		g.isOpen = false
 		g.opened = make(chan struct{})
+	}
+	if g.gen != gen {
+		select {
+		case g.probe <- struct{}{}:
+		default:
+		}
 	}
 }

@@ -266,6 +266,12 @@ func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace tim
 		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds())
 }
 
+// RescueStrandedBatches is RescueStranded for coalesced batches. Not yet
+// written: it rescues nothing.
+func (o *Scheduler) RescueStrandedBatches(ctx context.Context, restartGrace time.Duration) (int, error) {
+	return 0, nil
+}
+
 // ReconcileBatches is Reconcile for coalesced batches: an unsettled batch
 // whose job is gone or finished without it gets a new batch job. Its
 // members are never given jobs of their own: a frozen batch's members go

@@ -166,6 +166,7 @@ func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, drained, "rescue drained", "rescued drained intents a crashed worker left sending; they are sent again with the same key")
 	stranded := func(ctx context.Context) (int, error) { return s.jobs.RescueStranded(ctx, s.restartGrace) }
 	s.do(ctx, stranded, "rescue stranded", "gave new jobs to pending intents whose jobs a crashed worker was running; they are sent at once")
+	s.do(ctx, func(ctx context.Context) (int, error) { return s.jobs.RescueStrandedBatches(ctx, s.restartGrace) }, "rescue stranded batches", "gave new jobs to pending batches whose jobs a crashed worker was running; they are sent at once, whole, with the same key")
 	rescueBatches := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandonedBatches(ctx, s.restartGrace) }
 	s.do(ctx, rescueBatches, "rescue batches", "rescued batches a crashed worker left sending; they are sent again whole, with the same key")
 	compact := func(ctx context.Context) (int, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
@@ -408,5 +409,123 @@ func TestRescueStranded(t *testing.T) {
 	}
 	if n, err := jobs.RescueStranded(ctx, 0); err != nil || n != 0 {
 		t.Errorf("RescueStranded again = %d, %v; want 0 (the new job is not running)", n, err)
+	}
+}
+
+// leaseWithClient takes a lease for a worker instance whose River client
+// is client-name, the id River writes to river_job.attempted_by.
+func leaseWithClient(t *testing.T, pool *pgxpool.Pool, name string) sendstate.Lease {
+	t.Helper()
+	l, err := sendstate.TakeLease(context.Background(), pool, sendstate.Lease{},
+		sendstate.Holder{Host: name, PID: 1, RiverClientID: "client-" + name}, sendstate.DefaultLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Issue 44: a worker that dies after River fetched a batch's job, before
+// the job claimed the batch (it waited for the fleet's budget), leaves the
+// batch and its members pending under a job still running on its River
+// client. No claim names the dead lease, so RescueAbandonedBatches cannot
+// see it, and River's rescuer would run the job again only after
+// RescueAfter, while a lone intent beside it is rescued in seconds
+// (RescueStranded). Once the lease is ended, RescueStrandedBatches gives
+// the batch and its members a new batch job under the same key; the old
+// job, whenever it runs again, claims nothing. A live worker's running
+// batch job, and a batch whose job no one runs, are left alone.
+func TestRescueStrandedBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	names := []string{"dead", "live", "idle"}
+	var keys []string
+	for _, name := range names {
+		keys = append(keys, "sb:"+name+":1", "sb:"+name+":2")
+	}
+	pool, _, jobs := setup(t, keys...)
+	batcher := &sendstate.Batcher{Pool: pool, River: jobs.River}
+	batch := map[string]string{} // the batch key of each name's members
+	for _, name := range names {
+		key, joined, err := batcher.Freeze(ctx, outbox.DefaultQueue, "",
+			[]sendstate.ClaimRequest{request(t, pool, "sb:"+name+":1"), request(t, pool, "sb:"+name+":2")})
+		if err != nil || len(joined) != 2 {
+			t.Fatalf("Freeze of %s = %q, %v, %v", name, key, joined, err)
+		}
+		batch[name] = key
+	}
+	jobOf := func(name string) int64 {
+		return outboxtest.Value[int64](t, pool, `SELECT job_id FROM sendonce_batch WHERE idempotency_key = $1`, batch[name])
+	}
+	dead := leaseWithClient(t, pool, "dead")
+	leaseWithClient(t, pool, "live")
+	for _, name := range []string{"dead", "live"} {
+		pgtest.Exec(t, pool, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = ARRAY[$2]
+			WHERE id = $1`, jobOf(name), "client-"+name)
+	}
+	before := map[string]int64{}
+	for _, name := range names {
+		before[name] = jobOf(name)
+	}
+
+	if n, err := jobs.RescueStrandedBatches(ctx, 0); err != nil || n != 0 {
+		t.Fatalf("RescueStrandedBatches while every lease is held = %d, %v; want 0", n, err)
+	}
+	lapse(t, pool, dead)
+	if n, err := jobs.ExpireLeases(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("ExpireLeases = %d, %v; want 1", n, err)
+	}
+	if n, err := jobs.RescueStrandedBatches(ctx, 100*365*24*time.Hour); err != nil || n != 0 {
+		t.Fatalf("RescueStrandedBatches within the restart grace = %d, %v; want 0", n, err)
+	}
+	if n, err := jobs.RescueStrandedBatches(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("RescueStrandedBatches after the lease ended = %d, %v; want 1", n, err)
+	}
+
+	newJob := jobOf("dead")
+	if newJob == before["dead"] {
+		t.Fatalf("the dead worker's batch kept job %d, want a new one", newJob)
+	}
+	var kind, argKey, jobState string
+	var priority int
+	if err := pool.QueryRow(ctx, `SELECT kind, args->>'key', state::text, priority FROM river_job WHERE id = $1`, newJob).Scan(
+		&kind, &argKey, &jobState, &priority); err != nil {
+		t.Fatal(err)
+	}
+	if kind != (sendjob.BatchArgs{}).Kind() || argKey != batch["dead"] || jobState != "available" || priority != sendjob.PriorityUrgent {
+		t.Errorf("the new job: kind %s, key %q, state %s, priority %d; want an available %s job for %q, urgent",
+			kind, argKey, jobState, priority, (sendjob.BatchArgs{}).Kind(), batch["dead"])
+	}
+	if s := outboxtest.Value[string](t, pool, `SELECT state FROM sendonce_batch WHERE idempotency_key = $1`, batch["dead"]); s != "pending" {
+		t.Errorf("the rescued batch is %s, want pending", s)
+	}
+	for _, k := range []string{"sb:dead:1", "sb:dead:2"} {
+		if r := get(t, pool, k); r.State != outbox.StatePending || r.BatchKey != batch["dead"] || r.JobID == nil || *r.JobID != newJob || r.Attempts != 0 {
+			t.Errorf("%s: state %s, batch %q, job %v, attempts %d; want pending in batch %q under job %d, never attempted",
+				k, r.State, r.BatchKey, r.JobID, r.Attempts, batch["dead"], newJob)
+		}
+	}
+	for _, name := range []string{"live", "idle"} {
+		if j := jobOf(name); j != before[name] {
+			t.Errorf("the %s batch moved from job %d to %d, want it left alone", name, before[name], j)
+		}
+		for _, k := range []string{"sb:" + name + ":1", "sb:" + name + ":2"} {
+			if r := get(t, pool, k); r.JobID == nil || *r.JobID != before[name] {
+				t.Errorf("%s: job %v, want %d", k, r.JobID, before[name])
+			}
+		}
+	}
+
+	// The old job, run again (by River's rescuer), claims nothing; the new
+	// one claims the whole batch under its key.
+	opts := sendstate.BatchClaimOptions{ClaimOptions: claimOpts}
+	if _, ok, err := sendstate.ClaimBatch(ctx, pool, sendstate.ClaimRequest{Key: batch["dead"], JobID: before["dead"]}, opts); err != nil || ok {
+		t.Errorf("ClaimBatch by the old job = %v, %v; want nothing claimed", ok, err)
+	}
+	if n, err := jobs.RescueStrandedBatches(ctx, 0); err != nil || n != 0 {
+		t.Errorf("RescueStrandedBatches again = %d, %v; want 0 (the new job is not running)", n, err)
+	}
+	b, ok, err := sendstate.ClaimBatch(ctx, pool, sendstate.ClaimRequest{Key: batch["dead"], JobID: newJob}, opts)
+	if err != nil || !ok || b.Key != batch["dead"] || len(b.Members) != 2 || b.Attempts != 1 {
+		t.Fatalf("ClaimBatch by the new job = %+v, %v, %v; want the batch's first attempt, both members", b, ok, err)
 	}
 }

@@ -266,6 +266,28 @@ func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace tim
 		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds())
 }
 
+// RescueStrandedBatches is RescueStranded for coalesced batches: a pending
+// batch whose job a worker instance that is gone was running (River had
+// fetched the job, which had not claimed the batch yet: it waited for the
+// fleet's budget, or was backing off, when the worker died) gets a new
+// batch job at once, with its members, which sends the same body under the
+// same key. No claim names the dead lease, so RescueAbandonedBatches cannot
+// see it, and without this the batch and its members waited for River's
+// rescuer (RescueAfter) while a lone intent beside them was rescued in
+// seconds (issue 44). The old job, whenever it runs again, is no longer the
+// batch's job and claims nothing (ClaimBatch matches the job). It returns
+// how many batches it rescued.
+func (o *Scheduler) RescueStrandedBatches(ctx context.Context, restartGrace time.Duration) (int, error) {
+	return o.rescheduleBatches(ctx, "rescue stranded batches", sendjob.PriorityUrgent, `SELECT b.id, b.idempotency_key, b.queue, coalesce(b.run_key, '') FROM river_job j
+		JOIN sendonce_batch b ON b.idempotency_key = j.args->>'key' AND b.job_id = j.id
+		WHERE j.state = 'running' AND j.kind = '`+(sendjob.BatchArgs{}).Kind()+`'
+			AND b.state = 'pending'
+			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
+			AND EXISTS (SELECT 1 FROM sendonce_worker w
+				WHERE w.river_client_id = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.ended_at IS NOT NULL)
+		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds())
+}
+
 // ReconcileBatches is Reconcile for coalesced batches: an unsettled batch
 // whose job is gone or finished without it gets a new batch job. Its
 // members are never given jobs of their own: a frozen batch's members go

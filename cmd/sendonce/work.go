@@ -195,7 +195,7 @@ type workOptions struct {
 // flags, and they share no logic.
 //
 // It is long because it is the command's flag list, each flag with its help
-// and its environment variable, in the one place --help and the README's
+// and its environment variable, in the one place --help and docs/command.md's
 // table are read from; splitting the list would only scatter it.
 func (a *app) workCommand() *cobra.Command {
 	o := &workOptions{}

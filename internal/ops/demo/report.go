@@ -178,7 +178,8 @@ func (d *demo) printReport(r *report) {
 		{cmd + " list --state sent", "each intent: its key, the API's message id, replayed"},
 		{cmd + " suppression list", "the addresses not mailed again: bounced, complained, by hand"},
 		{cmd + " work", "a worker; it serves the outbox page, " + outboxPage + ": these intents in a browser"},
-		{"README.md", `"The guarantee, and its limits"; "Delivery webhooks"`},
+		{"docs/guarantee.md", "what sendonce promises, and its limits"},
+		{"docs/webhooks.md", "delivery webhooks, bounces and the suppression list"},
 		{"make test", "the test suite, with integration tests that kill workers mid-send"},
 	}
 	width := 0

@@ -14,8 +14,8 @@ require (
 	// insert columns, river_job_id_seq, river_job_state) and sends River's
 	// internal "<schema>.river_insert" notification; the sweeps read
 	// river_job (attempted_by for RescueStranded, state) and river_leader.
-	// The tests that break on an upgrade are listed in README.md, "Upgrading
-	// River" (TestEnqueuedJobsAreRiversJobs, TestEnqueuedJobsAreWorkedByRiver,
+	// The tests that break on an upgrade are listed in docs/operations.md,
+	// "Upgrading River" (TestEnqueuedJobsAreRiversJobs, TestEnqueuedJobsAreWorkedByRiver,
 	// TestRescueStranded, ...): run them before moving river, riverpgxv5,
 	// rivertype or riverui.
 	github.com/riverqueue/river v0.51.2

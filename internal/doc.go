@@ -27,7 +27,9 @@
 //	          assertions (outboxtest), a goroutine-safe buffer (syncbuf),
 //	          the address forms' table (addrforms).
 //	checks/   tests of the repository itself: the README's quick start runs
-//	          (readme), docker-compose.yml loads (composecheck).
+//	          and the docs' Go snippets compile (readme), every relative
+//	          link of the Markdown leads somewhere (links),
+//	          docker-compose.yml loads (composecheck).
 //	bench/    the benchmark harness behind `make bench`.
 //	cmd/      the developers' commands: bench, sysdeps, withpg.
 package internal

@@ -113,10 +113,10 @@ func TestEnqueueThroughTransactionPooler(t *testing.T) {
 	t.Logf("transaction mode, pgx's defaults: %d producers, %d transactions, %d errors, %d intents", producers, producers*rounds, len(errs), rows)
 }
 
-// TestProducerExampleThroughTransactionPooler runs the README's producer
+// TestProducerExampleThroughTransactionPooler runs docs/library.md's producer
 // (an invoice row and its email in one transaction) from 16 producers at
 // once through PgBouncer in transaction mode, with the pool set as the
-// README says a producer's pool must be there: the application's own
+// docs say a producer's pool must be there: the application's own
 // statements need default_query_exec_mode=exec (PgBouncer 1.18 keeps no
 // prepared statements in transaction mode); sendonce's need nothing.
 func TestProducerExampleThroughTransactionPooler(t *testing.T) {
@@ -169,7 +169,7 @@ func TestProducerExampleThroughTransactionPooler(t *testing.T) {
 	if invoices != producers*rounds || intents != producers*rounds {
 		t.Errorf("%d invoices and %d intents committed, want %d of each", invoices, intents, producers*rounds)
 	}
-	t.Logf("README producer through transaction mode: %d producers, %d transactions, %d errors", producers, producers*rounds, len(errs))
+	t.Logf("docs/library.md producer through transaction mode: %d producers, %d transactions, %d errors", producers, producers*rounds, len(errs))
 }
 
 // runProducers runs rounds transactions in each of producers goroutines at

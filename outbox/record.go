@@ -79,7 +79,7 @@ type Record struct {
 	SuppressedRecipients []string `json:"suppressedRecipients,omitempty"`
 	// TraceParent is the W3C traceparent of the span the intent was
 	// enqueued in, and TraceState its tracestate; empty when there was
-	// none. The worker's send span links to it (see the README's Tracing).
+	// none. The worker's send span links to it (see docs/tracing-and-metrics.md).
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
 	// Topic is the intent's topic (Intent.Topic, or its run's); empty for

@@ -140,7 +140,7 @@ type Config struct {
 	Send SendConfig
 	// TracerProvider records the worker's spans: River's job span (from
 	// River's OpenTelemetry middleware), the send span in it, the claim and
-	// the client's HTTP attempts (see the README's Tracing). Nil: the global
+	// the client's HTTP attempts (see docs/tracing-and-metrics.md). Nil: the global
 	// provider (otel.GetTracerProvider), a no-op unless the program set one.
 	TracerProvider trace.TracerProvider
 	// Logger receives the worker's and River's logs: one line per outcome
@@ -329,7 +329,7 @@ type SendConfig struct {
 }
 
 // Unsubscribe configures the List-Unsubscribe headers of intents with a
-// topic (see the README's Unsubscribe).
+// topic (see docs/webhooks.md, Unsubscribe).
 type Unsubscribe struct {
 	// URL is the public base address of the unsubscribe endpoint (sendonce
 	// work --webhook-addr behind its HTTPS name): https://mail.example.com

@@ -81,7 +81,7 @@ func TestYearLongRetryAfter(t *testing.T) {
 				t.Fatalf("the fleet's budget %+v, %v: want it paused for the max pause, %s", st, err, DefaultMaxPause)
 			}
 
-			// The pause cleared by hand (as the README says) and the limit
+			// The pause cleared by hand (as docs/rate-limits.md says) and the limit
 			// lifted: each job sends when it next runs.
 			pgtest.Exec(t, h.pool, `UPDATE sendonce_rate_budget SET paused_until = 'epoch', probe_until = 'epoch'`)
 			h.fake.SetFaults()

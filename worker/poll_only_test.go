@@ -83,7 +83,7 @@ func TestPollOnly(t *testing.T) {
 			case !pollOnly && listeners == 0:
 				t.Errorf("no session LISTENs without PollOnly: the check cannot tell the modes apart")
 			}
-			// The delays are a measurement (the README quotes them), not
+			// The delays are a measurement (docs/poolers.md quotes them), not
 			// an assertion: on a loaded machine they move.
 		})
 	}

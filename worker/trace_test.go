@@ -281,7 +281,7 @@ func noSecrets(t *testing.T, spans tracetest.SpanStubs, apiKey string) {
 }
 
 // renderTree prints the spans as an indented tree, each with its
-// attributes and links: the text the README's Tracing section shows.
+// attributes and links: the text docs/tracing-and-metrics.md shows.
 func renderTree(spans tracetest.SpanStubs) string {
 	var b strings.Builder
 	byParent := map[trace.SpanID][]tracetest.SpanStub{}

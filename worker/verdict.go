@@ -16,7 +16,7 @@ import (
 // This file is the send-once guarantee's outcome table as one pure
 // function: how an attempt that did not succeed ends (decide), and the one
 // function that applies the verdict (apply: mark, observe, log). The table
-// in the README ("How an outcome becomes a state") is its description, and
+// in docs/command.md ("How an outcome becomes a state") is its description, and
 // TestDecide reads as that table.
 
 // action is what becomes of the intent and its River job.

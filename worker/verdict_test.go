@@ -10,7 +10,7 @@ import (
 	"github.com/sendonce/sendonce/client"
 )
 
-// TestDecide is the README's table "How an outcome becomes a state" for
+// TestDecide is docs/command.md's table "How an outcome becomes a state" for
 // the answers that are not a success (a success is recorded sent, with its
 // message id, by attempt.sent). Each row: what the API answered, and what
 // the intent becomes: its state (pending or failed), whether it is marked

@@ -40,7 +40,7 @@ type options struct {
 	secretsInArgs []string
 }
 
-// secretFlags hold secrets. They stay flags, as the README and the tests
+// secretFlags hold secrets. They stay flags, as docs/webhooks.md and the tests
 // use them, but a command line is in every local user's ps for as long as
 // the fake runs, so giving one there is warned about at start.
 var secretFlags = []string{"webhook-secret", "api-key"}

@@ -7,8 +7,8 @@ import (
 	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 )
 
-// TestSecretFlagsWarn: --webhook-secret and --api-key stay (the README and
-// the tests use them), but a secret on the command line is in every local
+// TestSecretFlagsWarn: --webhook-secret and --api-key stay (docs/webhooks.md
+// and the tests use them), but a secret on the command line is in every local
 // user's ps, so the fake says so once at start, naming the flag and the
 // variable to use instead, and never the secret. From the environment: no
 // warning.

@@ -301,7 +301,7 @@ func (a *app) scheduleCommand() *cobra.Command {
 	add.Flags().StringVar(&sqlFile, "sql-file", "", "a SQL statement that inserts the members ($1 = run key, $2 = occurrence)")
 	add.Flags().StringVar(&producer, "producer", "", "the name of a Go producer registered with the workers")
 	add.Flags().StringVar(&missed, "missed", string(outbox.MissedLate), "occurrences missed while no worker ran: late or skip")
-	add.Flags().StringVar(&topic, "topic", "", "the topic of the runs it creates and their members (one-click unsubscribe; see the README's Unsubscribe)")
+	add.Flags().StringVar(&topic, "topic", "", "the topic of the runs it creates and their members (one-click unsubscribe; see docs/webhooks.md)")
 	add.Flags().BoolVar(&asJSON, "json", false, "print the schedule as JSON")
 	list := &cobra.Command{
 		Use:   "list",

@@ -91,6 +91,8 @@ serves:
   /outbox/   the outbox page: intents by state, sends per minute, the
              budget, failures by error, a filtered list, each intent with
              its payload, River job and delivery events
+Once working, work prints a line of its settings and, with the listener on,
+the outbox page's URL (http://127.0.0.1:9464/outbox/ by default).
 The River UI can cancel and retry jobs. When a UI token is given, it and
 the outbox page need it, as "Authorization: Bearer TOKEN" or as the
 password of HTTP basic authentication (any user name; a browser prompts for
@@ -193,7 +195,7 @@ type workOptions struct {
 // flags, and they share no logic.
 //
 // It is long because it is the command's flag list, each flag with its help
-// and its environment variable, in the one place --help and the README's
+// and its environment variable, in the one place --help and docs/command.md's
 // table are read from; splitting the list would only scatter it.
 func (a *app) workCommand() *cobra.Command {
 	o := &workOptions{}
@@ -434,7 +436,11 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 		hookSrv.close()
 		return err
 	}
-	fmt.Fprintln(a.stdout, o.startupLine(c, opsSrv.where(), hookSrv.where(), a.pooler))
+	started := o.startupLine(c, opsSrv.where(), hookSrv.where(), a.pooler) + "\n"
+	if opsSrv != nil {
+		started += "sendonce work: the outbox page: " + outboxPageURL(opsSrv.addr) + "\n"
+	}
+	fmt.Fprint(a.stdout, started) // one write: a reader of the first line finds the second
 
 	var srvErr error
 	select {
@@ -681,6 +687,19 @@ func serveWebhooks(o *workOptions, pool *pgxpool.Pool, secrets []string, ob *out
 		return nil, fmt.Errorf("cannot listen on --webhook-addr: %w", err)
 	}
 	return serve(ln, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}), nil
+}
+
+// outboxPageURL is the outbox page's URL on the listener at addr
+// ("http://host:port"), for a browser on this machine: a listener on every
+// address (0.0.0.0, [::]) is reached as localhost.
+func outboxPageURL(addr string) string {
+	hostPort := strings.TrimPrefix(addr, "http://")
+	if host, port, err := net.SplitHostPort(hostPort); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			hostPort = net.JoinHostPort("localhost", port)
+		}
+	}
+	return "http://" + hostPort + outboxui.Prefix + "/"
 }
 
 // startupLine is the line work prints once it is working.

@@ -120,3 +120,21 @@ func TestWorkRefusesAForeignHostWithoutToken(t *testing.T) {
 	}
 	wantOK(t, w.stop())
 }
+
+// TestOutboxPageURL: the URL work prints for its outbox page is the
+// listener's address with /outbox/, and a listener on every address is
+// named localhost, which a browser on the machine can open.
+func TestOutboxPageURL(t *testing.T) {
+	for addr, want := range map[string]string{
+		"http://127.0.0.1:9464": "http://127.0.0.1:9464/outbox/",
+		"http://[::1]:9464":     "http://[::1]:9464/outbox/",
+		"http://0.0.0.0:9464":   "http://localhost:9464/outbox/",
+		"http://[::]:9464":      "http://localhost:9464/outbox/",
+		"http://10.0.0.7:9464":  "http://10.0.0.7:9464/outbox/",
+		"http://ops.example:80": "http://ops.example:80/outbox/",
+	} {
+		if got := outboxPageURL(addr); got != want {
+			t.Errorf("outboxPageURL(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}

@@ -111,8 +111,9 @@ func TestWorkSendsAndServesOperations(t *testing.T) {
 	}
 
 	w := startWork(t, env, fastArgs...)
-	if !regexp.MustCompile(`^sendonce work: queue=sendonce concurrency=100 http=http://127\.0\.0\.1:\d+ api=127\.0\.0\.1:\d+ api-rate=from-429s coalesce=off webhooks=off retain=off poll-only=false pooler=none\n$`).MatchString(w.stdout.String()) {
-		t.Errorf("startup line: %q", w.stdout.String())
+	if !regexp.MustCompile(`^sendonce work: queue=sendonce concurrency=100 http=http://127\.0\.0\.1:\d+ api=127\.0\.0\.1:\d+ api-rate=from-429s coalesce=off webhooks=off retain=off poll-only=false pooler=none\n` +
+		`sendonce work: the outbox page: http://127\.0\.0\.1:\d+/outbox/\n$`).MatchString(w.stdout.String()) {
+		t.Errorf("startup lines: %q", w.stdout.String())
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -165,7 +166,11 @@ func TestWorkSendsAndServesOperations(t *testing.T) {
 		}
 	}
 
-	// The outbox page, read-only without --ui-actions. No token on loopback.
+	// The outbox page, at the URL work printed, read-only without
+	// --ui-actions. No token on loopback.
+	if m := regexp.MustCompile(`(?m)^sendonce work: the outbox page: (\S+)$`).FindStringSubmatch(w.stdout.String()); m == nil || m[1] != w.base+"/outbox/" {
+		t.Errorf("work printed the outbox page as %q, want %q", m, w.base+"/outbox/")
+	}
 	if code, body, _ := w.get("/outbox/"); code != 200 || !strings.Contains(body, `<span class="n">3</span><span class="l">sent</span>`) ||
 		!strings.Contains(body, "read-only") {
 		t.Errorf("/outbox/: %d %.1000q", code, body)

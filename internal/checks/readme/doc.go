@@ -1,6 +1,17 @@
-// Package readme holds the test that the README's quick start works as a
-// newcomer would follow it: its Go snippets, in order, are one main.go,
-// built in a module of its own (a user's module, with a replace directive
-// to this repository) and run against an empty database and the fake API,
-// from nothing to one email delivered by the embedded worker.
+// Package readme holds the tests that the Go of the README and the docs
+// works as a reader would use it. TestQuickStart: the README's quick start,
+// its Go snippets in order one main.go, is built in a module of its own (a
+// user's module, with a replace directive to this repository) and run
+// against an empty database and the fake API, from nothing to one email
+// delivered by the embedded worker. TestDocsSnippetsCompile: every other
+// ```go block, of docs/*.md and of the README beyond the quick start, is
+// compiled in such a module: a block with a package clause as a package of
+// its own, any other as the body of a function, by default
+// func(ctx context.Context, pool *pgxpool.Pool) error, or of the one an
+// HTML comment on the line just before its fence names:
+//
+//	<!-- go-snippet: func(ctx, shutdownCtx context.Context, pool *pgxpool.Pool) error -->
+//
+// A block that does not compile fails the test, its error at the
+// Markdown's own line.
 package readme

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,53 @@ func snippets(t *testing.T, readme, heading string) []string {
 		out = append(out, m[1])
 	}
 	return out
+}
+
+// sectionLines returns the first and last line (1-based) of the README's
+// section titled heading: from its heading to the line before the next
+// "## " heading, or to the end.
+func sectionLines(t *testing.T, readme, heading string) (int, int) {
+	t.Helper()
+	lines := strings.Split(readme, "\n")
+	first := slices.Index(lines, heading)
+	if first < 0 {
+		t.Fatalf("README.md has no section %q", heading)
+	}
+	last := len(lines)
+	for i := first + 1; i < len(lines); i++ {
+		if strings.HasPrefix(lines[i], "## ") {
+			last = i
+			break
+		}
+	}
+	return first + 1, last
+}
+
+// userModuleEnv is the environment of the go command in a user's module:
+// its own go.mod, no workspace.
+var userModuleEnv = []string{"GOFLAGS=-mod=mod", "GOWORK=off"}
+
+// userModule writes files (slash-separated names) into a new module named
+// path, as a user's module would be, and makes it require this repository
+// at repo, as the README's shell lines do: go mod init, the replace
+// directive of a clone (go get @latest would fetch a release instead),
+// go mod tidy. It returns the module's directory.
+func userModule(t *testing.T, ctx context.Context, repo, path string, files map[string]string) string {
+	t.Helper()
+	mod := t.TempDir()
+	for name, text := range files {
+		p := filepath.Join(mod, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goCmd(t, ctx, mod, userModuleEnv, "mod", "init", path)
+	goCmd(t, ctx, mod, userModuleEnv, "mod", "edit", "-require", "github.com/sendonce/sendonce@v0.0.0", "-replace", "github.com/sendonce/sendonce="+repo)
+	goCmd(t, ctx, mod, userModuleEnv, "mod", "tidy")
+	return mod
 }
 
 // goCmd runs the go command in dir, failing the test with its output.
@@ -74,18 +122,9 @@ func TestQuickStart(t *testing.T) {
 		t.Fatalf("the quick start has %d Go snippets, want the program in pieces", len(code))
 	}
 
-	mod := t.TempDir()
-	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(strings.Join(code, "\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// What the README's shell lines do: go mod init, then the replace
-	// directive to a clone (go get @latest would fetch a release instead).
-	env := []string{"GOFLAGS=-mod=mod", "GOWORK=off"}
-	goCmd(t, ctx, mod, env, "mod", "init", "example.com/invoices")
-	goCmd(t, ctx, mod, env, "mod", "edit", "-require", "github.com/sendonce/sendonce@v0.0.0", "-replace", "github.com/sendonce/sendonce="+repo)
-	goCmd(t, ctx, mod, env, "mod", "tidy")
+	mod := userModule(t, ctx, repo, "example.com/invoices", map[string]string{"main.go": strings.Join(code, "\n")})
 	bin := filepath.Join(mod, "invoices")
-	goCmd(t, ctx, mod, env, "build", "-o", bin, ".")
+	goCmd(t, ctx, mod, userModuleEnv, "build", "-o", bin, ".")
 
 	fake := fakeapi.NewTest(t, fakeapi.Config{})
 	dbURL := pgtest.CreateDB(t, pgtest.ServerURL(t), "quickstart") // empty: not migrated

@@ -188,12 +188,19 @@ func (d *demo) run(ctx context.Context) error {
 	return rep.check()
 }
 
+// outboxPage is where `sendonce work` serves the outbox page by default
+// (its --http-addr, 127.0.0.1:9464).
+const outboxPage = "http://127.0.0.1:9464/outbox/"
+
 // keepUntilDone keeps the throwaway cluster up until ctx ends, saying how
-// to reach it.
+// to reach it: the commands, and a worker whose outbox page shows the run.
+// The fake API stays up too, as that worker's API.
 func (d *demo) keepUntilDone(ctx context.Context) {
 	d.printf("The throwaway PostgreSQL stays up until you press Ctrl-C. In another terminal:\n")
 	d.say("export DATABASE_URL='%s'", d.dbURL)
 	d.say("%s status", d.opts.Command)
+	d.say("OPENEMAIL_API_KEY=%s OPENEMAIL_BASE_URL=%s %s work --queue %s", demoAPIKey, d.fake.URL(), d.opts.Command, Queue)
+	d.say("and open %s: the outbox page, these intents in a browser.", outboxPage)
 	<-ctx.Done()
 	d.printf("\n")
 }

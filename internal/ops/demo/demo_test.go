@@ -1,12 +1,15 @@
 package demo_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -276,8 +279,67 @@ func TestRunOnYourDatabase(t *testing.T) {
 var portRE = regexp.MustCompile(`Up on 127\.0\.0\.1:(\d+) `)
 
 // keptRE matches the demo's instructions for its kept database, through
-// the status command that follows the export line.
-var keptRE = regexp.MustCompile(`stays up until you press Ctrl-C[^\n]*\n\s*export DATABASE_URL='[^']+'\n\s*\S+ status\n`)
+// the status command that follows the export line and the worker whose
+// outbox page shows the run.
+var keptRE = regexp.MustCompile(`stays up until you press Ctrl-C[^\n]*\n\s*export DATABASE_URL='[^']+'\n\s*\S+ status\n` +
+	`\s*OPENEMAIL_API_KEY=\S+ OPENEMAIL_BASE_URL=\S+ \S+ work [^\n]*\n[^\n]*/outbox/[^\n]*\n`)
+
+// keptWorkRE takes the worker command of the kept instructions apart:
+// its environment and its arguments after "work".
+var keptWorkRE = regexp.MustCompile(`(?m)^\s*(OPENEMAIL_API_KEY=\S+) (OPENEMAIL_BASE_URL=\S+) \S+ work (.*)$`)
+
+// outboxPageOfKept runs the worker command the kept demo printed (on a
+// free port rather than the default one, which another process may hold)
+// and returns the outbox page it serves at the URL it printed.
+func outboxPageOfKept(t *testing.T, out, databaseURL string) string {
+	t.Helper()
+	m := keptWorkRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Errorf("the demo kept its database but printed no worker command:\n%s", out)
+		return ""
+	}
+	args := append([]string{"work"}, strings.Fields(m[3])...)
+	cmd := exec.Command(sendonceBin, append(args, "--http-addr", "127.0.0.1:0")...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, m[1], m[2])
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_, _ = io.Copy(io.Discard, stdout)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the kept demo's worker after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	}()
+	lines := bufio.NewScanner(stdout)
+	page := ""
+	for page == "" && lines.Scan() {
+		if u, ok := strings.CutPrefix(lines.Text(), "sendonce work: the outbox page: "); ok {
+			page = u
+		}
+	}
+	if page == "" {
+		t.Errorf("the kept demo's worker printed no outbox page URL:\n%s", stderr.String())
+		return ""
+	}
+	resp, err := http.Get(page)
+	if err != nil {
+		t.Errorf("GET %s: %v", page, err)
+		return ""
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %d, %v", page, resp.StatusCode, err)
+	}
+	return string(body)
+}
 
 // markWriter writes to w and closes seen once what was written matches mark.
 type markWriter struct {
@@ -300,7 +362,7 @@ func (m *markWriter) Write(p []byte) (int, error) {
 // the cluster is gone.
 func TestRunOnAThrowawayCluster(t *testing.T) {
 	t.Parallel()
-	var status string
+	var status, page string
 	o := runDemo(t, "", func(out string) {
 		m := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(out)
 		if m == nil {
@@ -314,11 +376,15 @@ func TestRunOnAThrowawayCluster(t *testing.T) {
 			t.Errorf("sendonce status on the kept database: %v\n%s", err, b)
 		}
 		status = string(b)
+		page = outboxPageOfKept(t, out, m[1])
 	})
 	if !regexp.MustCompile(`(?m)^sent\s+36$`).MatchString(status) {
 		t.Errorf("sendonce status on the kept database does not count the 36 sent invoices:\n%s", status)
 	}
-	for _, want := range []string{"sendonce status", "sendonce list --state sent", "it stays up below"} {
+	if !strings.Contains(page, `<span class="n">36</span><span class="l">sent</span>`) {
+		t.Errorf("the outbox page of the kept demo's worker does not count the 36 sent invoices:\n%.2000s", page)
+	}
+	for _, want := range []string{"sendonce status", "sendonce list --state sent", "sendonce work", "http://127.0.0.1:9464/outbox/", "it stays up below"} {
 		if !strings.Contains(o, want) {
 			t.Errorf("the demo's last lines do not say %q", want)
 		}

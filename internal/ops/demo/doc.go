@@ -82,7 +82,7 @@
 // only on River's leader. The demo does not wait for that: the killed
 // worker's lease (the demo's workers run with --lease 1s) lapses without its
 // heartbeat, and worker 2's sweeper hands the intents claimed under it to
-// new jobs, which replay them (README, "The guarantee, and its limits"); on
+// new jobs, which replay them (docs/guarantee.md, "A crash replays"); on
 // a database server that started moments before (the throwaway one) it
 // waits out the restart grace (5 s from the server's start) first. The
 // whole demo takes about ten seconds; the bounce step adds well under one.

@@ -177,7 +177,9 @@ func (d *demo) printReport(r *report) {
 		{cmd + " status", "intents by state, and the age of the oldest waiting one"},
 		{cmd + " list --state sent", "each intent: its key, the API's message id, replayed"},
 		{cmd + " suppression list", "the addresses not mailed again: bounced, complained, by hand"},
-		{"README.md", `"The guarantee, and its limits"; "Delivery webhooks"`},
+		{cmd + " work", "a worker; it serves the outbox page, " + outboxPage + ": these intents in a browser"},
+		{"docs/guarantee.md", "what sendonce promises, and its limits"},
+		{"docs/webhooks.md", "delivery webhooks, bounces and the suppression list"},
 		{"make test", "the test suite, with integration tests that kill workers mid-send"},
 	}
 	width := 0

@@ -20,7 +20,7 @@ import (
 )
 
 // EnvScreenshot, when set, makes TestBrowserRetry save a screenshot of the
-// overview to that file (the README's docs/outbox.png):
+// overview to that file (docs/outbox.png, in docs/outbox-page.md):
 //
 //	SENDONCE_SCREENSHOT=$PWD/docs/outbox.png go run ./internal/cmd/withpg -- go test -run TestBrowserRetry ./internal/ops/outboxui/
 const EnvScreenshot = "SENDONCE_SCREENSHOT"

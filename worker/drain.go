@@ -81,7 +81,20 @@ func (d *drain) slot(ctx context.Context) {
 		}
 		leasedAt, token, err := d.token(ctx)
 		if err != nil {
-			return
+			// The budget could not lease (the database is down, say):
+			// the slot tries again after the interval, as a failed claim
+			// does; only the end of ctx ends it.
+			if probe {
+				d.gate.again()
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			w.cfg.Logger.Warn("drain: cannot take a token of the send budget", "error", err)
+			if sleepCtx(ctx, d.interval) != nil {
+				return
+			}
+			continue
 		}
 		if !token && w.budget != nil {
 			if probe {

@@ -670,11 +670,7 @@ func serveWebhooks(o *workOptions, pool *pgxpool.Pool, secrets []string, ob *out
 	if signer != nil {
 		// The one-click unsubscribe endpoint, with the webhook receiver's
 		// limits: 1 MiB of body, the server's timeouts below.
-		u, err := unsubscribe.New(ob, signer, log, m.Registry)
-		if err != nil {
-			return nil, err
-		}
-		mux.Handle(unsubscribe.Pattern, u)
+		mux.Handle(unsubscribe.Pattern, unsubscribe.New(ob, signer, log, m.Unsubscribed))
 	}
 	ln, err := net.Listen("tcp", o.webhookAddr)
 	if err != nil {

@@ -79,6 +79,21 @@ func TestObserveCountsOutcomes(t *testing.T) {
 	}
 }
 
+// TestUnsubscribedCounts: the unsubscribe endpoint's count shows once an
+// address is unsubscribed, by topic and source, and not before.
+func TestUnsubscribedCounts(t *testing.T) {
+	m := metrics.New()
+	if strings.Contains(scrape(t, m), "sendonce_unsubscribes_total") {
+		t.Errorf("sendonce_unsubscribes_total is served before any unsubscribe")
+	}
+	m.Unsubscribed("digest", outbox.UnsubscribeOneClick)
+	m.Unsubscribed("digest", outbox.UnsubscribeOneClick)
+	m.Unsubscribed("digest", outbox.UnsubscribePage)
+	text := scrape(t, m)
+	wantLine(t, text, `sendonce_unsubscribes_total{source="`+outbox.UnsubscribeOneClick+`",topic="digest"} 2`)
+	wantLine(t, text, `sendonce_unsubscribes_total{source="`+outbox.UnsubscribePage+`",topic="digest"} 1`)
+}
+
 func TestInstrumentTransportCountsEveryAttempt(t *testing.T) {
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

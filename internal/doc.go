@@ -25,7 +25,8 @@
 //
 //	testkit/  kits for tests: a migrated test database (pgtest), outbox
 //	          assertions (outboxtest), a goroutine-safe buffer (syncbuf),
-//	          the address forms' table (addrforms).
+//	          the address forms' table (addrforms), the poison intents of
+//	          the bench and the integration test (poison).
 //	checks/   tests of the repository itself: the README's quick start runs
 //	          (readme), docker-compose.yml loads (composecheck).
 //	bench/    the benchmark harness behind `make bench`.

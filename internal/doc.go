@@ -27,7 +27,8 @@
 //	          assertions (outboxtest), a goroutine-safe buffer (syncbuf),
 //	          the address forms' table (addrforms), the poison intents of
 //	          the bench and the integration test (poison).
-//	checks/   tests of the repository itself: the README's quick start runs
+//	checks/   tests of the repository itself: the README's quick start runs,
+//	          and a user's module gets none of the command's dependencies
 //	          (readme).
 //	cmd/      the developers' commands: sysdeps, withpg.
 //

@@ -10,8 +10,10 @@
 
 FROM golang:1.26 AS build
 WORKDIR /src
-# Modules first, so a change to the code does not download them again.
-COPY go.mod go.sum ./
+# Modules first, so a change to the code does not download them again: the
+# workspace (go.work) of the library's module and the command's (cmd/).
+COPY go.work go.work.sum go.mod go.sum ./
+COPY cmd/go.mod cmd/go.sum ./cmd/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # Static binaries (pgx is pure Go), so the runtime image needs no libc.

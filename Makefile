@@ -1,7 +1,12 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test soak bench build
+# The workspace's two modules (go.work): the library (.) and the command
+# (./cmd, its own go.mod; see docs/modules.md). `./...` alone stops at
+# cmd/go.mod, so vet and test name both.
+PKGS = ./... ./cmd/...
+
+.PHONY: demo test soak bench build tidy
 
 ## demo: the main job on its embedded default (throwaway PostgreSQL, fake API);
 ## installs PostgreSQL's server package first when it is missing
@@ -14,8 +19,8 @@ demo:
 ## the pooler tests; see internal/machine/sysdeps), saying what it runs.
 test:
 	$(GO) run ./internal/cmd/sysdeps postgresql chromium pgbouncer
-	$(GO) vet ./...
-	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) vet $(PKGS)
+	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## soak: the randomized whole-system test (integration.TestSystem) for 20
 ## minutes: seeds one after another from SOAK_SEED (default 1); a failing seed
@@ -29,10 +34,19 @@ soak:
 
 ## bench: throughput, latency and memory against a throwaway durable PostgreSQL
 ## (or BENCH_DATABASE_URL / DATABASE_URL); prints the table and writes BENCHMARKS.md.
-## BENCHFLAGS=-quick for one smaller run; see `go run ./internal/cmd/bench -h`.
+## BENCHFLAGS=-quick for one smaller run; see `go run ./cmd/internal/cmd/bench -h`.
 bench:
-	$(GO) run ./internal/cmd/bench $(BENCHFLAGS)
+	$(GO) run ./cmd/internal/cmd/bench $(BENCHFLAGS)
 
-## build: the two binaries into ./bin
+## build: the two binaries into ./bin (named: ./cmd/... also holds the bench's
+## command, cmd/internal/cmd/bench)
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -o bin/ ./cmd/sendonce ./cmd/openemail-fake
+
+## tidy: go mod tidy in both modules. cmd/go.mod requires the library at a
+## version go.work stands in for, which go mod tidy (it ignores go.work) cannot
+## fetch: the command's tidy runs with a replace to this checkout, dropped after.
+tidy:
+	$(GO) mod tidy
+	cd cmd && $(GO) mod edit -replace github.com/sendonce/sendonce=.. && \
+		{ $(GO) mod tidy; s=$$?; $(GO) mod edit -dropreplace github.com/sendonce/sendonce; exit $$s; }

@@ -151,8 +151,9 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// watchSources reads every source file of the module except this suite's
-// own (the test binary already depends on those).
+// watchSources reads every source file of the checkout, the command's
+// module (cmd/) and go.work included, except this suite's own (the test
+// binary already depends on those).
 func watchSources(root string) {
 	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -165,7 +166,7 @@ func watchSources(root string) {
 			}
 			return nil
 		}
-		if strings.HasSuffix(name, ".go") || strings.HasSuffix(name, ".sql") || name == "go.mod" || name == "go.sum" {
+		if strings.HasSuffix(name, ".go") || strings.HasSuffix(name, ".sql") || name == "go.mod" || name == "go.sum" || name == "go.work" || name == "go.work.sum" {
 			if f, err := os.Open(p); err == nil {
 				f.Close()
 			}

@@ -11,8 +11,8 @@ import (
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/base/budget"
-	"github.com/sendonce/sendonce/internal/bench"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/poison"
 )
 
 // TestPoisonIntents drains 1,000 intents with one `sendonce work` and no
@@ -28,16 +28,16 @@ func TestPoisonIntents(t *testing.T) {
 	setup(t)
 	const n = 1000
 	var spans [2]time.Duration
-	for i, poison := range []bool{false, true} {
-		name := map[bool]string{false: "alone", true: "poison"}[poison]
+	for i, withPoison := range []bool{false, true} {
+		name := map[bool]string{false: "alone", true: "poison"}[withPoison]
 		rng := rngFor("poison-" + name)
-		srv := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{apiKey}, Seed: seedFor("poison-" + name), Faults: bench.PoisonFaults(poison)})
+		srv := fakeapi.NewTest(t, fakeapi.Config{APIKeys: []string{apiKey}, Seed: seedFor("poison-" + name), Faults: poison.Faults(withPoison)})
 		dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "poison_"+name)
 		ordinary := makeIntents(rng, fmt.Sprintf("ord-%s-%d", name, suite.seed), n)
 		all := ordinary
-		if poison {
-			all = bench.WithPoison(ordinary, func(i int) intent {
-				return emailIntent(fmt.Sprintf("%s%d", bench.PoisonPrefix, i), fmt.Sprintf("poison-%d@example.test", i))
+		if withPoison {
+			all = poison.Among(ordinary, func(i int) intent {
+				return emailIntent(fmt.Sprintf("%s%d", poison.Prefix, i), fmt.Sprintf("poison-%d@example.test", i))
 			})
 		}
 		enqueueGo(t, pool, all)
@@ -50,9 +50,9 @@ func TestPoisonIntents(t *testing.T) {
 			return err == nil && o["sent"] == n, fmt.Sprint(o, err)
 		})
 		var poisonTries int
-		spans[i], poisonTries = bench.DrainSpan(srv.Requests(), bench.PoisonPrefix)
+		spans[i], poisonTries = poison.DrainSpan(srv.Requests(), poison.Prefix)
 		w.stop(t)
-		if poison {
+		if withPoison {
 			rows, err := pool.Query(context.Background(), `SELECT idempotency_key, state, attempts, coalesce(last_error, '') FROM sendonce_outbox
 				WHERE idempotency_key LIKE 'poison:%' ORDER BY 1`)
 			if err != nil {

@@ -4,7 +4,7 @@
 //
 //	base/     under outbox and worker: the River job kinds (sendjob), the
 //	          rate budget (budget), the address rules (suppress), cron specs
-//	          (cronspec), trace context (tracing), the pending-migration
+//	          (cronspec), the pending-migration
 //	          error (schemaerr), the unsubscribe tokens (unsub), plans for
 //	          reads by unsettled state (planguard). They import nothing of
 //	          sendonce's but migrations and each other.
@@ -13,10 +13,10 @@
 //	          what the API answered, rescue what a crashed worker left. Used
 //	          by package worker and the operator surfaces.
 //	          (above it: the public worker)
-//	ops/      the operator surfaces of cmd/sendonce: /metrics (metrics), the
-//	          HTTP server (httpserver), the outbox page (outboxui), the
-//	          one-click unsubscribe endpoint (unsubscribe), the embedded
-//	          default of `sendonce demo` (demo).
+//	ops/      the operator surfaces of cmd/sendonce: the HTTP server
+//	          (httpserver), the one-click unsubscribe endpoint
+//	          (unsubscribe); /metrics, the outbox page and `sendonce demo`
+//	          are in cmd/internal/ops (below).
 //	machine/  PostgreSQL and its companions on this machine: a throwaway
 //	          cluster (pgcluster), a throwaway PgBouncer (pgbouncer), the
 //	          system packages they need (sysdeps). For demo, tests and tools.
@@ -25,11 +25,22 @@
 //
 //	testkit/  kits for tests: a migrated test database (pgtest), outbox
 //	          assertions (outboxtest), a goroutine-safe buffer (syncbuf),
-//	          the address forms' table (addrforms).
-//	checks/   tests of the repository itself: the README's quick start runs
-//	          and the docs' Go snippets compile (readme), every relative
-//	          link of the Markdown leads somewhere (links),
-//	          docker-compose.yml loads (composecheck).
-//	bench/    the benchmark harness behind `make bench`.
-//	cmd/      the developers' commands: bench, sysdeps, withpg.
+//	          the address forms' table (addrforms), the poison intents of
+//	          the bench and the integration test (poison).
+//	checks/   tests of the repository itself: the README's quick start runs,
+//	          the docs' Go snippets compile, and a user's module gets none of
+//	          the command's dependencies (readme); every relative link of the
+//	          Markdown leads somewhere (links).
+//	cmd/      the developers' commands: sysdeps, withpg.
+//
+// The command's module (cmd/go.mod, see docs/modules.md) has a tree of the
+// same shape, cmd/internal, for the packages that need a dependency a
+// library user should not inherit; each keeps the place and the layer it had
+// here: cmd/internal/base/tracing (the OpenTelemetry SDK and exporters of
+// `sendonce work`), cmd/internal/ops/metrics (/metrics, Prometheus),
+// cmd/internal/ops/outboxui (the outbox page; chromedp in its tests),
+// cmd/internal/ops/demo (`sendonce demo`, progressbar),
+// cmd/internal/checks/composecheck (docker-compose.yml loads, compose-go),
+// cmd/internal/bench and cmd/internal/cmd/bench (the benchmark harness and
+// command behind `make bench`).
 package internal

@@ -9,11 +9,22 @@ import (
 
 const module = "github.com/sendonce/sendonce/"
 
+// layerPath is pkg's path in the layout: inside the module, with the
+// command's module's cmd/internal/X standing for internal/X (the packages
+// that moved there for their dependencies keep their layer).
+func layerPath(pkg string) string {
+	p := strings.TrimPrefix(pkg, module)
+	if rest, ok := strings.CutPrefix(p, "cmd/internal/"); ok {
+		return "internal/" + rest
+	}
+	return p
+}
+
 // rank is a production package's layer: it may import only packages of a
 // lower rank, or of its own folder's rank. The public packages sit between
 // the internal layers, as the doc comment of package internal draws them.
 func rank(pkg string) (int, bool) {
-	p := strings.TrimPrefix(pkg, module)
+	p := layerPath(pkg)
 	switch {
 	case p == "migrations", p == "client", p == "fakeapi":
 		return 0, true
@@ -37,9 +48,10 @@ func rank(pkg string) (int, bool) {
 
 // TestLayers holds the layout's rule: production code imports only from
 // layers below its own (or its own), and never a test kit, a check, the
-// bench or a developers' command.
+// bench or a developers' command. It reads both modules of the workspace
+// (go.work): the library's and the command's (cmd/).
 func TestLayers(t *testing.T) {
-	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...", "../cmd/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
@@ -68,7 +80,7 @@ func TestLayers(t *testing.T) {
 				t.Errorf("%s imports %s, which production code may not import", p.ImportPath, imp)
 			case to > from:
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports run downwards only", p.ImportPath, from, imp, to)
-			case to == from && from != 10 && from != 50 && !strings.HasPrefix(imp, module+"internal/"):
+			case to == from && from != 10 && from != 50 && !strings.HasPrefix(layerPath(imp), "internal/"):
 				t.Errorf("%s imports %s of its own layer", p.ImportPath, imp)
 			}
 		}

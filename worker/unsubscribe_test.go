@@ -39,11 +39,7 @@ func unsubHarness(t *testing.T, logs *bytes.Buffer) (*harness, *httptest.Server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := unsubscribe.New(h.ob, signer, log, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux.Handle(unsubscribe.Pattern, u)
+	mux.Handle(unsubscribe.Pattern, unsubscribe.New(h.ob, signer, log, nil))
 	return h, srv
 }
 

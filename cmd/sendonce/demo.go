@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sendonce/sendonce/internal/ops/demo"
+	"github.com/sendonce/sendonce/cmd/internal/ops/demo"
 )
 
 func (a *app) demoCommand() *cobra.Command {

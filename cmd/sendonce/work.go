@@ -16,11 +16,11 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/sendonce/sendonce/client"
-	"github.com/sendonce/sendonce/internal/base/tracing"
+	"github.com/sendonce/sendonce/cmd/internal/base/tracing"
+	"github.com/sendonce/sendonce/cmd/internal/ops/metrics"
+	"github.com/sendonce/sendonce/cmd/internal/ops/outboxui"
 	"github.com/sendonce/sendonce/internal/base/unsub"
 	"github.com/sendonce/sendonce/internal/ops/httpserver"
-	"github.com/sendonce/sendonce/internal/ops/metrics"
-	"github.com/sendonce/sendonce/internal/ops/outboxui"
 	"github.com/sendonce/sendonce/internal/ops/unsubscribe"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/webhook"
@@ -676,11 +676,7 @@ func serveWebhooks(o *workOptions, pool *pgxpool.Pool, secrets []string, ob *out
 	if signer != nil {
 		// The one-click unsubscribe endpoint, with the webhook receiver's
 		// limits: 1 MiB of body, the server's timeouts below.
-		u, err := unsubscribe.New(ob, signer, log, m.Registry)
-		if err != nil {
-			return nil, err
-		}
-		mux.Handle(unsubscribe.Pattern, u)
+		mux.Handle(unsubscribe.Pattern, unsubscribe.New(ob, signer, log, m.Unsubscribed))
 	}
 	ln, err := net.Listen("tcp", o.webhookAddr)
 	if err != nil {

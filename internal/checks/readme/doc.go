@@ -13,5 +13,8 @@
 //	<!-- go-snippet: func(ctx, shutdownCtx context.Context, pool *pgxpool.Pool) error -->
 //
 // A block that does not compile fails the test, its error at the
-// Markdown's own line.
+// Markdown's own line. TestLibraryModule: a module that imports outbox and
+// worker alone has none of the command's dependencies (cobra, chromedp,
+// compose-go, progressbar, River UI, Prometheus, the OTel exporters) in its
+// module graph.
 package readme

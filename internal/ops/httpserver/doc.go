@@ -7,7 +7,7 @@
 //	                timeout; 503 and the reason otherwise, or while draining
 //	GET /metrics    Prometheus exposition
 //	    /riverui/   the River UI and its API (/riverui/api/...)
-//	    /outbox/    the outbox page (package internal/ops/outboxui)
+//	    /outbox/    the outbox page (package cmd/internal/ops/outboxui)
 //
 // The River UI can cancel, retry and delete jobs, and the outbox page retry
 // and cancel intents, so both are guarded alike: when a token is

@@ -16,8 +16,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sendonce/sendonce/internal/base/unsub"
 	"github.com/sendonce/sendonce/outbox"
 )
@@ -38,26 +36,22 @@ type Handler struct {
 	store   Store
 	signer  *unsub.Signer
 	log     *slog.Logger
-	counter *prometheus.CounterVec
+	counted func(topic, source string)
 }
 
-// New returns the handler. reg, when set, gets the counter
-// sendonce_unsubscribes_total{topic,source}.
-func New(store Store, signer *unsub.Signer, log *slog.Logger, reg prometheus.Registerer) (*Handler, error) {
+// New returns the handler. counted, when set, is called once for each
+// address newly unsubscribed, with its topic and source (the command
+// counts them in sendonce_unsubscribes_total{topic,source}; a function
+// rather than a Prometheus registry keeps Prometheus out of the library's
+// module, whose worker tests serve this endpoint).
+func New(store Store, signer *unsub.Signer, log *slog.Logger, counted func(topic, source string)) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{store: store, signer: signer, log: log, counter: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "sendonce",
-		Name:      "unsubscribes_total",
-		Help:      "Addresses unsubscribed from a topic by this process's unsubscribe endpoint, by topic and source (one-click, page); a repeated unsubscribe is not counted.",
-	}, []string{"topic", "source"})}
-	if reg != nil {
-		if err := reg.Register(h.counter); err != nil {
-			return nil, err
-		}
+	if counted == nil {
+		counted = func(string, string) {}
 	}
-	return h, nil
+	return &Handler{store: store, signer: signer, log: log, counted: counted}
 }
 
 var page = template.Must(template.New("page").Parse(`<!doctype html>
@@ -126,7 +120,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if added {
-			h.counter.WithLabelValues(topic, source).Inc()
+			h.counted(topic, source)
 			h.log.Info("unsubscribed", "topic", topic, "source", source)
 		}
 		if source == outbox.UnsubscribePage || strings.Contains(r.Header.Get("Accept"), "text/html") {

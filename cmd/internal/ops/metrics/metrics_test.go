@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sendonce/sendonce/internal/ops/metrics"
+	"github.com/sendonce/sendonce/cmd/internal/ops/metrics"
 	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/outbox"
@@ -77,6 +77,21 @@ func TestObserveCountsOutcomes(t *testing.T) {
 			t.Errorf("exposition lacks the %s collector", name)
 		}
 	}
+}
+
+// TestUnsubscribedCounts: the unsubscribe endpoint's count shows once an
+// address is unsubscribed, by topic and source, and not before.
+func TestUnsubscribedCounts(t *testing.T) {
+	m := metrics.New()
+	if strings.Contains(scrape(t, m), "sendonce_unsubscribes_total") {
+		t.Errorf("sendonce_unsubscribes_total is served before any unsubscribe")
+	}
+	m.Unsubscribed("digest", outbox.UnsubscribeOneClick)
+	m.Unsubscribed("digest", outbox.UnsubscribeOneClick)
+	m.Unsubscribed("digest", outbox.UnsubscribePage)
+	text := scrape(t, m)
+	wantLine(t, text, `sendonce_unsubscribes_total{source="`+outbox.UnsubscribeOneClick+`",topic="digest"} 2`)
+	wantLine(t, text, `sendonce_unsubscribes_total{source="`+outbox.UnsubscribePage+`",topic="digest"} 1`)
 }
 
 func TestInstrumentTransportCountsEveryAttempt(t *testing.T) {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/testkit/poison"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -103,11 +103,11 @@ func (s *Trouble) Run(ctx context.Context, env *Env) error {
 // drainPoison drains the ordinary intents alone, then beside the poison.
 func (s *Trouble) drainPoison(ctx context.Context, env *Env, bin string) error {
 	var spans [2]time.Duration
-	for i, poison := range []bool{false, true} {
+	for i, withPoison := range []bool{false, true} {
 		if err := env.Reset(ctx); err != nil {
 			return err
 		}
-		srv := fakeapi.New(fakeapi.Config{APIKeys: []string{APIKey}, Faults: PoisonFaults(poison)})
+		srv := fakeapi.New(fakeapi.Config{APIKeys: []string{APIKey}, Faults: poison.Faults(withPoison)})
 		url, err := srv.Start("127.0.0.1:0")
 		if err != nil {
 			return fmt.Errorf("bench: poison: %w", err)
@@ -118,9 +118,9 @@ func (s *Trouble) drainPoison(ctx context.Context, env *Env, bin string) error {
 			return err
 		}
 		intents := Intents("ord", poisonN)
-		if poison {
-			intents = WithPoison(intents, func(i int) outbox.Intent {
-				return outbox.Intent{Key: fmt.Sprintf("%s%d", PoisonPrefix, i), Kind: outbox.KindEmail, Payload: Payload(poisonN + i)}
+		if withPoison {
+			intents = poison.Among(intents, func(i int) outbox.Intent {
+				return outbox.Intent{Key: fmt.Sprintf("%s%d", poison.Prefix, i), Kind: outbox.KindEmail, Payload: Payload(poisonN + i)}
 			})
 		}
 		if err := EnqueueBatches(ctx, env.Admin, ob, intents, 1000); err != nil {
@@ -139,8 +139,8 @@ func (s *Trouble) drainPoison(ctx context.Context, env *Env, bin string) error {
 			return err
 		}
 		var tries int
-		spans[i], tries = DrainSpan(srv.Requests(), PoisonPrefix)
-		if poison {
+		spans[i], tries = poison.DrainSpan(srv.Requests(), poison.Prefix)
+		if withPoison {
 			var pending int
 			if err := env.Admin.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox WHERE idempotency_key LIKE 'poison:%' AND state = $1`,
 				string(outbox.StatePending)).Scan(&pending); err != nil {
@@ -279,49 +279,3 @@ func (s *Trouble) Notes() []string {
 
 // Close removes the built binary.
 func (s *Trouble) Close() error { return s.fleet.Close() }
-
-// PoisonPrefix starts the keys of the poison intents of the trouble
-// scenario and its integration test.
-const PoisonPrefix = "poison:"
-
-// PoisonFaults are the fake API's faults in the poison scenario: with
-// poison, every request of a key that starts with PoisonPrefix is answered
-// 429 with no Retry-After, forever; without, none.
-func PoisonFaults(poison bool) []fakeapi.Fault {
-	if !poison {
-		return nil
-	}
-	return []fakeapi.Fault{{Kind: fakeapi.FaultRateLimit, Key: PoisonPrefix}}
-}
-
-// WithPoison is ordinary (at least 700 intents) with the two poison
-// intents, poison(0) and poison(1), placed after its 300th and its 700th.
-func WithPoison[T any](ordinary []T, poison func(i int) T) []T {
-	out := make([]T, 0, len(ordinary)+2)
-	out = append(out, ordinary[:300]...)
-	out = append(out, poison(0))
-	out = append(out, ordinary[300:700]...)
-	out = append(out, poison(1))
-	return append(out, ordinary[700:]...)
-}
-
-// DrainSpan is how long the requests took to drain the intents whose keys
-// do not start with except: from the first such request's arrival to the
-// last successful answer. skipped counts the requests left out (the poison
-// intents' tries, in the trouble scenario and its integration test).
-func DrainSpan(reqs []fakeapi.RequestRecord, except string) (span time.Duration, skipped int) {
-	var first, last time.Time
-	for _, r := range reqs {
-		if strings.HasPrefix(r.IdempotencyKey, except) {
-			skipped++
-			continue
-		}
-		if first.IsZero() || r.ReceivedAt.Before(first) {
-			first = r.ReceivedAt
-		}
-		if r.Status < 300 && r.AnsweredAt.After(last) {
-			last = r.AnsweredAt
-		}
-	}
-	return last.Sub(first), skipped
-}

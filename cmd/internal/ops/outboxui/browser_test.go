@@ -22,7 +22,7 @@ import (
 // EnvScreenshot, when set, makes TestBrowserRetry save a screenshot of the
 // overview to that file (docs/outbox.png, in docs/outbox-page.md):
 //
-//	SENDONCE_SCREENSHOT=$PWD/docs/outbox.png go run ./internal/cmd/withpg -- go test -run TestBrowserRetry ./internal/ops/outboxui/
+//	SENDONCE_SCREENSHOT=$PWD/docs/outbox.png go run ./internal/cmd/withpg -- go test -run TestBrowserRetry ./cmd/internal/ops/outboxui/
 const EnvScreenshot = "SENDONCE_SCREENSHOT"
 
 // browser starts a headless Chromium for the test, sending auth as the

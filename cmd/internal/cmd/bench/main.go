@@ -2,7 +2,7 @@
 // under an API rate limit against a durable PostgreSQL and writes the
 // results to BENCHMARKS.md:
 //
-//	go run ./internal/cmd/bench [-runs 3] [-quick] [-only drain,enqueue] [-cpuprofile FILE]
+//	go run ./cmd/internal/cmd/bench [-runs 3] [-quick] [-only drain,enqueue] [-cpuprofile FILE]
 //
 // It uses the server in BENCH_DATABASE_URL or DATABASE_URL when one is set
 // (creating and dropping a database of its own there), and otherwise starts
@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sendonce/sendonce/internal/bench"
+	"github.com/sendonce/sendonce/cmd/internal/bench"
 )
 
 func main() {

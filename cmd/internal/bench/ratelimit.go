@@ -180,7 +180,13 @@ func (s *RateLimited) binary(ctx context.Context, env *Env) (string, error) {
 	return filepath.Join(s.tmpDir, "sendonce"), s.buildErr
 }
 
-// buildSendonce builds ./cmd/sendonce of the module the benchmark runs in
+// sendoncePkg is the command the scenarios run, named by import path
+// rather than as ./cmd/sendonce: the bench runs from the repository's root
+// (make bench) or from its own package's directory (go test), in either of
+// the workspace's two modules, and the import path builds from both.
+const sendoncePkg = "github.com/sendonce/sendonce/cmd/sendonce"
+
+// buildSendonce builds cmd/sendonce of the checkout the benchmark runs in
 // into a new temporary directory, which it returns (the binary is
 // "sendonce" in it). who names the scenario in the progress line.
 func buildSendonce(ctx context.Context, env *Env, who string) (string, error) {
@@ -194,7 +200,7 @@ func buildSendonce(ctx context.Context, env *Env, who string) (string, error) {
 		return "", err
 	}
 	env.Logf("%s: building ./cmd/sendonce", who)
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "sendonce"), "./cmd/sendonce")
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "sendonce"), sendoncePkg)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return dir, fmt.Errorf("bench: go build ./cmd/sendonce: %v: %s", err, tail(string(out), 400))

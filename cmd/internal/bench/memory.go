@@ -84,7 +84,7 @@ func (s *Memory) build(ctx context.Context, env *Env) error {
 		return err
 	}
 	env.Logf("memory: building ./cmd/sendonce")
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(s.tmpDir, "sendonce"), "./cmd/sendonce")
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(s.tmpDir, "sendonce"), sendoncePkg)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("bench: go build ./cmd/sendonce: %v: %s", err, tail(string(out), 400))

@@ -18,9 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/cmd/internal/ops/outboxui"
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/ops/httpserver"
-	"github.com/sendonce/sendonce/internal/ops/outboxui"
 	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/internal/testkit/syncbuf"

@@ -51,6 +51,8 @@ type Metrics struct {
 	budgetWait    prometheus.Histogram
 	budgetSnoozes prometheus.Counter
 	rateLimited   prometheus.Counter
+
+	unsubscribes *prometheus.CounterVec
 }
 
 // New makes the collectors and registers them, with the Go runtime and
@@ -111,6 +113,11 @@ func New() *Metrics {
 			Name:      "rate_limited_total",
 			Help:      "Sends the API answered with 429; each slows the whole fleet down.",
 		}),
+		unsubscribes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "unsubscribes_total",
+			Help:      "Addresses unsubscribed from a topic by this process's unsubscribe endpoint, by topic and source (one-click, page); a repeated unsubscribe is not counted.",
+		}, []string{"topic", "source"}),
 	}
 	// Every kind and result starts at zero, so a rate() over a result that
 	// has not happened yet is 0 rather than absent.
@@ -126,8 +133,16 @@ func New() *Metrics {
 		m.sends, m.replays, m.retries, m.callDuration,
 		m.apiRequests, m.apiDuration, m.apiErrors,
 		m.budgetWait, m.budgetSnoozes, m.rateLimited,
+		m.unsubscribes,
 	)
 	return m
+}
+
+// Unsubscribed counts an address newly unsubscribed from topic by the
+// unsubscribe endpoint, by source (one-click, page): the counted function
+// of unsubscribe.New. The counter has no series until the first one.
+func (m *Metrics) Unsubscribed(topic, source string) {
+	m.unsubscribes.WithLabelValues(topic, source).Inc()
 }
 
 // Handler serves the registry in the Prometheus exposition format.

@@ -5,7 +5,7 @@
 // applications can enqueue next to a plain INSERT, how long an email takes
 // from commit to delivery, how much memory the worker process needs, and how much of an API's rate limit a
 // fleet of workers turns into sends. `make bench` runs it all through the
-// command internal/cmd/bench and writes the table to BENCHMARKS.md.
+// command cmd/internal/cmd/bench and writes the table to BENCHMARKS.md.
 //
 // # Why it looks the way it does
 //
@@ -58,7 +58,7 @@
 //	res, err := bench.DrainOutbox(ctx, env, bench.DrainParams{N: 10_000, Concurrency: 100})
 //	fmt.Printf("%.0f intents/s\n", res.Rate())
 //
-// The package's Go benchmarks (go test -bench . ./internal/bench) time
+// The package's Go benchmarks (go test -bench . ./cmd/internal/bench) time
 // the enqueue paths alone, on the test suite's throwaway database, which
 // runs without fsync: they compare code, not machines.
 package bench

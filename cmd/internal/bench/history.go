@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/cmd/internal/ops/metrics"
+	"github.com/sendonce/sendonce/cmd/internal/ops/outboxui"
 	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
-	"github.com/sendonce/sendonce/internal/ops/metrics"
-	"github.com/sendonce/sendonce/internal/ops/outboxui"
 	"github.com/sendonce/sendonce/outbox"
 )
 

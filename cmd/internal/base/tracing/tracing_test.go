@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/sendonce/sendonce/internal/base/tracing"
+	"github.com/sendonce/sendonce/cmd/internal/base/tracing"
 )
 
 // clearEnv unsets every variable that could turn tracing on (t.Setenv

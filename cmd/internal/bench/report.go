@@ -114,7 +114,7 @@ func (r *Report) Summary() string {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
-	b.WriteString("Written by `make bench` (`go run ./internal/cmd/bench`); do not edit by hand, run it again.\n\n")
+	b.WriteString("Written by `make bench` (`go run ./cmd/internal/cmd/bench`); do not edit by hand, run it again.\n\n")
 	b.WriteString(r.header() + "\n")
 	b.WriteString(Markdown(r.Rows) + "\n")
 	b.WriteString(r.goals() + "\n")

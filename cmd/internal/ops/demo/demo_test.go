@@ -24,7 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sendonce/sendonce/internal/ops/demo"
+	"github.com/sendonce/sendonce/cmd/internal/ops/demo"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 	"github.com/sendonce/sendonce/migrations"

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -92,5 +93,83 @@ func TestAdvDrainedSnoozesDoNotCountAsAttempts(t *testing.T) {
 	}
 	if n := len(fake.Deliveries()); n != outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent'`) {
 		t.Errorf("%d deliveries for the sent rows", n)
+	}
+}
+
+// docs/runs-and-schedules.md, "Fair sharing": a run's members "wait for the
+// send budget behind" lone intents: "a password reset enqueued behind a
+// 100,000-email campaign ... takes one of the next tokens (behind at most
+// 20 ms of the campaign's sends)". A run whose members a SQL producer
+// inserted (a schedule's --sql-file, say) is drained; its members must
+// yield the budget to a lone intent as a Go-enqueued run's do. At 10/s, a
+// reset enqueued while the campaign drains must go out within a few
+// tokens.
+func TestAdvDrainedRunYieldsBudget(t *testing.T) {
+	for _, producer := range []string{"go", "sql"} {
+		t.Run(producer, func(t *testing.T) {
+			ctx, pool, ob, fake, c := e2eSetup(t)
+			const members = 150
+			body := func(to string) json.RawMessage {
+				return json.RawMessage(fmt.Sprintf(`{"from":"news@example.com","to":[%q],"subject":"News","text":"x"}`, to))
+			}
+			if producer == "go" {
+				run := outbox.Run{Key: "campaign"}
+				for i := range members {
+					run.Intents = append(run.Intents, outbox.Intent{Key: fmt.Sprintf("campaign:%d", i), Payload: body(fmt.Sprintf("m%d@example.com", i))})
+				}
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := ob.EnqueueRun(ctx, tx, run); return err }); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if _, err := pool.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('campaign')`); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, run_key)
+					SELECT 'campaign:' || i, 'email', jsonb_build_object('from', 'news@example.com', 'to', jsonb_build_array('m' || i || '@example.com'),
+						'subject', 'News', 'text', 'x'), 'campaign' FROM generate_series(0, $1 - 1) i`, members); err != nil {
+					t.Fatal(err)
+				}
+			}
+			limits, err := worker.ParseRateLimits("10/s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, pool, &worker.Config{Client: c, Concurrency: 10, RateLimits: limits})
+			if err := fake.WaitDeliveries(ctx, 15); err != nil {
+				t.Fatal(err)
+			}
+			enqueued := time.Now()
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "reset:1", Payload: body("reset@example.com")})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var took time.Duration
+			before := 0
+			for took == 0 {
+				n := 0
+				for _, d := range fake.Deliveries() {
+					if d.IdempotencyKey == "reset:1" {
+						took = d.DeliveredAt.Sub(enqueued)
+						before = n
+						break
+					}
+					n++
+				}
+				if took == 0 {
+					select {
+					case <-ctx.Done():
+						t.Fatal("the reset was never delivered")
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+			}
+			t.Logf("%s campaign: the reset went out %s after its enqueue, behind %d campaign deliveries (%d since its enqueue)",
+				producer, took.Round(time.Millisecond), before, before-15)
+			if took > 700*time.Millisecond {
+				t.Errorf("%s campaign: the reset waited %s behind the campaign at 10/s: the run's members did not yield the budget", producer, took.Round(time.Millisecond))
+			}
+		})
 	}
 }

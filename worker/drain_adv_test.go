@@ -173,3 +173,189 @@ func TestAdvDrainedRunYieldsBudget(t *testing.T) {
 		})
 	}
 }
+
+// A worker stopped with a short context while drained sends are in flight
+// (delivered, their answers held back): nothing is left sending, nothing
+// lost, and the next worker sends every intent once (the cut-off ones as
+// replays).
+func TestAdvDrainedStopMidSend(t *testing.T) {
+	t.Parallel()
+	ctx, pool, _, _, _ := e2eSetup(t)
+	f, err := fakeapi.ParseFault("latency_after=2s:method=POST:times=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := fakeapi.NewTest(t, fakeapi.Config{Faults: []fakeapi.Fault{f}})
+	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()), client.WithMaxRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	for i := range n {
+		insertSQL(t, pool, fmt.Sprintf("sql:stop:%d", i), fmt.Sprintf("s%d@example.com", i))
+	}
+	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.WaitDeliveries(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	began := time.Now()
+	_ = w.Stop(sctx)
+	cancel()
+	stopTook := time.Since(began)
+	if s := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sending'`); s != 0 {
+		t.Errorf("%d rows left sending after Stop", s)
+	}
+	cut := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'pending' AND uncertain`)
+	seen := newResults()
+	start(t, pool, &worker.Config{Client: c, Concurrency: 8, Send: worker.SendConfig{Observer: seen}})
+	seen.settled(t, ctx, n-outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent'`))
+	perKey := map[string]int{}
+	for _, d := range fake.Deliveries() {
+		perKey[d.IdempotencyKey]++
+	}
+	for k, c := range perKey {
+		if c != 1 {
+			t.Errorf("%s delivered %d times", k, c)
+		}
+	}
+	if len(perKey) != n {
+		t.Errorf("%d keys delivered, want %d", len(perKey), n)
+	}
+	if s := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state <> 'sent'`); s != 0 {
+		t.Errorf("%d rows not sent", s)
+	}
+	t.Logf("stop took %s; %d cut off; replayed %d; deliveries %d", stopTook.Round(time.Millisecond), cut,
+		outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE replayed`), len(fake.Deliveries()))
+}
+
+// A run whose members a SQL producer inserted, paused, resumed, rescheduled
+// an hour ahead and canceled while the drain sends it: once the sends in
+// flight at each step have ended, nothing more of it goes out while it is
+// paused, rescheduled or canceled; resumed, it goes on; no member twice.
+func TestAdvDrainedRunPauseRescheduleCancel(t *testing.T) {
+	t.Parallel()
+	ctx, pool, ob, fake, c := e2eSetup(t)
+	const members = 300
+	if _, err := pool.Exec(ctx, `INSERT INTO sendonce_run (key) VALUES ('camp')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, run_key)
+		SELECT 'camp:' || i, 'email', jsonb_build_object('from', 'news@example.com', 'to', jsonb_build_array('m' || i || '@example.com'),
+			'subject', 'News', 'text', 'x'), 'camp' FROM generate_series(0, $1 - 1) i`, members); err != nil {
+		t.Fatal(err)
+	}
+	limits, err := worker.ParseRateLimits("20/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, pool, &worker.Config{Client: c, Concurrency: 6, RateLimits: limits})
+	// settle waits for the run's sends in flight to end, then 3 sweep
+	// intervals, and returns the deliveries before and after those.
+	settle := func(what string) {
+		t.Helper()
+		for outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sending'`) > 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: rows still sending", what)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		before := len(fake.Deliveries())
+		time.Sleep(3 * time.Second) // nothing to await: an absence, over three sweeps
+		if after := len(fake.Deliveries()); after != before {
+			t.Errorf("%s: %d deliveries after the sends in flight ended (%d, then %d)", what, after-before, before, after)
+		}
+		t.Logf("%s: %d delivered", what, before)
+	}
+	if err := fake.WaitDeliveries(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.PauseRun(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	settle("paused")
+	if _, err := ob.ResumeRun(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.WaitDeliveries(ctx, len(fake.Deliveries())+20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.RescheduleRun(ctx, "camp", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	settle("rescheduled")
+	if _, err := ob.RescheduleRun(ctx, "camp", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.WaitDeliveries(ctx, len(fake.Deliveries())+20); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ob.CancelRun(ctx, "camp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle("canceled")
+	perKey := map[string]int{}
+	for _, d := range fake.Deliveries() {
+		perKey[d.IdempotencyKey]++
+	}
+	for k, n := range perKey {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", k, n)
+		}
+	}
+	sent := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent'`)
+	canceled := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'canceled'`)
+	if sent != len(perKey) || sent+canceled != members {
+		t.Errorf("%d sent, %d canceled, %d delivered keys, of %d members", sent, canceled, len(perKey), members)
+	}
+	t.Logf("canceled %d (left %d); %d sent", res.Canceled, res.Left, sent)
+}
+
+// Issue 7 of the brief: does an idle drain hold the fleet's quota? With a
+// quota of 1 a day and nothing sent yet, worker A (whose River client works
+// another queue) only drains, idle; worker B works the queue a Go intent
+// goes to. The intent must go out promptly: no real send used the quota.
+func TestAdvIdleDrainHoldsNoQuota(t *testing.T) {
+	t.Parallel()
+	ctx, pool, ob, fake, c := e2eSetup(t)
+	limits, err := worker.ParseRateLimits("1/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, pool, &worker.Config{Client: c, Concurrency: 4, RateLimits: limits, Queue: "elsewhere"})
+	// A's idle drain has leased its probe's token once the quota's row
+	// counts it.
+	for outboxtest.Value[int](t, pool, `SELECT coalesce(sum(used), 0)::int FROM sendonce_rate_quota`) == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the idle drain never leased a token")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	start(t, pool, &worker.Config{Client: c, Concurrency: 4, RateLimits: limits})
+	enqueued := time.Now()
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "go:one",
+			Payload: json.RawMessage(`{"from":"billing@example.com","to":["one@example.com"],"subject":"Invoice","text":"x"}`)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := fake.WaitDeliveries(wctx, 1); err != nil {
+		t.Fatalf("the only intent of the day, enqueued %s ago, is not delivered: %v (state %s, last error %q)",
+			time.Since(enqueued).Round(time.Second), err,
+			outboxtest.Value[string](t, pool, `SELECT state FROM sendonce_outbox`),
+			outboxtest.Value[string](t, pool, `SELECT coalesce(last_error, '') FROM sendonce_outbox`))
+	}
+	t.Logf("delivered %s after its enqueue", time.Since(enqueued).Round(time.Millisecond))
+}

@@ -108,7 +108,7 @@ func TestAdvDrainedRunYieldsBudget(t *testing.T) {
 	for _, producer := range []string{"go", "sql"} {
 		t.Run(producer, func(t *testing.T) {
 			ctx, pool, ob, fake, c := e2eSetup(t)
-			const members = 150
+			const members = 300
 			body := func(to string) json.RawMessage {
 				return json.RawMessage(fmt.Sprintf(`{"from":"news@example.com","to":[%q],"subject":"News","text":"x"}`, to))
 			}
@@ -138,37 +138,38 @@ func TestAdvDrainedRunYieldsBudget(t *testing.T) {
 			if err := fake.WaitDeliveries(ctx, 15); err != nil {
 				t.Fatal(err)
 			}
-			enqueued := time.Now()
-			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "reset:1", Payload: body("reset@example.com")})
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			var took time.Duration
-			before := 0
-			for took == 0 {
-				n := 0
-				for _, d := range fake.Deliveries() {
-					if d.IdempotencyKey == "reset:1" {
-						took = d.DeliveredAt.Sub(enqueued)
-						before = n
-						break
-					}
-					n++
+			// Eight resets, one after another: the budget serves its waiters
+			// in no fixed order, so one reset may be lucky; eight rarely all are.
+			var total time.Duration
+			for k := range 8 {
+				key := fmt.Sprintf("reset:%d", k)
+				enqueued := time.Now()
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: key, Payload: body(fmt.Sprintf("reset%d@example.com", k))})
+					return err
+				}); err != nil {
+					t.Fatal(err)
 				}
-				if took == 0 {
-					select {
-					case <-ctx.Done():
-						t.Fatal("the reset was never delivered")
-					case <-time.After(20 * time.Millisecond):
+				var took time.Duration
+				for took == 0 {
+					for _, d := range fake.Deliveries() {
+						if d.IdempotencyKey == key {
+							took = d.DeliveredAt.Sub(enqueued)
+						}
+					}
+					if took == 0 {
+						select {
+						case <-ctx.Done():
+							t.Fatalf("%s was never delivered", key)
+						case <-time.After(20 * time.Millisecond):
+						}
 					}
 				}
+				t.Logf("%s campaign: %s went out %s after its enqueue", producer, key, took.Round(time.Millisecond))
+				total += took
 			}
-			t.Logf("%s campaign: the reset went out %s after its enqueue, behind %d campaign deliveries (%d since its enqueue)",
-				producer, took.Round(time.Millisecond), before, before-15)
-			if took > 700*time.Millisecond {
-				t.Errorf("%s campaign: the reset waited %s behind the campaign at 10/s: the run's members did not yield the budget", producer, took.Round(time.Millisecond))
+			if mean := total / 8; mean > 400*time.Millisecond {
+				t.Errorf("%s campaign: a reset waited %s on average behind the campaign at 10/s: the run's members did not yield the budget", producer, mean.Round(time.Millisecond))
 			}
 		})
 	}

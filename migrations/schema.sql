@@ -747,6 +747,7 @@ CREATE TABLE public.sendonce_outbox (
     list_unsubscribe jsonb,
     next_attempt_at timestamp with time zone,
     rate_limited integer DEFAULT 0 NOT NULL,
+    tries integer DEFAULT 0 NOT NULL,
     CONSTRAINT sendonce_outbox_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT sendonce_outbox_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'canceled'::text, 'suppressed'::text]))),
     CONSTRAINT sendonce_outbox_topic_check CHECK (((topic IS NULL) OR ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text) AND (kind <> 'broadcast'::text)))),

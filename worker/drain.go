@@ -74,12 +74,35 @@ func (d *drain) halt(ctx context.Context) {
 // slot takes and sends one intent after another until ctx ends.
 func (d *drain) slot(ctx context.Context) {
 	w := d.w
+	// bulk says the slot's last intent was of a run: with none due
+	// outside runs then (a claim takes those first), the next is likely of
+	// a run too, and its token yields to the sends that are not.
+	bulk := false
 	for {
 		gen, probe, err := d.gate.wait(ctx)
 		if err != nil {
 			return
 		}
-		leasedAt, token, err := d.token(ctx)
+		if probe {
+			// A probe looks before it takes a token: an idle drain holds
+			// none of the fleet's budget or quota.
+			due, err := sendstate.AnyDue(ctx, w.pool)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				w.cfg.Logger.Warn("drain: cannot look for due intents", "error", err)
+				d.gate.again()
+				if sleepCtx(ctx, d.interval) != nil {
+					return
+				}
+				continue
+			case !due:
+				d.gate.shut(gen)
+				continue
+			}
+		}
+		leasedAt, token, err := d.token(ctx, bulk)
 		if err != nil {
 			// The budget could not lease (the database is down, say):
 			// the slot tries again after the interval, as a failed claim
@@ -126,20 +149,22 @@ func (d *drain) slot(ctx context.Context) {
 		case probe:
 			d.gate.open()
 		}
+		bulk = c.RunKey != ""
 		d.send(c, leasedAt, token)
 	}
 }
 
-// token waits for a token of the fleet's budget (none without a budget).
+// token waits for a token of the fleet's budget (none without a budget);
+// a bulk one yields to the sends waiting that are not.
 // When the budget names a later time, the slot sleeps until then and
 // returns without one.
-func (d *drain) token(ctx context.Context) (leasedAt time.Time, ok bool, err error) {
+func (d *drain) token(ctx context.Context, bulk bool) (leasedAt time.Time, ok bool, err error) {
 	b := d.w.budget
 	if b == nil {
 		return time.Time{}, false, nil
 	}
 	start := time.Now()
-	t, err := b.Acquire(ctx, maxBudgetWait, false)
+	t, err := b.Acquire(ctx, maxBudgetWait, bulk)
 	if err != nil {
 		return time.Time{}, false, err
 	}
@@ -158,7 +183,7 @@ func (d *drain) send(c *sendstate.DrainClaim, leasedAt time.Time, token bool) {
 	ctx, cancel := context.WithTimeout(d.work, d.timeout)
 	defer cancel()
 	ctx, span := w.tracer.Start(ctx, spanSend, trace.WithAttributes(attrKey.String(rec.Key), attrKind.String(string(rec.Kind))))
-	a := &attempt{w: w, jobAttempt: rec.Attempts, claimedAt: time.Now(), bulk: c.RunKey != "", span: span,
+	a := &attempt{w: w, jobAttempt: c.Tries, claimedAt: time.Now(), bulk: c.RunKey != "", span: span,
 		leasedAt: leasedAt, token: token, rateLimited: c.RateLimited, drained: true}
 	err := a.run(ctx, &c.Claimed)
 	endSend(span, err)

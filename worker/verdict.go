@@ -265,6 +265,7 @@ func (a *attempt) apply(ctx context.Context, v verdict, elapsed time.Duration) e
 		// The row keeps what River kept for a job: when the intent is
 		// due again, and its 429s in a row.
 		o.RateLimited, o.RetryIn = v.rateLimited, a.retryIn(v)
+		o.GiveBack = v.action == actSnooze || v.action == actRequeue
 	}
 	if err := a.markPending(ctx, o); err != nil {
 		return err

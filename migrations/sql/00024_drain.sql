@@ -7,7 +7,10 @@
 -- next_attempt_at is when a drained intent that will be tried again is due
 -- (the contract's backoff, or a Retry-After); NULL: due at send_at, or at
 -- once. rate_limited is the intent's 429s in a row, which a per-intent
--- River job kept in its metadata. An intent is due at
+-- River job kept in its metadata. tries is what River's attempt number
+-- was to a job: the claims whose attempt counted (a snooze, a send cut off
+-- by a stop or a crash gives its try back), which MaxAttempts and the
+-- backoff read; attempts still counts every claim. An intent is due at
 -- coalesce(next_attempt_at, send_at, created_at): the index below serves
 -- the drain's claim in that order, transactional intents (no run) before
 -- bulk ones, and holds only the job-less pending intents.
@@ -18,7 +21,8 @@
 -- again, should the migration stop half-way (an index left INVALID by a
 -- failed build is dropped and built again).
 ALTER TABLE sendonce_outbox ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
-    ADD COLUMN IF NOT EXISTS rate_limited integer NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS rate_limited integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS tries integer NOT NULL DEFAULT 0;
 -- +goose StatementBegin
 DO $$
 BEGIN
@@ -35,4 +39,5 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS sendonce_outbox_due_idx ON sendonce_outb
 
 -- +goose Down
 DROP INDEX IF EXISTS sendonce_outbox_due_idx;
-ALTER TABLE sendonce_outbox DROP COLUMN IF EXISTS next_attempt_at, DROP COLUMN IF EXISTS rate_limited;
+ALTER TABLE sendonce_outbox DROP COLUMN IF EXISTS next_attempt_at, DROP COLUMN IF EXISTS rate_limited,
+    DROP COLUMN IF EXISTS tries;

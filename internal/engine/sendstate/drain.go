@@ -19,6 +19,11 @@ type DrainClaim struct {
 	RateLimited int
 	// RunKey is the intent's run, or "": a send of a run is bulk.
 	RunKey string
+	// Tries is this attempt's number as River numbers a job's: the claims
+	// whose attempt counted, this one included (a snooze, or a send cut
+	// off by a stop or a crash, gives its try back). MaxAttempts and the
+	// backoff read it.
+	Tries int
 }
 
 // ClaimDue claims up to n due intents that have no River job of their own
@@ -55,9 +60,9 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
 					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
 					THEN `+suppressedSQL+` END,
-			next_attempt_at = NULL, updated_at = now()
+			next_attempt_at = NULL, tries = o.tries + 1, updated_at = now()
 		FROM due WHERE o.id = due.due_id
-		RETURNING `+claimColumns+`, o.rate_limited, coalesce(o.run_key, ''),
+		RETURNING `+claimColumns+`, o.rate_limited, coalesce(o.run_key, ''), o.tries,
 			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8`,
 		n, opts.ReplayWindow.Seconds(), owner, opts.KeyFingerprint)
 	if err != nil {
@@ -68,15 +73,15 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 	// committed by then), before any claim is handed out.
 	var out []*DrainClaim
 	for rows.Next() {
-		var limited int
+		var limited, tries int
 		var run string
 		var left float64
-		rec, err := scanClaimed(rows, &limited, &run, &left)
+		rec, err := scanClaimed(rows, &limited, &run, &tries, &left)
 		if err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
 		}
-		out = append(out, &DrainClaim{RateLimited: limited, RunKey: run,
+		out = append(out, &DrainClaim{RateLimited: limited, RunKey: run, Tries: tries,
 			Claimed: Claimed{Record: rec, WindowLeft: time.Duration(left * float64(time.Second)), Owner: opts.Owner}})
 	}
 	rows.Close()
@@ -95,25 +100,17 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 	return out, nil
 }
 
-// NextDue is how long until the first job-less pending intent that is not
-// due yet falls due (by the database's clock), or ok false when there is
-// none: how long a drain with nothing to claim may sleep.
-func NextDue(ctx context.Context, db DB) (wait time.Duration, ok bool, err error) {
-	var secs *float64
-	// One index probe for each class (the index's first column), so that
-	// the answer is the earliest of both.
-	first := func(bulk string) string {
-		return `(SELECT ` + dueSQL + ` AS due FROM sendonce_outbox o
-			WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + bulk + `
-			ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + ` LIMIT 1)`
-	}
-	err = db.QueryRow(ctx, `SELECT extract(epoch FROM min(due) - now())::float8 FROM (`+
-		first("NOT (o.run_key IS NOT NULL)")+` UNION ALL `+first("(o.run_key IS NOT NULL)")+`) x`).Scan(&secs)
+// AnyDue reports whether a claim would find a due intent of the drain's
+// now (job-less, pending, due, not of a paused run), without claiming or
+// locking anything: a drain with nothing to do looks with it before it
+// takes a token of the fleet's budget. One probe of the due index.
+func AnyDue(ctx context.Context, db DB) (bool, error) {
+	var due bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sendonce_outbox o
+		WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now()
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused')))`).Scan(&due)
 	if err != nil {
-		return 0, false, fmt.Errorf("sendstate: next due intent: %w", err)
+		return false, fmt.Errorf("sendstate: look for due intents: %w", err)
 	}
-	if secs == nil {
-		return 0, false, nil
-	}
-	return max(0, time.Duration(*secs*float64(time.Second))), true, nil
+	return due, nil
 }

@@ -371,6 +371,10 @@ type Outcome struct {
 	// RateLimited is what MarkPending records as the intent's 429s in a
 	// row, or KeepRateLimited to leave the count as it is.
 	RateLimited int
+	// GiveBack, for a drained intent, gives the attempt's try back
+	// (DrainClaim.Tries): a snooze, or a send cut off by a stop, is no
+	// try, as River gives a snoozed job its attempt back.
+	GiveBack bool
 	// Attempt is, for a batch, the batch's attempt count at the claim
 	// (Batch.Attempts), or 0: with one, the outcome is recorded only while
 	// no later claim of the batch was made (see ErrSuperseded).
@@ -394,9 +398,10 @@ func MarkPending(ctx context.Context, db DB, o Outcome) error {
 		SET state = 'pending', last_error = $3, uncertain = uncertain OR $4,
 			snoozes = snoozes + CASE WHEN $5 THEN 1 ELSE 0 END,
 			next_attempt_at = CASE WHEN job_id IS NULL THEN now() + $7::float8 * interval '1 second' END,
-			rate_limited = CASE WHEN $8::int4 < 0 THEN rate_limited ELSE $8::int4 END, updated_at = now()
+			rate_limited = CASE WHEN $8::int4 < 0 THEN rate_limited ELSE $8::int4 END,
+			tries = CASE WHEN $9 AND job_id IS NULL THEN greatest(tries - 1, 0) ELSE tries END, updated_at = now()
 		WHERE idempotency_key = $1 AND `+jobIs("$2")+` AND state IN ('pending', 'sending') AND `+owned("o", "$6::int4"),
-		o.Key, o.JobID, o.Reason, o.Uncertain, o.Snoozed, o.Owner, o.RetryIn.Seconds(), o.RateLimited)
+		o.Key, o.JobID, o.Reason, o.Uncertain, o.Snoozed, o.Owner, o.RetryIn.Seconds(), o.RateLimited, o.GiveBack)
 }
 
 // KeepRateLimited, as Outcome.RateLimited, leaves an intent's count of

@@ -92,13 +92,15 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 // RescueDrained is RescueAbandoned for drained intents (no River job of
 // their own): every one left sending under a lease that is not held goes
 // back to pending, due at once and marked uncertain (the cut-off attempt
-// may have reached the API), so that the next claim of any drain sends it
+// may have reached the API), its try given back (a crash is not the
+// intent's try, as a River job's new job starts its attempts again), so that the next claim of any drain sends it
 // again under the same key, and the API replays it if it was delivered.
 // One statement; within restartGrace of the database server's start
 // nothing is rescued. It returns how many it rescued.
 func RescueDrained(ctx context.Context, db DB, restartGrace time.Duration) (int, error) {
 	tag, err := db.Exec(ctx, `UPDATE sendonce_outbox o
-		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL, updated_at = now()
+		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL,
+			tries = greatest(tries - 1, 0), updated_at = now()
 		WHERE o.state = 'sending' AND o.job_id IS NULL AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL
 			AND now() - pg_postmaster_start_time() > $1::float8 * interval '1 second'
 			AND NOT `+held("o.claimed_by"), restartGrace.Seconds())

@@ -40,7 +40,7 @@ func (r *results) settled(t *testing.T, ctx context.Context, n int) {
 // SQL, no River job) the API rate-limits a few times (429, Retry-After)
 // and then answers one 503 must be retried and delivered, as the same
 // intent sent by a River job is: the 429 snoozes are not attempts.
-func TestAdvDrainedSnoozesDoNotCountAsAttempts(t *testing.T) {
+func TestDrainedSnoozesDoNotCountAsAttempts(t *testing.T) {
 	t.Parallel()
 	ctx, pool, ob, _, _ := e2eSetup(t)
 	var faults []fakeapi.Fault
@@ -104,7 +104,7 @@ func TestAdvDrainedSnoozesDoNotCountAsAttempts(t *testing.T) {
 // yield the budget to a lone intent as a Go-enqueued run's do. At 10/s, a
 // reset enqueued while the campaign drains must go out within a few
 // tokens.
-func TestAdvDrainedRunYieldsBudget(t *testing.T) {
+func TestDrainedRunYieldsBudget(t *testing.T) {
 	for _, producer := range []string{"go", "sql"} {
 		t.Run(producer, func(t *testing.T) {
 			ctx, pool, ob, fake, c := e2eSetup(t)
@@ -179,7 +179,7 @@ func TestAdvDrainedRunYieldsBudget(t *testing.T) {
 // (delivered, their answers held back): nothing is left sending, nothing
 // lost, and the next worker sends every intent once (the cut-off ones as
 // replays).
-func TestAdvDrainedStopMidSend(t *testing.T) {
+func TestDrainedStopMidSend(t *testing.T) {
 	t.Parallel()
 	ctx, pool, _, _, _ := e2eSetup(t)
 	f, err := fakeapi.ParseFault("latency_after=2s:method=POST:times=1")
@@ -240,7 +240,7 @@ func TestAdvDrainedStopMidSend(t *testing.T) {
 // an hour ahead and canceled while the drain sends it: once the sends in
 // flight at each step have ended, nothing more of it goes out while it is
 // paused, rescheduled or canceled; resumed, it goes on; no member twice.
-func TestAdvDrainedRunPauseRescheduleCancel(t *testing.T) {
+func TestDrainedRunPauseRescheduleCancel(t *testing.T) {
 	t.Parallel()
 	ctx, pool, ob, fake, c := e2eSetup(t)
 	const members = 300
@@ -324,22 +324,26 @@ func TestAdvDrainedRunPauseRescheduleCancel(t *testing.T) {
 // quota of 1 a day and nothing sent yet, worker A (whose River client works
 // another queue) only drains, idle; worker B works the queue a Go intent
 // goes to. The intent must go out promptly: no real send used the quota.
-func TestAdvIdleDrainHoldsNoQuota(t *testing.T) {
+func TestIdleDrainHoldsNoQuota(t *testing.T) {
 	t.Parallel()
 	ctx, pool, ob, fake, c := e2eSetup(t)
 	limits, err := worker.ParseRateLimits("1/d")
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(t, pool, &worker.Config{Client: c, Concurrency: 4, RateLimits: limits, Queue: "elsewhere"})
-	// A's idle drain has leased its probe's token once the quota's row
-	// counts it.
-	for outboxtest.Value[int](t, pool, `SELECT coalesce(sum(used), 0)::int FROM sendonce_rate_quota`) == 0 {
+	start(t, pool, &worker.Config{Client: c, Concurrency: 4, RateLimits: limits, Queue: "elsewhere", SweepInterval: 100 * time.Millisecond})
+	// A's drain looks at its start and at every sweep (each 100 ms); its
+	// lease, renewed every second, says when it has been idle for more
+	// than a second and a half.
+	for outboxtest.Value[bool](t, pool, `SELECT coalesce(bool_or(renewed_at - started_at > interval '1.5 seconds'), false) FROM sendonce_worker`) == false {
 		select {
 		case <-ctx.Done():
-			t.Fatal("the idle drain never leased a token")
-		case <-time.After(20 * time.Millisecond):
+			t.Fatal("worker A's lease was never renewed")
+		case <-time.After(50 * time.Millisecond):
 		}
+	}
+	if used := outboxtest.Value[int](t, pool, `SELECT coalesce(sum(used), 0)::int FROM sendonce_rate_quota`); used != 0 {
+		t.Fatalf("an idle drain counted %d of the quota as used, want none", used)
 	}
 	start(t, pool, &worker.Config{Client: c, Concurrency: 4, RateLimits: limits})
 	enqueued := time.Now()
@@ -359,4 +363,7 @@ func TestAdvIdleDrainHoldsNoQuota(t *testing.T) {
 			outboxtest.Value[string](t, pool, `SELECT coalesce(last_error, '') FROM sendonce_outbox`))
 	}
 	t.Logf("delivered %s after its enqueue", time.Since(enqueued).Round(time.Millisecond))
+	if used := outboxtest.Value[int](t, pool, `SELECT coalesce(max(used), 0)::int FROM sendonce_rate_quota`); used != 1 {
+		t.Errorf("the quota counts %d used, want 1: the one send", used)
+	}
 }

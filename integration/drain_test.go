@@ -25,11 +25,11 @@ import (
 // API sees at most one delivery per key, the outbox holds the survivor's
 // answers (replays, for the sends the victim had delivered), and a send
 // the victim writes once continued is a replay.
-// TestAdvPausedDrainWorker is TestPausedWorker with every intent inserted
+// TestPausedDrainWorker is TestPausedWorker with every intent inserted
 // by plain SQL (job_id NULL): the drain sends them all. The paused worker
 // must record nothing over the survivor, and every intent it held must be
 // sent exactly once.
-func TestAdvPausedDrainWorker(t *testing.T) {
+func TestPausedDrainWorker(t *testing.T) {
 	setup(t)
 	start := time.Now()
 	rng := rngFor("adv-paused-drain")

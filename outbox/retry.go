@@ -81,9 +81,10 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 		if cur.State != StateFailed {
 			return &StateError{Key: key, Op: "retry", State: cur.State, Reason: "only a failed or suppressed intent can be retried"}
 		}
-		if cur.BatchKey != "" && cur.Uncertain && !expired {
+		if cur.BatchKey != "" && cur.Uncertain && !expired && !opts.Force {
 			// The batch may have reached the API: only the same request
 			// under the same key is safe, so the batch goes again whole.
+			// With force the operator, having checked, sends it alone.
 			rec, err = o.retryBatch(ctx, tx, cur)
 			return err
 		}

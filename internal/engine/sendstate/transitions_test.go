@@ -418,6 +418,13 @@ var transitionCases = []transitionCase{
 			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET uncertain = true, first_attempt_at = now(), attempts = 1`)
 			return retry(nil)(ctx, t, e)
 		}},
+	{name: "Retry with force of a member of an answered batch", statement: "outbox.Retry", rows: batchRows("sent", ""),
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			// Its batch was answered without telling its outcome: only
+			// force sends it alone, and force must.
+			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET uncertain = true, first_attempt_at = now(), attempts = 1`)
+			return retry(&outbox.RetryOptions{Force: true})(ctx, t, e)
+		}},
 	{name: "Retry of an uncertain intent past its window", statement: "outbox.Retry (refused)", movesNothing: true, rows: goRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET uncertain = true, first_attempt_at = now() - interval '2 days', attempts = 1

@@ -19,6 +19,9 @@ type Drain struct {
 	row       *Row
 	full, raw costs
 	vsClient  *versusClient
+	// jobless is the drain of intents with no River job of their own
+	// (DrainJobless) against River + client.
+	jobless *versusClient
 	// suppressed is the full path's database CPU per intent with
 	// Suppressed addresses on the suppression list, against the same
 	// drain with the list empty.
@@ -56,6 +59,8 @@ func NewDrain(quick bool) *Drain {
 		Text:  "≥ 0.9× River + client; DB CPU/intent ≤ 1.3× River + client",
 		Check: All(RatioAtLeast(0.9), d.vsClient.cpuRatio.AtMost(1.3)),
 	}
+	d.jobless = newVersusOwn("1. Drain", fmt.Sprintf("%s intents inserted by SQL, drained with no River job per intent, concurrency %d, vs %s",
+		Thousands(float64(p.N)), p.Concurrency, ClientBaseline))
 	d.suppressed = &Row{
 		Scenario:     "1. Drain",
 		Measure:      fmt.Sprintf("%s, %s addresses on the suppression list (none a recipient): database CPU per intent", measure, Thousands(Suppressed)),
@@ -82,7 +87,7 @@ func (d *Drain) Name() string { return "drain" }
 // client, the suppression list's row, and the floors against River +
 // client.
 func (d *Drain) Rows() []*Row {
-	rows := []*Row{d.row, d.vsClient.row, d.suppressed}
+	rows := []*Row{d.row, d.vsClient.row, d.jobless.row, d.suppressed}
 	for _, f := range d.floors {
 		rows = append(rows, f.row)
 	}
@@ -94,12 +99,13 @@ func (d *Drain) Rows() []*Row {
 // through the outbox again with a suppression list, then once for each
 // floor.
 func (d *Drain) Run(ctx context.Context, env *Env) error {
-	var full, raw, cli, supp DrainResult
+	var full, raw, cli, jobless, supp DrainResult
 	drains := []struct {
 		name  string
 		res   *DrainResult
 		drain func(context.Context, *Env, DrainParams) (DrainResult, error)
-	}{{"full path", &full, DrainOutbox}, {"River no-op", &raw, DrainRiver}, {"River + client", &cli, DrainRiverClient}}
+	}{{"full path", &full, DrainOutbox}, {"River no-op", &raw, DrainRiver}, {"River + client", &cli, DrainRiverClient},
+		{"drain, no job per intent", &jobless, DrainJobless}}
 	d.poolConns = env.PoolConns
 	for i := range drains {
 		dr := drains[(i+d.runs)%len(drains)]
@@ -130,6 +136,8 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 	d.suppressed.Value.Add(float64(supp.CPUPerJob().DB.Microseconds()))
 	d.suppressed.BaselineValue.Add(float64(full.CPUPerJob().DB.Microseconds()))
 	d.suppressed.Ratio.Add(float64(supp.CPUPerJob().DB) / float64(full.CPUPerJob().DB))
+	jrate, jcpu := d.jobless.add(jobless, cli)
+	env.Logf("drain: no job per intent %s; %s", jobless, ratios(jrate, jcpu))
 	rate, cpu := d.vsClient.add(full, cli)
 	env.Logf("drain: full path %s, River no-op %s, River + client %s; %s", full, raw, cli, ratios(rate, cpu))
 	d.cpuFull = append(d.cpuFull, full.CPUPerJob())

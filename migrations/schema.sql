@@ -1031,9 +1031,6 @@ CREATE INDEX sendonce_outbox_run_key_idx ON public.sendonce_outbox USING btree (
 -- INDEX sendonce_outbox_run_unsettled_idx
 CREATE INDEX sendonce_outbox_run_unsettled_idx ON public.sendonce_outbox USING btree (run_key) WHERE ((run_key IS NOT NULL) AND (state = ANY (ARRAY['pending'::text, 'sending'::text])));
 
--- INDEX sendonce_outbox_unscheduled_idx
-CREATE INDEX sendonce_outbox_unscheduled_idx ON public.sendonce_outbox USING btree (id) WHERE ((job_id IS NULL) AND (state = 'pending'::text));
-
 -- INDEX sendonce_outbox_unsettled_idx
 CREATE INDEX sendonce_outbox_unsettled_idx ON public.sendonce_outbox USING btree (state, id) WHERE (state = ANY (ARRAY['pending'::text, 'sending'::text]));
 

@@ -25,18 +25,35 @@ import (
 // API sees at most one delivery per key, the outbox holds the survivor's
 // answers (replays, for the sends the victim had delivered), and a send
 // the victim writes once continued is a replay.
+//
+// Its sql variant inserts every intent by plain SQL: no River job of their
+// own, the drain sends them all, and a paused drain must record nothing
+// over the survivor either.
 func TestPausedWorker(t *testing.T) {
+	t.Run("go", func(t *testing.T) { pausedWorker(t, false) })
+	t.Run("sql", func(t *testing.T) { pausedWorker(t, true) })
+}
+
+func pausedWorker(t *testing.T, viaSQL bool) {
 	setup(t)
 	start := time.Now()
-	rng := rngFor("paused-worker")
+	name, label := "paused-worker", "paused"
+	if viaSQL {
+		name, label = "paused-worker/sql", "paused_sql"
+	}
+	rng := rngFor(name)
 	n := 40 * suite.scale
 	// The first request of each key is answered only after 3 s; replays at
 	// once.
-	srv := newFake(t, "paused-worker", mustFaults(t, "latency_after=3s;method=POST;times=1")...)
-	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), "paused")
+	srv := newFake(t, name, mustFaults(t, "latency_after=3s;method=POST;times=1")...)
+	dbURL, pool := newDatabase(t, pgtest.ServerURL(t), label)
 	e := processEnv(dbURL, srv)
-	intents := makeIntents(rng, fmt.Sprintf("paused-%d", suite.seed), n)
-	enqueueGo(t, pool, intents)
+	intents := makeIntents(rng, fmt.Sprintf("%s-%d", label, suite.seed), n)
+	if viaSQL {
+		enqueueSQL(t, pool, intents)
+	} else {
+		enqueueGo(t, pool, intents)
+	}
 	ctx := context.Background()
 	opts := workerOptions{Concurrency: 8, Defaults: true}
 	victim := startVictim(t, pool, srv, e, opts)
@@ -142,8 +159,8 @@ func TestPausedWorker(t *testing.T) {
 	if notRecorded+cutOff == 0 {
 		t.Errorf("the paused worker logged nothing of the %d sends it held: the run proved nothing about its records\n%s", len(held), victim.output())
 	}
-	summary(t, "paused-worker: seed=%d intents=%d held=%d lease=%s pause=%s sigstop_to_replayed=%s not_recorded=%d cut_off=%d deliveries=%d duplicates=%d lost=%d elapsed=%s",
-		suite.seed, n, len(held), defaultLease, pause.Round(100*time.Millisecond), takeover.Round(100*time.Millisecond),
+	summary(t, "%s: seed=%d intents=%d held=%d lease=%s pause=%s sigstop_to_replayed=%s not_recorded=%d cut_off=%d deliveries=%d duplicates=%d lost=%d elapsed=%s",
+		name, suite.seed, n, len(held), defaultLease, pause.Round(100*time.Millisecond), takeover.Round(100*time.Millisecond),
 		notRecorded, cutOff, l.Deliveries, l.Duplicates, l.Lost, time.Since(start).Round(time.Second))
 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/worker"
 )
 
@@ -76,15 +75,5 @@ func DrainJobless(ctx context.Context, env *Env, p DrainParams) (DrainResult, er
 		return DrainResult{}, err
 	}
 	res, err := timeDrain(ctx, env, p, events, w.Start, w.Stop)
-	if err != nil || p.Window > 0 {
-		return res, err
-	}
-	sent, err := env.CountState(ctx, outbox.StateSent)
-	if err != nil {
-		return res, err
-	}
-	if delivered := len(fake.Server.Deliveries()); sent != p.N || delivered != p.N {
-		return res, fmt.Errorf("bench: %d intents drained, but %d rows are sent and the fake delivered %d", p.N, sent, delivered)
-	}
-	return res, nil
+	return checkDrained(ctx, env, fake, p, res, err)
 }

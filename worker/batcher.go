@@ -149,11 +149,18 @@ func (b *batcher) loop(ctx context.Context) {
 				break queued
 			}
 		}
-		if len(claims) > 0 || len(sents) > 0 {
-			b.round(context.WithoutCancel(ctx), claims, sents)
-		}
-		if len(dues) > 0 {
-			b.claimDues(context.WithoutCancel(ctx), dues)
+		switch {
+		case len(dues) > 0 && len(sents) > 0 && len(claims) == 0:
+			// The drain's usual round: its answers and its next claims
+			// in one transaction.
+			b.markAndClaimDues(context.WithoutCancel(ctx), sents, dues)
+		default:
+			if len(claims) > 0 || len(sents) > 0 {
+				b.round(context.WithoutCancel(ctx), claims, sents)
+			}
+			if len(dues) > 0 {
+				b.claimDues(context.WithoutCancel(ctx), dues)
+			}
 		}
 	}
 }
@@ -231,6 +238,40 @@ func (b *batcher) answer(sents []sentRequest, overrode, notOwned []string, err e
 	}
 }
 
+// markAndClaimDues records the answers and claims the due intents in one
+// transaction (one commit, one WAL flush), answers first, as round does.
+// The claims are handed out once it has committed. Should it fail, the
+// answers are recorded again on their own and the claims fail (their slots
+// ask again).
+func (b *batcher) markAndClaimDues(ctx context.Context, sents []sentRequest, dues []dueRequest) {
+	sent := make([]sendstate.Sent, len(sents))
+	for i, r := range sents {
+		sent[i] = r.sent
+	}
+	opts, err := b.opts()
+	var overrode, notOwned []string
+	var claimed []*sendstate.DrainClaim
+	if err == nil {
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			if overrode, notOwned, err = sendstate.MarkSentMany(ctx, tx, sent); err != nil {
+				return err
+			}
+			claimed, err = sendstate.ClaimDue(ctx, tx, len(dues), opts)
+			return err
+		})
+	}
+	if err != nil {
+		var markErr error
+		overrode, notOwned, markErr = sendstate.MarkSentMany(ctx, b.pool, sent)
+		b.answer(sents, overrode, notOwned, markErr)
+		claimed = nil
+	} else {
+		b.answer(sents, overrode, notOwned, nil)
+	}
+	b.handOut(dues, claimed, err)
+}
+
 // claimDues claims as many due intents as dues asks for, in one statement
 // that has committed before any is handed out, and hands one to each
 // request, in order; the requests left over get none (nothing more is due).
@@ -240,6 +281,12 @@ func (b *batcher) claimDues(ctx context.Context, dues []dueRequest) {
 	if err == nil {
 		claimed, err = sendstate.ClaimDue(ctx, b.pool, len(dues), opts)
 	}
+	b.handOut(dues, claimed, err)
+}
+
+// handOut gives one claimed intent to each due request, in order; the
+// requests left over get none (nothing more is due), and all get err.
+func (b *batcher) handOut(dues []dueRequest, claimed []*sendstate.DrainClaim, err error) {
 	for i, r := range dues {
 		switch {
 		case err != nil:

@@ -187,6 +187,32 @@ func (d *drain) send(c *sendstate.DrainClaim, leasedAt time.Time, token bool) {
 		leasedAt: leasedAt, token: token, rateLimited: c.RateLimited, drained: true}
 	err := a.run(ctx, &c.Claimed)
 	endSend(span, err)
+	if err != nil {
+		d.release(rec.Key, c.Owner)
+	}
+}
+
+// release makes sure an attempt that ended in an error did not leave its
+// intent sending under this worker's claim: where the outcome could not be
+// recorded (the database was down), the intent goes back to the drain
+// (sendstate.ReleaseDrained), tried again every interval until the
+// database answers. Where the outcome was recorded, the release changes
+// nothing. A stop that gives up on it leaves the intent to RescueDrained,
+// once this worker's lease has ended.
+func (d *drain) release(key string, owner int32) {
+	for {
+		released, err := sendstate.ReleaseDrained(d.work, d.w.pool, key, owner)
+		if err == nil {
+			if released {
+				d.w.cfg.Logger.Warn("drain: the attempt's outcome was not recorded; the intent goes back to the queue, "+
+					"to be sent again under its key", "key", key)
+			}
+			return
+		}
+		if sleepCtx(d.work, d.interval) != nil {
+			return
+		}
+	}
 }
 
 // sleepCtx sleeps for d or until ctx ends (its error).

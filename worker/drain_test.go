@@ -3,8 +3,10 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,5 +182,47 @@ func TestTokensOfSendsWithoutARequestComeBack(t *testing.T) {
 	}
 	if got := len(fake.Requests()); got != 2 {
 		t.Fatalf("%d API requests, want 2 (none for a suppressed intent)", got)
+	}
+}
+
+// A drained attempt whose outcome could not be recorded (the database
+// refused, or was down, between the API's answer and the record) leaves
+// no intent sending under a worker that lives on: the drain gives it back
+// at once, and its next claim replays it under its key. A River job would
+// have run again; a drained intent has no job to.
+func TestDrainReleasesAnUnrecordedAttempt(t *testing.T) {
+	t.Parallel()
+	ctx, pool, _, fake, c := e2eSetup(t)
+	insertSQL(t, pool, "php:unrecorded", "unrecorded@example.com")
+	seen := newResults()
+	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 2, SweepInterval: 100 * time.Millisecond,
+		Send: worker.SendConfig{Observer: seen}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Bool
+	worker.SetAfterSend(w, func(string) error {
+		if failed.CompareAndSwap(false, true) {
+			return errors.New("the database went away before the record")
+		}
+		return nil
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(context.Background()) })
+	seen.wait(t, ctx, worker.ResultReplayed, 1)
+	var state string
+	var attempts int
+	var replayed, uncertain bool
+	if err := pool.QueryRow(ctx, `SELECT state, attempts, replayed, uncertain FROM sendonce_outbox WHERE idempotency_key = 'php:unrecorded'`).
+		Scan(&state, &attempts, &replayed, &uncertain); err != nil {
+		t.Fatal(err)
+	}
+	if state != "sent" || attempts != 2 || !replayed || !uncertain {
+		t.Fatalf("row: %s, %d attempts, replayed %v, uncertain %v; want sent at the second attempt, a replay", state, attempts, replayed, uncertain)
+	}
+	if got := len(fake.Deliveries()); got != 1 {
+		t.Fatalf("%d deliveries, want 1", got)
 	}
 }

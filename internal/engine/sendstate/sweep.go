@@ -110,6 +110,27 @@ func RescueDrained(ctx context.Context, db DB, restartGrace time.Duration) (int,
 	return int(tag.RowsAffected()), nil
 }
 
+// ReleaseDrained gives a drained intent that its owner claimed, and whose
+// attempt ended without a record (the database refused or was down when
+// the outcome was to be written), back to pending, uncertain and due at
+// once, its try given back, so that the next claim of any drain replays it
+// under its key. It is RescueDrained for an owner whose lease is still
+// held: a River job would run again after such an error, a drained intent
+// has no job to do it. It changes nothing unless the row is still sending
+// under owner's claim, so a release after a record that was made is a
+// no-op. It reports whether it released the row.
+func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, error) {
+	tag, err := db.Exec(ctx, `UPDATE sendonce_outbox o
+		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL,
+			tries = greatest(tries - 1, 0), updated_at = now()
+		WHERE o.idempotency_key = $1 AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL
+			AND o.claimed_by = $2`, key, owner)
+	if err != nil {
+		return false, fmt.Errorf("sendstate: release drained intent %q: %w", key, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
 // RescueStranded gives a new River job to every pending intent whose job a
 // worker instance that is gone was running: the job had not claimed its
 // intent yet (it was waiting for the fleet's budget, backing off, or

@@ -155,6 +155,11 @@ var Transitions = []Transition{
 			"longer ago than the restart grace. The intent becomes uncertain and due at once, and its next claim " +
 			"replays it (an intent with a job stays sending: RescueAbandoned gives it a new job)"},
 
+	{From: outbox.StateSending, To: outbox.StatePending, Statement: "ReleaseDrained",
+		By: "the drain whose attempt's outcome could not be recorded",
+		Rule: "no River job and no batch; still sending under the drain's own claim. The intent becomes uncertain " +
+			"and due at once, and its next claim replays it; after a recorded outcome it changes nothing"},
+
 	{From: outbox.StatePending, To: outbox.StateCanceled, Statement: "outbox.Cancel",
 		By: "an operator: Cancel, sendonce cancel, the outbox page",
 		Rule: "never attempted (attempts 0) and not frozen into a batch: nothing can have reached the API. Its " +

@@ -397,6 +397,16 @@ var transitionCases = []transitionCase{
 			_, err := sendstate.RescueDrained(ctx, e.pool, 0)
 			return err
 		}},
+	{name: "ReleaseDrained", statement: "ReleaseDrained", rows: sqlRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET claimed_by = $1`, e.lease.Epoch)
+			for _, k := range e.allKeys() {
+				if _, err := sendstate.ReleaseDrained(ctx, e.pool, k, e.lease.Epoch); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
 	{name: "Cancel", statement: "outbox.Cancel", rows: goRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			for _, k := range e.allKeys() {

@@ -333,6 +333,11 @@ func (b *Budget) lease(ctx context.Context, deadline time.Time) (wait time.Durat
 				b.every = time.Duration(float64(time.Second) / b.rate)
 			}
 			first := now.Add(max(0, next-time.Duration(granted-1)*b.every))
+			if b.tokens > 0 {
+				// Given back (Return) while the lease was in flight, and
+				// replaced by its tokens: off the quota's count again.
+				b.store.quota.refund.Add(int64(b.tokens))
+			}
 			b.tokens, b.leasedAt, b.readyAt = granted, start, first
 			return 0, nil
 		}

@@ -9,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sendonce/sendonce/client"
-	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/worker"
@@ -43,24 +41,11 @@ func (r *results) settled(t *testing.T, ctx context.Context, n int) {
 func TestDrainedSnoozesDoNotCountAsAttempts(t *testing.T) {
 	t.Parallel()
 	ctx, pool, ob, _, _ := e2eSetup(t)
-	var faults []fakeapi.Fault
-	for _, spec := range []string{
+	fake, c := faultyAPI(t,
 		"retry_after=0.1:times=6:to=sql@", "error_before=503:times=1:to=sql@",
-		"retry_after=0.1:times=6:to=riv@", "error_before=503:times=1:to=riv@",
-	} {
-		f, err := fakeapi.ParseFault(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		faults = append(faults, f)
-	}
-	fake := fakeapi.NewTest(t, fakeapi.Config{Faults: faults})
-	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()), client.WithMaxRetries(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+		"retry_after=0.1:times=6:to=riv@", "error_before=503:times=1:to=riv@")
 	insertSQL(t, pool, "sql:limited", "sql@example.com")
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: "go:limited",
 			Payload: json.RawMessage(`{"from":"billing@example.com","to":["riv@example.com"],"subject":"Invoice","text":"x"}`)})
 		return err
@@ -182,15 +167,7 @@ func TestDrainedRunYieldsBudget(t *testing.T) {
 func TestDrainedStopMidSend(t *testing.T) {
 	t.Parallel()
 	ctx, pool, _, _, _ := e2eSetup(t)
-	f, err := fakeapi.ParseFault("latency_after=2s:method=POST:times=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := fakeapi.NewTest(t, fakeapi.Config{Faults: []fakeapi.Fault{f}})
-	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()), client.WithMaxRetries(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fake, c := faultyAPI(t, "latency_after=2s:method=POST:times=1")
 	const n = 30
 	for i := range n {
 		insertSQL(t, pool, fmt.Sprintf("sql:stop:%d", i), fmt.Sprintf("s%d@example.com", i))

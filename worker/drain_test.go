@@ -30,6 +30,27 @@ func insertSQL(t *testing.T, pool *pgxpool.Pool, key, to string) {
 	}
 }
 
+// faultyAPI is a fake API with the fault rules applied from its start, and
+// a client of it that makes no retries of its own, so that every answer
+// reaches the worker's verdict.
+func faultyAPI(t *testing.T, rules ...string) (*fakeapi.Server, *client.Client) {
+	t.Helper()
+	var faults []fakeapi.Fault
+	for _, rule := range rules {
+		f, err := fakeapi.ParseFault(rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		faults = append(faults, f)
+	}
+	fake := fakeapi.NewTest(t, fakeapi.Config{Faults: faults})
+	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()), client.WithMaxRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, c
+}
+
 // results counts the outcomes a worker observes, and lets a test await a
 // count: the event a worker's record of an outcome ends with.
 type results struct {
@@ -108,15 +129,7 @@ func TestDrainSendsIntentsWithoutJobs(t *testing.T) {
 func TestDrainRetriesFromTheRow(t *testing.T) {
 	t.Parallel()
 	ctx, pool, _, _, _ := e2eSetup(t)
-	f, err := fakeapi.ParseFault("error_before=503:times=2:to=flaky@")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := fakeapi.NewTest(t, fakeapi.Config{Faults: []fakeapi.Fault{f}})
-	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(fake.URL()), client.WithMaxRetries(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fake, c := faultyAPI(t, "error_before=503:times=2:to=flaky@")
 	insertSQL(t, pool, "php:flaky", "flaky@example.com")
 	seen := newResults()
 	start(t, pool, &worker.Config{Client: c, Concurrency: 4, Send: worker.SendConfig{RetryBase: 100 * time.Millisecond, Observer: seen}})

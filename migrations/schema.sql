@@ -748,6 +748,8 @@ CREATE TABLE public.sendonce_outbox (
     next_attempt_at timestamp with time zone,
     rate_limited integer DEFAULT 0 NOT NULL,
     tries integer DEFAULT 0 NOT NULL,
+    queue text DEFAULT 'sendonce'::text NOT NULL,
+    checked boolean DEFAULT false NOT NULL,
     CONSTRAINT sendonce_outbox_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT sendonce_outbox_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'canceled'::text, 'suppressed'::text]))),
     CONSTRAINT sendonce_outbox_topic_check CHECK (((topic IS NULL) OR ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text) AND (kind <> 'broadcast'::text)))),
@@ -960,6 +962,10 @@ ALTER TABLE ONLY public.sendonce_outbox
 ALTER TABLE ONLY public.sendonce_outbox
     ADD CONSTRAINT sendonce_outbox_pkey PRIMARY KEY (id);
 
+-- CHECK CONSTRAINT sendonce_outbox sendonce_outbox_queue_check
+ALTER TABLE public.sendonce_outbox
+    ADD CONSTRAINT sendonce_outbox_queue_check CHECK (((length(queue) <= 64) AND (queue ~ '^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$'::text))) NOT VALID;
+
 -- CONSTRAINT sendonce_rate_budget sendonce_rate_budget_pkey
 ALTER TABLE ONLY public.sendonce_rate_budget
     ADD CONSTRAINT sendonce_rate_budget_pkey PRIMARY KEY (key_fingerprint);
@@ -1044,22 +1050,22 @@ CREATE INDEX sendonce_tombstone_pruned_at_idx ON public.sendonce_tombstone USING
 CREATE INDEX sendonce_unsubscribe_event_topic_idx ON public.sendonce_unsubscribe_event USING btree (topic, created_at);
 
 -- TRIGGER sendonce_outbox sendonce_outbox_check
-CREATE TRIGGER sendonce_outbox_check BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_check();
+CREATE TRIGGER sendonce_outbox_check BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_check();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_check_update
 CREATE TRIGGER sendonce_outbox_check_update AFTER UPDATE OF idempotency_key, kind, payload, template_id ON public.sendonce_outbox FOR EACH ROW EXECUTE FUNCTION public.sendonce_outbox_check();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_notify
-CREATE TRIGGER sendonce_outbox_notify AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_notify();
+CREATE TRIGGER sendonce_outbox_notify AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_notify();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_run_member
-CREATE TRIGGER sendonce_outbox_run_member BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_outbox_run_member();
+CREATE TRIGGER sendonce_outbox_run_member BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_outbox_run_member();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_run_topic
 CREATE TRIGGER sendonce_outbox_run_topic BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.topic IS NULL) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_run_topic();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_snapshot
-CREATE TRIGGER sendonce_outbox_snapshot AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (current_setting('transaction_isolation'::text) <> ALL (ARRAY['read committed'::text, 'read uncommitted'::text])))) EXECUTE FUNCTION public.sendonce_outbox_snapshot();
+CREATE TRIGGER sendonce_outbox_snapshot AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked) AND (current_setting('transaction_isolation'::text) <> ALL (ARRAY['read committed'::text, 'read uncommitted'::text])))) EXECUTE FUNCTION public.sendonce_outbox_snapshot();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_tally_delete
 CREATE TRIGGER sendonce_outbox_tally_delete AFTER DELETE ON public.sendonce_outbox REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally();
@@ -1074,10 +1080,10 @@ CREATE TRIGGER sendonce_outbox_tally_truncate AFTER TRUNCATE ON public.sendonce_
 CREATE TRIGGER sendonce_outbox_tally_update AFTER UPDATE ON public.sendonce_outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_tombstone
-CREATE TRIGGER sendonce_outbox_tombstone BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_tombstone();
+CREATE TRIGGER sendonce_outbox_tombstone BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_tombstone();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_tombstone_after
-CREATE TRIGGER sendonce_outbox_tombstone_after AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN ((new.job_id IS NULL)) EXECUTE FUNCTION public.sendonce_outbox_tombstone();
+CREATE TRIGGER sendonce_outbox_tombstone_after AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_tombstone();
 
 -- FK CONSTRAINT sendonce_outbox sendonce_outbox_run_key_fkey
 ALTER TABLE ONLY public.sendonce_outbox

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,6 +122,43 @@ func TestDrainSendsIntentsWithoutJobs(t *testing.T) {
 	}
 	if jobs := outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job`); jobs != 0 {
 		t.Fatalf("%d River jobs made for drained intents, want none", jobs)
+	}
+}
+
+// A drain claims the intents of its own queue only, as a River client works
+// its queue's jobs: rows a producer puts on queue "billing" are sent by the
+// billing worker's client, those left on the default queue by the default
+// worker's; and a queue name River would refuse is refused at the insert.
+func TestDrainClaimsItsOwnQueue(t *testing.T) {
+	t.Parallel()
+	ctx, pool, _, _, _ := e2eSetup(t)
+	billingAPI, billing := faultyAPI(t)
+	defaultAPI, other := faultyAPI(t)
+	const n = 20
+	for i := range n {
+		body := fmt.Sprintf(`{"from":"billing@example.com","to":["b%d@example.com"],"subject":"Invoice","text":"x"}`, i)
+		if _, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, queue) VALUES ($1, 'email', $2, 'billing')`,
+			fmt.Sprintf("billing:%d", i), body); err != nil {
+			t.Fatal(err)
+		}
+		insertSQL(t, pool, fmt.Sprintf("default:%d", i), fmt.Sprintf("d%d@example.com", i))
+	}
+	start(t, pool, &worker.Config{Client: billing, Queue: "billing", Concurrency: 5})
+	start(t, pool, &worker.Config{Client: other, Concurrency: 5})
+	for api, prefix := range map[*fakeapi.Server]string{billingAPI: "billing:", defaultAPI: "default:"} {
+		if err := api.WaitDeliveries(ctx, n); err != nil {
+			t.Fatalf("waiting for %d deliveries of %s: %v", n, prefix, err)
+		}
+		for _, d := range api.Deliveries() {
+			if !strings.HasPrefix(d.IdempotencyKey, prefix) {
+				t.Errorf("the %s queue's worker sent %s", prefix, d.IdempotencyKey)
+			}
+		}
+	}
+	_, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, queue) VALUES ('bad:1', 'email', $1, 'Billing Queue')`,
+		`{"from":"billing@example.com","to":["x@example.com"],"subject":"Invoice","text":"x"}`)
+	if err == nil || !strings.Contains(err.Error(), "sendonce_outbox_queue_check") {
+		t.Fatalf("insert on queue %q: %v, want the queue's check refusing it", "Billing Queue", err)
 	}
 }
 

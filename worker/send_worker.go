@@ -61,6 +61,10 @@ type sendWorker struct {
 	// budget, when set (by New), paces sends to the fleet's rate limit.
 	budget *budget.Budget
 
+	// queue is the River queue worked, whose intents the drain claims
+	// (set by New; "" is outbox.DefaultQueue).
+	queue string
+
 	// coalesce, when set (by Worker.Start with Config.Coalesce), gathers
 	// email intents into batches.
 	coalesce *coalescer
@@ -542,7 +546,7 @@ func (w *sendWorker) claim(ctx context.Context, req sendstate.ClaimRequest) (*se
 // and while the lease is not known to be held nothing is claimed
 // (sendstate.ErrLeaseLost: the job runs again later).
 func (w *sendWorker) claimOptions() (sendstate.ClaimOptions, error) {
-	o := sendstate.ClaimOptions{KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow}
+	o := sendstate.ClaimOptions{KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow, Queue: w.queue}
 	if w.lease != nil {
 		epoch, ok := w.lease.owner()
 		if !ok {

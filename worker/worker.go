@@ -70,6 +70,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	}
 	logger := conf.Logger
 	sendWorker := newSendWorker(pool, c, &conf.Send)
+	sendWorker.queue = conf.Queue
 	sendWorker.tracer = conf.TracerProvider.Tracer(tracerName)
 	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budget.Config{
 		Rate: budgetRate(conf.RateLimits), Quotas: budgetQuotas(conf.RateLimits), QuotaZone: conf.QuotaZone,

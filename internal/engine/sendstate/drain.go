@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sendonce/sendonce/outbox"
 )
 
 // dueSQL is when a job-less pending intent of the outbox row aliased o is
@@ -26,8 +28,8 @@ type DrainClaim struct {
 	Tries int
 }
 
-// ClaimDue claims up to n due intents that have no River job of their own
-// (job_id NULL: the drain's intents) in one statement and commits the claim
+// ClaimDue claims up to n due intents of opts.Queue that have no River job
+// of their own (job_id NULL: the drain's intents) in one statement and commits the claim
 // before it returns, so that no send starts before its claim is durable:
 // the rows are read to the end of RETURNING first. It takes intents
 // without a run (transactional) before those of runs (bulk), each in due
@@ -48,7 +50,7 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 	}
 	rows, err := db.Query(ctx, `WITH due AS (
 			SELECT o.id AS due_id FROM sendonce_outbox o
-			WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now()
+			WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now() AND o.queue = $5
 				AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
 				AND ($3::int4 IS NULL OR `+held("$3::int4")+`)
 			ORDER BY (o.run_key IS NOT NULL), `+dueSQL+`, o.id
@@ -64,7 +66,7 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 		FROM due WHERE o.id = due.due_id
 		RETURNING `+claimColumns+`, o.rate_limited, coalesce(o.run_key, ''), o.tries,
 			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8`,
-		n, opts.ReplayWindow.Seconds(), owner, opts.KeyFingerprint)
+		n, opts.ReplayWindow.Seconds(), owner, opts.KeyFingerprint, queueOrDefault(opts.Queue))
 	if err != nil {
 		return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
 	}
@@ -100,17 +102,27 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 	return out, nil
 }
 
-// AnyDue reports whether a claim would find a due intent of the drain's
-// now (job-less, pending, due, not of a paused run), without claiming or
+// AnyDue reports whether a claim would find a due intent of the drain of
+// queue ("" is outbox.DefaultQueue) now (job-less, pending, due, not of a
+// paused run), without claiming or
 // locking anything: a drain with nothing to do looks with it before it
 // takes a token of the fleet's budget. One probe of the due index.
-func AnyDue(ctx context.Context, db DB) (bool, error) {
+func AnyDue(ctx context.Context, db DB, queue string) (bool, error) {
 	var due bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sendonce_outbox o
-		WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now()
-			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused')))`).Scan(&due)
+		WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now() AND o.queue = $1
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused')))`,
+		queueOrDefault(queue)).Scan(&due)
 	if err != nil {
 		return false, fmt.Errorf("sendstate: look for due intents: %w", err)
 	}
 	return due, nil
+}
+
+// queueOrDefault is queue, or outbox.DefaultQueue for "".
+func queueOrDefault(queue string) string {
+	if queue == "" {
+		return outbox.DefaultQueue
+	}
+	return queue
 }

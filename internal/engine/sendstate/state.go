@@ -88,6 +88,9 @@ type ClaimOptions struct {
 	// ReplayWindow is measured from the first attempt, on the database's
 	// clock.
 	ReplayWindow time.Duration
+	// Queue is the queue whose intents ClaimDue claims ("" is
+	// outbox.DefaultQueue).
+	Queue string
 }
 
 // Claimed is an intent claimed for one attempt: the fields a send needs.

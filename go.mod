@@ -6,9 +6,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pressly/goose/v3 v3.30.0
-	// River is pinned: enqueue writes river_job rows itself (River v0.51's
-	// insert columns, river_job_id_seq, river_job_state) and sends River's
-	// internal "<schema>.river_insert" notification; the sweeps read
+	// River is pinned: the sweeps read
 	// river_job (attempted_by for RescueStranded, state) and river_leader.
 	// The tests that break on an upgrade are listed in docs/operations.md,
 	// "Upgrading River" (TestEnqueuedJobsAreRiversJobs, TestEnqueuedJobsAreWorkedByRiver,

@@ -3,11 +3,10 @@
 //
 // An application enqueues an intent in the same transaction as the business
 // data that causes it, so the invoice row and its email commit or roll back
-// together. [Outbox.Enqueue] inserts the intent's row into sendonce_outbox
-// and its River job's row into river_job, in one statement in that
-// transaction (the comment at River's pin in go.mod says what this takes
-// from River's schema); River workers (package worker)
-// send it after commit, exactly once as far as the recipient can tell. The
+// together. [Outbox.Enqueue] inserts the intent's row into sendonce_outbox,
+// in one statement in that transaction, and nothing else: no River job per
+// intent. The drains of River workers (package worker) claim due intents in
+// batches and send them after commit, exactly once as far as the recipient can tell. The
 // database must be migrated first (migrations.Up, or `sendonce migrate`);
 // on one that is not, Enqueue fails with an error matching
 // migrations.ErrPending:

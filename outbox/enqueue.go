@@ -29,8 +29,10 @@ type EnqueueResult struct {
 	Existing bool
 }
 
-// Enqueue writes an intent and its River job in the caller's transaction,
-// so the send commits or rolls back with the application's own rows.
+// Enqueue writes an intent's row in the caller's transaction, so the send
+// commits or rolls back with the application's own rows. The row is all
+// there is of it: no River job per intent; the workers' drains claim it
+// when it is due.
 //
 // An intent whose key is already in the outbox with the same kind, template
 // and payload is not inserted again: Enqueue returns the existing one with
@@ -78,7 +80,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueRes
 }
 
 // EnqueueMany is Enqueue for many intents at once: one statement writes all
-// their rows and jobs, in one round trip to the database (see insertSQL).
+// their rows, in one round trip to the database (see insertSQL).
 // The intents are all validated before anything is written; an error about
 // one names its index. All of them get the trace context of ctx's span. On
 // an unmigrated database it fails as Enqueue does, with migrations.ErrPending.
@@ -240,8 +242,7 @@ func findPruned(ctx context.Context, tx producerTx, in []Intent, keys []string, 
 }
 
 // settleExisting handles the keys that were already stored (or that a
-// concurrent transaction committed first), which got neither a row nor a
-// job: each answers with the stored intent when it is the same intent, or
+// concurrent transaction committed first), which got no row: each answers with the stored intent when it is the same intent, or
 // a *KeyReuseError when it is not.
 func (o *Outbox) settleExisting(ctx context.Context, tx producerTx, in []Intent, idx []int, inserted map[string]*Record, results []*EnqueueResult) error {
 	var lost []Intent
@@ -263,15 +264,12 @@ func (o *Outbox) settleExisting(ctx context.Context, tx producerTx, in []Intent,
 			continue
 		}
 		if rec, ok := existing[in[i].Key]; !ok || rec.err != nil {
-			// Nothing may stay written: take back this call's rows and jobs.
-			var ids, jobIDs []int64
+			// Nothing may stay written: take back this call's rows.
+			var ids []int64
 			for _, rec := range inserted {
-				ids, jobIDs = append(ids, rec.ID), append(jobIDs, *rec.JobID)
+				ids = append(ids, rec.ID)
 			}
 			if _, err := tx.Exec(ctx, `DELETE FROM sendonce_outbox WHERE id = ANY($1)`, ids); err != nil {
-				return fmt.Errorf("outbox: undo insert: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `DELETE FROM river_job WHERE id = ANY($1)`, jobIDs); err != nil {
 				return fmt.Errorf("outbox: undo insert: %w", err)
 			}
 			return &KeyReuseError{Key: in[i].Key, Index: i}

@@ -35,8 +35,9 @@ type RetryOptions struct {
 // because it could deliver the intent a second time.
 var ErrMayDeliverTwice = errors.New("outbox: a retry could deliver a second time")
 
-// Retry puts a failed intent back to pending with the same key and a new
-// River job. The intent keeps its first attempt's time, so the replay
+// Retry puts a failed intent back to pending with the same key, for the
+// workers' drains to claim (a member of a batch retried whole goes with its
+// batch's new River job). The intent keeps its first attempt's time, so the replay
 // window still runs from it, and gets a new budget of attempts and
 // snoozes.
 //
@@ -95,28 +96,23 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 					"check whether the recipient got it, then retry with force (sendonce retry --force) to send it anyway",
 				window, cur.FirstAttemptAt.UTC().Format(time.RFC3339))}
 		}
-		var sendAt time.Time
-		if cur.SendAt != nil {
-			sendAt = *cur.SendAt
-		}
-		job, err := o.river.InsertTx(ctx, tx, sendjob.Args{Key: key}, sendjob.InsertOpts(o.queue, sendAt, sendjob.PriorityUrgent))
-		if err != nil {
-			return fmt.Errorf("insert river job: %w", err)
-		}
 		if opts.Force {
 			// The operator takes the risk: a new window, as for a new intent.
 			rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-				SET state = 'pending', job_id = $2, snoozes = 0, first_attempt_at = NULL, uncertain = false, batch_key = NULL,
+				SET `+backToDrain+`, first_attempt_at = NULL, uncertain = false, batch_key = NULL,
 					api_key_fingerprint = NULL, forced_retry_at = now(),
 					last_error = 'retried with force by an operator after: ' || coalesce(last_error, ''), updated_at = now()
-				WHERE id = $1 RETURNING `+columns, cur.ID, job.Job.ID))
+				WHERE id = $1 RETURNING `+columns, cur.ID))
+		} else {
+			rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
+				SET `+backToDrain+`, batch_key = NULL,
+					last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
+				WHERE id = $1 RETURNING `+columns, cur.ID))
+		}
+		if err != nil {
 			return err
 		}
-		rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-			SET state = 'pending', job_id = $2, snoozes = 0, batch_key = NULL,
-				last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
-			WHERE id = $1 RETURNING `+columns, cur.ID, job.Job.ID))
-		return err
+		return wakeDrains(ctx, tx)
 	})
 	if err != nil {
 		var se *StateError
@@ -161,7 +157,7 @@ func (o *Outbox) retryBatch(ctx context.Context, tx pgx.Tx, cur *Record) (*Recor
 	return get(ctx, tx, cur.Key)
 }
 
-// retrySuppressed puts a suppressed intent back to pending with a new job.
+// retrySuppressed puts a suppressed intent back on the drain.
 // No attempt of it reached the API, so its next claim looks its recipients
 // up on the list again; while every recipient is still on it, the retry is
 // refused, since it would only be parked again.
@@ -176,16 +172,25 @@ func (o *Outbox) retrySuppressed(ctx context.Context, tx pgx.Tx, cur *Record) (*
 			"every recipient is still on the suppression list (%s): take them off first "+
 				"(sendonce suppression remove), or the retry is parked again", strings.Join(still, ", "))}
 	}
-	var sendAt time.Time
-	if cur.SendAt != nil {
-		sendAt = *cur.SendAt
-	}
-	job, err := o.river.InsertTx(ctx, tx, sendjob.Args{Key: cur.Key}, sendjob.InsertOpts(o.queue, sendAt, sendjob.PriorityUrgent))
-	if err != nil {
-		return nil, fmt.Errorf("insert river job: %w", err)
-	}
-	return scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-		SET state = 'pending', job_id = $2, snoozes = 0, suppressed_recipients = NULL,
+	rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
+		SET `+backToDrain+`, suppressed_recipients = NULL,
 			last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
-		WHERE id = $1 RETURNING `+columns, cur.ID, job.Job.ID))
+		WHERE id = $1 RETURNING `+columns, cur.ID))
+	if err != nil {
+		return nil, err
+	}
+	return rec, wakeDrains(ctx, tx)
+}
+
+// backToDrain is the SET list that puts a settled intent back on the
+// drain: pending, with no River job (the workers' drains claim it; it is
+// due at once, or at its send_at), and the tries, snoozes and 429s of a
+// new intent, so the retry has all its attempts.
+const backToDrain = `state = 'pending', job_id = NULL, next_attempt_at = NULL, tries = 0, rate_limited = 0, snoozes = 0`
+
+// wakeDrains tells the workers' drains, when tx commits, that an intent is
+// due (the channel the producers notify, see insertSQL).
+func wakeDrains(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT `+notifySQL)
+	return err
 }

@@ -5,11 +5,16 @@ package outboxtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
@@ -66,4 +71,44 @@ func PruneOpen(t testing.TB, pool *pgxpool.Pool, key string) pgx.Tx {
 		t.Fatal(err)
 	}
 	return tx
+}
+
+// GiveJobs gives each of the intents under keys (pending, never attempted,
+// with no River job) a River job of its own, as releases before the drain
+// did at enqueue (issue 44): sendjob.Args naming the key, kind and run, on
+// the row's queue, held until its send_at, at its run's priority. A
+// database upgraded from such a release holds intents like these, and the
+// machinery that works their jobs is tested with them. It fails the test
+// unless every key was given a job.
+func GiveJobs(t testing.TB, pool *pgxpool.Pool, keys ...string) {
+	t.Helper()
+	ctx := context.Background()
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		n, err := sendjob.Give(ctx, tx, rc, `SELECT id, idempotency_key, kind, coalesce(run_key, ''), send_at, queue
+			FROM sendonce_outbox WHERE idempotency_key = ANY($1) AND state = 'pending' AND job_id IS NULL AND attempts = 0
+			ORDER BY id FOR UPDATE`, []any{keys},
+			func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
+				var id int64
+				var key, kind, run, queue string
+				var sendAt *time.Time
+				err := rows.Scan(&id, &key, &kind, &run, &sendAt, &queue)
+				var at time.Time
+				if sendAt != nil {
+					at = *sendAt
+				}
+				return id, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run},
+					InsertOpts: sendjob.InsertOpts(queue, at, sendjob.PriorityFor(run))}, err
+			}, `UPDATE sendonce_outbox o SET job_id = u.job_id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
+		if err == nil && n != len(keys) {
+			err = fmt.Errorf("%d of %d intents were given a job (want each pending, never attempted, with no job)", n, len(keys))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("outboxtest: give jobs: %v", err)
+	}
 }

@@ -152,6 +152,9 @@ type Config struct {
 	// now, when set (by tests), is the clock the budget counts quotas
 	// by, instead of the database's: a test moves it past midnight.
 	now func() time.Time
+	// reportInterval, when set (by tests), is how often the worker writes
+	// its DrainReportArgs job instead of DefaultReportInterval.
+	reportInterval time.Duration
 }
 
 // orDefault sets *v to d when it is zero or negative: unset.
@@ -177,6 +180,7 @@ func (cfg *Config) withDefaults() Config {
 	orDefault(&out.Concurrency, DefaultConcurrency)
 	orDefault(&out.FetchCooldown, DefaultFetchCooldown)
 	orDefault(&out.SweepInterval, DefaultSweepInterval)
+	orDefault(&out.reportInterval, DefaultReportInterval)
 	orDefault(&out.RestartGrace, sendstate.DefaultRestartGrace)
 	if out.Lease == 0 {
 		out.Lease = DefaultLease

@@ -10,3 +10,7 @@ func SetQuotaClock(cfg *Config, now func() time.Time) { cfg.now = now }
 // its outcome is recorded; an error from f stands for a failure in that
 // window. Set it before Start.
 func SetAfterSend(w *Worker, f func(key string) error) { w.sendWorker.afterSend = f }
+
+// SetReportInterval makes a worker made from cfg write its DrainReportArgs
+// job every d.
+func SetReportInterval(cfg *Config, d time.Duration) { cfg.reportInterval = d }

@@ -34,6 +34,7 @@ type Worker struct {
 	pruner       *pruner
 	liveness     *liveness
 	drain        *drain
+	report       *report
 	cancel       context.CancelFunc
 	done         sync.WaitGroup
 }
@@ -69,6 +70,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	logger := conf.Logger
+	rep := newReport(conf.Send.Observer, conf.Queue, conf.reportInterval)
+	conf.Send.Observer = rep
 	sendWorker := newSendWorker(pool, c, &conf.Send)
 	sendWorker.queue = conf.Queue
 	sendWorker.tracer = conf.TracerProvider.Tracer(tracerName)
@@ -94,6 +97,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	lease := newLiveness(pool, conf.Lease, logger)
 	dr := &drain{w: sendWorker, slots: conf.Concurrency, timeout: conf.JobTimeout, interval: conf.SweepInterval}
 	return &Worker{
+		report:       rep,
 		drain:        dr,
 		river:        rc,
 		sendWorker:   sendWorker,
@@ -118,6 +122,9 @@ func newRiverClient(pool *pgxpool.Pool, conf *Config, sendWorker *sendWorker, ba
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &batchWorker{w: sendWorker, batcher: batcher}); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, drainReportWorker{}); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -188,6 +195,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.drain.start(bgCtx)
 	w.done.Go(func() { w.liveness.run(bgCtx) })
 	w.done.Go(func() { w.sweeper.run(bgCtx) })
+	w.done.Go(func() { w.report.run(bgCtx, w.river) })
 	if w.pruner.opts.Retain > 0 {
 		w.done.Go(func() { w.pruner.run(bgCtx) })
 	}

@@ -301,9 +301,8 @@ func setRunState(ctx context.Context, tx pgx.Tx, key string, state RunState) err
 	return err
 }
 
-// PauseRun pauses a run: no member is claimed until ResumeRun; sends in
-// flight finish. A member's job that comes up meanwhile ends without
-// sending, and ResumeRun gives the member a new one.
+// PauseRun pauses a run: no member is claimed until ResumeRun (the drain's
+// claim skips a paused run's members); sends in flight finish.
 func (o *Outbox) PauseRun(ctx context.Context, key string) (*RunStatus, error) {
 	return o.runOp(ctx, key, "pause", func(tx pgx.Tx) error {
 		if _, err := lockRun(ctx, tx, key, "pause", RunActive); err != nil {
@@ -313,8 +312,8 @@ func (o *Outbox) PauseRun(ctx context.Context, key string) (*RunStatus, error) {
 	})
 }
 
-// ResumeRun resumes a paused run: every member still to send whose job
-// ended while it was paused gets a new one.
+// ResumeRun resumes a paused run: its members are claimed again, and every
+// frozen batch whose job ended while it was paused gets a new one.
 func (o *Outbox) ResumeRun(ctx context.Context, key string) (*RunStatus, error) {
 	return o.runOp(ctx, key, "resume", func(tx pgx.Tx) error {
 		if _, err := lockRun(ctx, tx, key, "resume", RunPaused); err != nil {
@@ -323,34 +322,24 @@ func (o *Outbox) ResumeRun(ctx context.Context, key string) (*RunStatus, error) 
 		if err := setRunState(ctx, tx, key, RunActive); err != nil {
 			return err
 		}
-		return o.giveRunJobs(ctx, tx, key, false)
+		if err := o.giveRunJobs(ctx, tx, key); err != nil {
+			return err
+		}
+		return wakeDrains(ctx, tx)
 	})
 }
 
-// giveRunJobs gives a new job to every member still to send, and every
-// frozen batch of the run, whose job is gone or finished; with unstarted,
-// to every member whose send has not started, whatever its job.
-func (o *Outbox) giveRunJobs(ctx context.Context, tx pgx.Tx, key string, unstarted bool) error {
-	_, err := sendjob.Give(ctx, tx, o.river, `SELECT o.id, o.idempotency_key, o.kind, o.send_at FROM sendonce_outbox o
-		LEFT JOIN river_job j ON j.id = o.job_id
-		WHERE o.run_key = $1 AND o.state IN ('pending', 'sending') AND o.batch_key IS NULL AND o.job_id IS NOT NULL
-			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded')
-				OR ($2 AND o.state = 'pending' AND o.attempts = 0))
-		ORDER BY o.id FOR UPDATE OF o`, []any{key, unstarted},
-		func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
-			var id int64
-			var k string
-			var kind Kind
-			var sendAt *time.Time
-			err := rows.Scan(&id, &k, &kind, &sendAt)
-			var at time.Time
-			if sendAt != nil {
-				at = *sendAt
-			}
-			return id, river.InsertManyParams{Args: sendjob.Args{Key: k, IntentKind: string(kind), RunKey: key},
-				InsertOpts: sendjob.InsertOpts(o.queue, at, sendjob.PriorityBulk)}, err
-		}, `UPDATE sendonce_outbox o SET job_id = u.job_id, updated_at = now()
-			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
+// giveRunJobs hands the run's members still to send whose River job of
+// their own (from a release before the drain) ended while the run was
+// paused to the drain, and gives a new job to every frozen batch of the
+// run whose job is gone or finished.
+func (o *Outbox) giveRunJobs(ctx context.Context, tx pgx.Tx, key string) error {
+	_, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET job_id = NULL, updated_at = now()
+		FROM (SELECT o.id FROM sendonce_outbox o LEFT JOIN river_job j ON j.id = o.job_id
+			WHERE o.run_key = $1 AND o.state = 'pending' AND o.batch_key IS NULL AND o.job_id IS NOT NULL
+				AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+			ORDER BY o.id FOR UPDATE OF o) m
+		WHERE o.id = m.id`, key)
 	if err != nil {
 		return err
 	}
@@ -434,9 +423,11 @@ func (o *Outbox) CancelRun(ctx context.Context, key string) (*RunCancel, error) 
 }
 
 // RescheduleRun moves a run's members whose send has not started to at:
-// each gets a new job held until then (frozen batches not yet attempted
-// are undone, their members rescheduled with the others). It returns how
-// many it moved.
+// each is held on its row until then, for the workers' drains (frozen
+// batches not yet attempted are undone, their members rescheduled with the
+// others; a member that had a River job of its own, from a release before
+// the drain, goes to the drain too, and its old job ends without sending).
+// It returns how many it moved.
 func (o *Outbox) RescheduleRun(ctx context.Context, key string, at time.Time) (int64, error) {
 	if at.IsZero() {
 		return 0, invalid("time", "zero time")
@@ -459,15 +450,17 @@ func (o *Outbox) RescheduleRun(ctx context.Context, key string, at time.Time) (i
 				AND o.state = 'pending' AND o.attempts = 0`, key); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET send_at = $2, updated_at = now()
+		// One statement moves them all, and gives every one to the drain
+		// (job_id NULL): a job held until the old time, its own or its
+		// undone batch's, no longer names the row, so it ends without
+		// sending. A paused run's members stay unclaimed until ResumeRun.
+		tag, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET send_at = $2, job_id = NULL, next_attempt_at = NULL, updated_at = now()
 			WHERE run_key = $1 AND state = 'pending' AND attempts = 0 AND batch_key IS NULL`, key, at)
 		if err != nil {
 			return err
 		}
 		n = tag.RowsAffected()
-		// Old jobs end without sending; in a paused run the new ones do too
-		// until ResumeRun gives them others.
-		return o.giveRunJobs(ctx, tx, key, true)
+		return wakeDrains(ctx, tx)
 	})
 	return n, err
 }

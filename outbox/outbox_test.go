@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/outbox"
@@ -38,9 +40,47 @@ func enqueue(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, in outbox.Inte
 	return res, err
 }
 
-func countJobs(t *testing.T, pool *pgxpool.Pool, state string) int {
+// riverJobs counts River's jobs, of any kind and state: an enqueued intent
+// is its row alone, with no River job (issue 44).
+func riverJobs(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
-	return outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job WHERE kind = 'sendonce_send' AND ($1 = '' OR state::text = $1)`, state)
+	return outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job`)
+}
+
+// countRows counts the outbox's rows.
+func countRows(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	return outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox`)
+}
+
+// drainClaims is what the workers' drain of queue ("" is the default)
+// would claim now, in its order (sendstate.ClaimDue, the drain's own
+// statement), without claiming it: the claim runs in a transaction that is
+// rolled back.
+func drainClaims(t *testing.T, pool *pgxpool.Pool, queue string) []*sendstate.DrainClaim {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	claims, err := sendstate.ClaimDue(ctx, tx, 10000, sendstate.ClaimOptions{Queue: queue, ReplayWindow: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claims
+}
+
+// drainKeys is the keys of what the drain of queue would claim now, in its
+// order (see drainClaims).
+func drainKeys(t *testing.T, pool *pgxpool.Pool, queue string) []string {
+	t.Helper()
+	var keys []string
+	for _, c := range drainClaims(t, pool, queue) {
+		keys = append(keys, c.Record.Key)
+	}
+	return keys
 }
 
 func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
@@ -48,7 +88,7 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 	ctx := context.Background()
 	pool, ob := setup(t)
 
-	// A rolled-back transaction leaves neither the intent nor its job.
+	// A rolled-back transaction leaves no intent (and no River job).
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -60,23 +100,24 @@ func TestEnqueueCommitsWithTheTransaction(t *testing.T) {
 	if _, err := ob.Get(ctx, "invoice:rolled_back"); !errors.Is(err, outbox.ErrNotFound) {
 		t.Fatalf("Get after rollback: %v, want ErrNotFound", err)
 	}
-	if n := countJobs(t, pool, ""); n != 0 {
-		t.Fatalf("%d jobs after rollback, want 0", n)
+	if n := riverJobs(t, pool); n != 0 {
+		t.Fatalf("%d River jobs after rollback, want 0", n)
 	}
 
 	res, err := enqueue(t, pool, ob, outbox.Intent{Key: "invoice:inv_4192", Payload: json.RawMessage(invoiceBody)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Existing || res.Record.State != outbox.StatePending || res.Record.Kind != outbox.KindEmail || res.Record.JobID == nil {
-		t.Fatalf("enqueued %+v", res.Record)
+	if res.Existing || res.Record.State != outbox.StatePending || res.Record.Kind != outbox.KindEmail || res.Record.JobID != nil {
+		t.Fatalf("enqueued %+v, want pending, with no River job", res.Record)
 	}
-	var jobKey string
-	if err := pool.QueryRow(ctx, `SELECT args->>'key' FROM river_job WHERE id = $1 AND queue = 'sendonce'`, *res.Record.JobID).Scan(&jobKey); err != nil {
-		t.Fatalf("job of the intent: %v", err)
+	// The committed row is all there is of it, and the drain of the
+	// Outbox's queue claims it.
+	if n := riverJobs(t, pool); n != 0 {
+		t.Fatalf("%d River jobs after the commit, want 0", n)
 	}
-	if jobKey != "invoice:inv_4192" {
-		t.Fatalf("job key %q", jobKey)
+	if got := drainKeys(t, pool, outbox.DefaultQueue); !slices.Equal(got, []string{"invoice:inv_4192"}) {
+		t.Fatalf("the drain of %s would claim %v, want the intent", outbox.DefaultQueue, got)
 	}
 }
 
@@ -98,8 +139,8 @@ func TestEnqueueSameKey(t *testing.T) {
 	if !again.Existing || again.Record.ID != first.Record.ID {
 		t.Fatalf("second enqueue: existing=%v id=%d, want the first intent %d", again.Existing, again.Record.ID, first.Record.ID)
 	}
-	if n := countJobs(t, pool, ""); n != 1 {
-		t.Fatalf("%d jobs, want 1", n)
+	if rows, jobs := countRows(t, pool), riverJobs(t, pool); rows != 1 || jobs != 0 {
+		t.Fatalf("%d rows and %d River jobs, want 1 and none", rows, jobs)
 	}
 
 	// A different payload under the same key is refused, and the caller's
@@ -115,8 +156,8 @@ func TestEnqueueSameKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("transaction after a refused enqueue: %v", err)
 	}
-	if n := countJobs(t, pool, ""); n != 2 {
-		t.Fatalf("%d jobs, want 2", n)
+	if rows, jobs := countRows(t, pool), riverJobs(t, pool); rows != 2 || jobs != 0 {
+		t.Fatalf("%d rows and %d River jobs, want 2 and none", rows, jobs)
 	}
 }
 
@@ -139,7 +180,6 @@ func TestEnqueueGeneratesAndStoresKey(t *testing.T) {
 
 func TestEnqueueRacingSameKey(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	pool, ob := setup(t)
 	const n = 8
 	var wg sync.WaitGroup
@@ -157,10 +197,8 @@ func TestEnqueueRacingSameKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var rows int
-	pool.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox`).Scan(&rows)
-	if rows != 1 || countJobs(t, pool, "") != 1 {
-		t.Fatalf("%d rows and %d jobs after %d racing enqueues, want 1 and 1", rows, countJobs(t, pool, ""), n)
+	if rows, jobs := countRows(t, pool), riverJobs(t, pool); rows != 1 || jobs != 0 {
+		t.Fatalf("%d rows and %d River jobs after %d racing enqueues, want 1 and none", rows, jobs, n)
 	}
 }
 
@@ -188,8 +226,8 @@ func TestEnqueueMany(t *testing.T) {
 	if len(res) != 501 || !res[0].Existing || res[1].Existing || !res[500].Existing || res[500].Record.ID != res[7].Record.ID {
 		t.Fatalf("results: len %d, [0].Existing=%v [1].Existing=%v [500].Existing=%v", len(res), res[0].Existing, res[1].Existing, res[500].Existing)
 	}
-	if n := countJobs(t, pool, ""); n != 500 {
-		t.Fatalf("%d jobs, want 500", n)
+	if rows, jobs := countRows(t, pool), riverJobs(t, pool); rows != 500 || jobs != 0 {
+		t.Fatalf("%d rows and %d River jobs, want 500 and none", rows, jobs)
 	}
 
 	// A reused key with another payload refuses the whole call, and takes
@@ -212,8 +250,8 @@ func TestEnqueueMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := countJobs(t, pool, ""); n != 500 {
-		t.Fatalf("%d jobs after a refused batch, want 500", n)
+	if rows, jobs := countRows(t, pool), riverJobs(t, pool); rows != 500 || jobs != 0 {
+		t.Fatalf("%d rows and %d River jobs after a refused batch, want 500 and none", rows, jobs)
 	}
 
 	// One bad intent refuses the whole call, naming its index.
@@ -255,7 +293,6 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 		{"unparseable scheduledAt", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io","text":"x","scheduledAt":"tomorrow"}`)}, "payload.scheduledAt"},
 		{"oversized", outbox.Intent{Key: "k", Payload: json.RawMessage(`{"from":"a@x.io","to":"b@x.io","text":"` + strings.Repeat("x", outbox.MaxPayloadBytes) + `"}`)}, "payload"},
 	}
-	ctx := context.Background()
 	pool, ob := setup(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,10 +306,8 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	var n int
-	pool.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox`).Scan(&n)
-	if n != 0 || countJobs(t, pool, "") != 0 {
-		t.Fatalf("bad input wrote %d rows and %d jobs", n, countJobs(t, pool, ""))
+	if rows, jobs := countRows(t, pool), riverJobs(t, pool); rows != 0 || jobs != 0 {
+		t.Fatalf("bad input wrote %d rows and %d River jobs", rows, jobs)
 	}
 }
 
@@ -308,7 +343,7 @@ func TestPlainSQLInsert(t *testing.T) {
 		VALUES ('php:order:77', 'email', $1)`, strings.Replace(invoiceBody, "{", `{"scheduledAt":"2030-01-02T03:04:05.678+01:00",`, 1)); err != nil {
 		t.Fatal(err)
 	}
-	// A valid row waits for the workers' sweeper to give it a job.
+	// A valid row is pending with no River job, for the workers' drains.
 	rec, err := ob.Get(ctx, "php:order:77")
 	if err != nil || rec.JobID != nil || rec.State != outbox.StatePending {
 		t.Fatalf("plain-SQL intent %+v, %v: want pending without a job", rec, err)
@@ -319,18 +354,18 @@ func TestCancel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
-	res, err := enqueue(t, pool, ob, outbox.Intent{Key: "c:1", Payload: json.RawMessage(invoiceBody), SendAt: time.Now().Add(time.Hour)})
-	if err != nil {
+	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "c:1", Payload: json.RawMessage(invoiceBody), SendAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := ob.Cancel(ctx, "c:1")
 	if err != nil || rec.State != outbox.StateCanceled {
 		t.Fatalf("Cancel = %+v, %v", rec, err)
 	}
-	var jobState string
-	pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, *res.Record.JobID).Scan(&jobState)
-	if jobState != "cancelled" {
-		t.Fatalf("job state %q, want cancelled", jobState)
+	// Its send time comes (as the hour passing would leave it): the drain
+	// claims nothing of it.
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET send_at = now() - interval '1 second' WHERE idempotency_key = 'c:1'`)
+	if got := drainKeys(t, pool, ""); len(got) != 0 {
+		t.Fatalf("the drain would claim %v after the cancel, want nothing", got)
 	}
 
 	// Once an attempt has been made the send may have reached the API.
@@ -352,14 +387,18 @@ func TestRetry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
-	first, err := enqueue(t, pool, ob, outbox.Intent{Key: "r:1", Payload: json.RawMessage(invoiceBody)})
-	if err != nil {
+	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "r:1", Payload: json.RawMessage(invoiceBody)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ob.Retry(ctx, "r:1", nil); err == nil {
 		t.Fatal("Retry of a pending intent succeeded")
 	}
 	c := attempted(t, pool, ob, "r:1", outbox.StateFailed, false)
+	// As the drain leaves an intent that failed after its tries, 429s and
+	// a next attempt still set.
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET tries = 5, rate_limited = 2, next_attempt_at = now() + interval '1 hour'
+		WHERE idempotency_key = 'r:1'`)
+	l := listen(t, pool)
 	rec, err := ob.Retry(ctx, "r:1", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -367,8 +406,18 @@ func TestRetry(t *testing.T) {
 	// The window still runs from the first attempt.
 	if rec.State != outbox.StatePending || rec.Attempts != 1 || rec.FirstAttemptAt == nil ||
 		!rec.FirstAttemptAt.Equal(*c.FirstAttemptAt) || rec.Key != "r:1" ||
-		rec.JobID == nil || *rec.JobID == *first.Record.JobID || rec.ForcedRetryAt != nil {
+		rec.JobID != nil || rec.ForcedRetryAt != nil {
 		t.Fatalf("retried intent %+v", rec)
+	}
+	// Back on the drain, with no River job: due now, woken at the commit,
+	// and claimed as a new intent's first try, with no 429s behind it.
+	l.await(t)
+	claims := drainClaims(t, pool, "")
+	if len(claims) != 1 || claims[0].Record.Key != "r:1" || claims[0].Tries != 1 || claims[0].RateLimited != 0 {
+		t.Fatalf("the drain would claim %d intents after the retry (first %+v), want r:1 at try 1 with no 429s", len(claims), claims)
+	}
+	if n := riverJobs(t, pool); n != 0 {
+		t.Fatalf("%d River jobs after the retry, want 0", n)
 	}
 }
 
@@ -410,4 +459,61 @@ func attempted(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, key string, 
 		first_attempt_at = coalesce(first_attempt_at, now()), uncertain = uncertain OR $3,
 		message_id = CASE WHEN $2 = 'sent' THEN 'msg_' || id END WHERE idempotency_key = $1`, key, state, uncertain)
 	return outboxtest.Get(t, ob, key)
+}
+
+// listener is a connection listening on sendonce_outbox, the channel the
+// workers' drains are woken on (sendstate.NotifyChannel).
+type listener struct {
+	conn *pgx.Conn
+	pool *pgxpool.Pool
+}
+
+// listen listens on sendonce_outbox from now on.
+func listen(t *testing.T, pool *pgxpool.Pool) *listener {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := c.Hijack()
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, `LISTEN sendonce_outbox`); err != nil {
+		t.Fatal(err)
+	}
+	return &listener{conn: conn, pool: pool}
+}
+
+// next returns the payload of the next notification, failing the test
+// when none comes within 10 s.
+func (l *listener) next(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := l.conn.WaitForNotification(ctx)
+	if err != nil {
+		t.Fatalf("no notification on sendonce_outbox: %v", err)
+	}
+	return n.Payload
+}
+
+// await waits for the drains' wake-up (empty payload, as the producers
+// send it).
+func (l *listener) await(t *testing.T) {
+	t.Helper()
+	if p := l.next(t); p != "" {
+		t.Fatalf("notification %q on sendonce_outbox, want the drains' wake-up", p)
+	}
+}
+
+// none checks that nothing was notified since the last notification read:
+// another session notifies a marker, and the next notification must be
+// it, since PostgreSQL delivers the notifications of transactions in the
+// order they committed.
+func (l *listener) none(t *testing.T, what string) {
+	t.Helper()
+	pgtest.Exec(t, l.pool, `SELECT pg_notify('sendonce_outbox', 'marker')`)
+	if p := l.next(t); p != "marker" {
+		t.Fatalf("%s woke the drains (notification %q before the marker)", what, p)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -35,8 +37,9 @@ func enqueueRun(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, run outbox.
 }
 
 // TestEnqueueRunIsIdempotentAsAWhole: a run enqueued twice (a producer that
-// crashed and ran again) is there once, with each member once; its members'
-// jobs go at the bulk priority, behind lone intents.
+// crashed and ran again) is there once, with each member once; its members
+// are held until the run's time, and then go at the bulk priority: the
+// drain claims lone intents before them.
 func TestEnqueueRunIsIdempotentAsAWhole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -65,9 +68,29 @@ func TestEnqueueRunIsIdempotentAsAWhole(t *testing.T) {
 	if err != nil || st.Total != 7 || st.Counts[outbox.StatePending] != 7 || st.State != outbox.RunActive || st.SendAt == nil || !st.SendAt.Equal(at) {
 		t.Fatalf("RunStatus = %+v, %v; want 7 pending members, active, send at %s", st, err, at)
 	}
-	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job j JOIN sendonce_outbox o ON o.job_id = j.id
-		WHERE o.run_key = 'billing:2026-12' AND j.priority = 3 AND j.scheduled_at = $1 AND j.args->>'run' = 'billing:2026-12'`, at); n != 7 {
-		t.Fatalf("%d members' jobs at bulk priority, held until the run's time, naming the run; want 7", n)
+	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox
+		WHERE run_key = 'billing:2026-12' AND send_at = $1 AND job_id IS NULL AND checked AND queue = $2`, at, outbox.DefaultQueue); n != 7 {
+		t.Fatalf("%d members held until the run's time, naming the run, on the drain of %s; want 7", n, outbox.DefaultQueue)
+	}
+	if n := riverJobs(t, pool); n != 0 {
+		t.Fatalf("%d River jobs, want none", n)
+	}
+	if got := drainKeys(t, pool, ""); len(got) != 0 {
+		t.Fatalf("the drain would claim %v before the run's time, want nothing", got)
+	}
+	// The run's time comes (as the hour passing would leave the members);
+	// a lone intent enqueued then, due later than they are, is still
+	// claimed first.
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET send_at = now() - interval '1 minute' WHERE run_key = 'billing:2026-12'`)
+	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "receipt:1", Payload: invoiceBody}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"receipt:1"}
+	for _, m := range members("invoice:2026-12", 7) {
+		want = append(want, m.Key)
+	}
+	if got := drainKeys(t, pool, ""); !slices.Equal(got, want) {
+		t.Fatalf("the drain would claim %v, want the lone intent, then the members: %v", got, want)
 	}
 	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "bad key!"}); err == nil {
 		t.Fatal("EnqueueRun with a bad key succeeded")
@@ -75,9 +98,9 @@ func TestEnqueueRunIsIdempotentAsAWhole(t *testing.T) {
 }
 
 // TestPauseResumeCancelRun drives a run's states: a paused run's members
-// are not claimed, and resume gives jobs back to those whose jobs ended
-// meanwhile; cancel takes every member not yet attempted, leaves the others
-// and counts them; a canceled run takes no new member.
+// are not claimed, and are after resume; cancel takes every member not yet
+// attempted, leaves the others and counts them; a canceled run takes no new
+// member.
 func TestPauseResumeCancelRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -92,17 +115,23 @@ func TestPauseResumeCancelRun(t *testing.T) {
 	if err != nil || st.State != outbox.RunPaused {
 		t.Fatalf("PauseRun = %+v, %v", st, err)
 	}
-	// A member's job ran while paused and ended without sending.
-	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
-		WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = 'campaign:1:0')`); err != nil {
+	// The drain claims none of its members meanwhile, but an intent of no
+	// run.
+	if _, err := enqueue(t, pool, ob, outbox.Intent{Key: "lone:1", Payload: invoiceBody}); err != nil {
 		t.Fatal(err)
 	}
-	old := *outboxtest.Get(t, ob, "campaign:1:0").JobID
+	if got := drainKeys(t, pool, ""); !slices.Equal(got, []string{"lone:1"}) {
+		t.Fatalf("the drain would claim %v while the run is paused, want lone:1 only", got)
+	}
 	if st, err = ob.ResumeRun(ctx, "campaign:1"); err != nil || st.State != outbox.RunActive {
 		t.Fatalf("ResumeRun = %+v, %v", st, err)
 	}
-	if rec := outboxtest.Get(t, ob, "campaign:1:0"); *rec.JobID == old {
-		t.Fatalf("after resume the member still names its ended job %d", old)
+	want := []string{"lone:1"}
+	for _, m := range members("campaign:1", 6) {
+		want = append(want, m.Key)
+	}
+	if got := drainKeys(t, pool, ""); !slices.Equal(got, want) {
+		t.Fatalf("the drain would claim %v after resume, want %v", got, want)
 	}
 	// Two members were attempted (one sent, one sending) before the cancel.
 	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1, delivery_status = 'bounced' WHERE idempotency_key = 'campaign:1:1';
@@ -133,8 +162,46 @@ func TestPauseResumeCancelRun(t *testing.T) {
 	}
 }
 
+// TestResumeRunGivesEndedJobsBack: in a database upgraded from a release
+// before the drain, whose run members have River jobs of their own
+// (outboxtest.GiveJobs), resume gives a new job to a member whose job ended
+// while the run was paused.
+func TestResumeRunGivesEndedJobsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob := setup(t)
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "campaign:1", Intents: members("campaign:1", 6)}); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, m := range members("campaign:1", 6) {
+		keys = append(keys, m.Key)
+	}
+	outboxtest.GiveJobs(t, pool, keys...)
+	if _, err := ob.PauseRun(ctx, "campaign:1"); err != nil {
+		t.Fatal(err)
+	}
+	// A member's job ran while paused and ended without sending.
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
+		WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = 'campaign:1:0')`); err != nil {
+		t.Fatal(err)
+	}
+	old := *outboxtest.Get(t, ob, "campaign:1:0").JobID
+	if st, err := ob.ResumeRun(ctx, "campaign:1"); err != nil || st.State != outbox.RunActive {
+		t.Fatalf("ResumeRun = %+v, %v", st, err)
+	}
+	if rec := outboxtest.Get(t, ob, "campaign:1:0"); rec.JobID == nil || *rec.JobID == old {
+		t.Fatalf("after resume the member names job %v, want a new one in place of its ended job %d", rec.JobID, old)
+	}
+	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job j JOIN sendonce_outbox o ON o.job_id = j.id
+		WHERE o.run_key = 'campaign:1' AND j.state = 'available'`); n != 6 {
+		t.Fatalf("%d members with a job to work after resume, want 6", n)
+	}
+}
+
 // TestRescheduleRun holds the members not yet attempted until the new
-// time, each with a new job held until then.
+// time: the drain claims none of them before it, and claims them once it
+// has come.
 func TestRescheduleRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -142,6 +209,45 @@ func TestRescheduleRun(t *testing.T) {
 	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "digest:w49", Intents: members("digest:w49", 3)}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1 WHERE idempotency_key = 'digest:w49:0'`); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Second)
+	n, err := ob.RescheduleRun(ctx, "digest:w49", at)
+	if err != nil || n != 2 {
+		t.Fatalf("RescheduleRun = %d, %v; want 2", n, err)
+	}
+	if got := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox
+		WHERE run_key = 'digest:w49' AND state = 'pending' AND send_at = $1 AND job_id IS NULL`, at); got != 2 {
+		t.Fatalf("%d members held until %s, want 2", got, at)
+	}
+	if got := drainKeys(t, pool, ""); len(got) != 0 {
+		t.Fatalf("the drain would claim %v before the run's new time, want nothing", got)
+	}
+	// Rescheduled to a time already come: the drain claims them.
+	if n, err = ob.RescheduleRun(ctx, "digest:w49", time.Now().Add(-time.Minute)); err != nil || n != 2 {
+		t.Fatalf("RescheduleRun to the past = %d, %v; want 2", n, err)
+	}
+	if got := drainKeys(t, pool, ""); !slices.Equal(got, []string{"digest:w49:1", "digest:w49:2"}) {
+		t.Fatalf("the drain would claim %v once the run's time has come, want the 2 members not yet sent", got)
+	}
+	if n := riverJobs(t, pool); n != 0 {
+		t.Fatalf("%d River jobs after the reschedules, want none", n)
+	}
+}
+
+// TestRescheduleRunGivesJobs: in a database upgraded from a release before
+// the drain, whose run members have River jobs of their own
+// (outboxtest.GiveJobs), each member not yet attempted gets a new job held
+// until the new time.
+func TestRescheduleRunGivesJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob := setup(t)
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "digest:w49", Intents: members("digest:w49", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.GiveJobs(t, pool, "digest:w49:0", "digest:w49:1", "digest:w49:2")
 	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1 WHERE idempotency_key = 'digest:w49:0'`); err != nil {
 		t.Fatal(err)
 	}

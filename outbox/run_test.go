@@ -162,11 +162,12 @@ func TestPauseResumeCancelRun(t *testing.T) {
 	}
 }
 
-// TestResumeRunGivesEndedJobsBack: in a database upgraded from a release
-// before the drain, whose run members have River jobs of their own
-// (outboxtest.GiveJobs), resume gives a new job to a member whose job ended
-// while the run was paused.
-func TestResumeRunGivesEndedJobsBack(t *testing.T) {
+// TestResumeRunGivesEndedJobsToTheDrain: in a database upgraded from a
+// release before the drain, whose run members have River jobs of their own
+// (outboxtest.GiveJobs), resume hands a member whose job ended while the
+// run was paused to the drain, which claims it; the members whose jobs are
+// still to run keep them, and no new job is written.
+func TestResumeRunGivesEndedJobsToTheDrain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
@@ -186,16 +187,22 @@ func TestResumeRunGivesEndedJobsBack(t *testing.T) {
 		WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = 'campaign:1:0')`); err != nil {
 		t.Fatal(err)
 	}
-	old := *outboxtest.Get(t, ob, "campaign:1:0").JobID
+	jobs := riverJobs(t, pool)
 	if st, err := ob.ResumeRun(ctx, "campaign:1"); err != nil || st.State != outbox.RunActive {
 		t.Fatalf("ResumeRun = %+v, %v", st, err)
 	}
-	if rec := outboxtest.Get(t, ob, "campaign:1:0"); rec.JobID == nil || *rec.JobID == old {
-		t.Fatalf("after resume the member names job %v, want a new one in place of its ended job %d", rec.JobID, old)
+	if rec := outboxtest.Get(t, ob, "campaign:1:0"); rec.JobID != nil {
+		t.Fatalf("after resume the member names job %d, want none: its job ended, and the drain sends it", *rec.JobID)
+	}
+	if got := drainKeys(t, pool, ""); len(got) != 1 || got[0] != "campaign:1:0" {
+		t.Fatalf("the drain would claim %v after resume, want the member whose job ended", got)
 	}
 	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job j JOIN sendonce_outbox o ON o.job_id = j.id
-		WHERE o.run_key = 'campaign:1' AND j.state = 'available'`); n != 6 {
-		t.Fatalf("%d members with a job to work after resume, want 6", n)
+		WHERE o.run_key = 'campaign:1' AND j.state = 'available'`); n != 5 {
+		t.Fatalf("%d members with a job to work after resume, want the 5 whose jobs are still to run", n)
+	}
+	if after := riverJobs(t, pool); after != jobs {
+		t.Fatalf("%d River jobs after resume, %d before: want no new job", after, jobs)
 	}
 }
 
@@ -236,11 +243,12 @@ func TestRescheduleRun(t *testing.T) {
 	}
 }
 
-// TestRescheduleRunGivesJobs: in a database upgraded from a release before
-// the drain, whose run members have River jobs of their own
-// (outboxtest.GiveJobs), each member not yet attempted gets a new job held
-// until the new time.
-func TestRescheduleRunGivesJobs(t *testing.T) {
+// TestRescheduleRunGivesJobsToTheDrain: in a database upgraded from a
+// release before the drain, whose run members have River jobs of their own
+// (outboxtest.GiveJobs), each member not yet attempted is held on its row
+// until the new time and handed to the drain (its old job no longer names
+// it, so it ends without sending); the member sent keeps its job.
+func TestRescheduleRunGivesJobsToTheDrain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
@@ -256,8 +264,17 @@ func TestRescheduleRunGivesJobs(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("RescheduleRun = %d, %v; want 2", n, err)
 	}
-	if got := outboxtest.Value[int](t, pool, `SELECT count(*) FROM river_job j JOIN sendonce_outbox o ON o.job_id = j.id
-		WHERE o.run_key = 'digest:w49' AND j.state = 'scheduled' AND j.scheduled_at = $1`, at); got != 2 {
-		t.Fatalf("%d members' jobs held until %s, want 2", got, at)
+	if got := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox
+		WHERE run_key = 'digest:w49' AND state = 'pending' AND send_at = $1 AND job_id IS NULL`, at); got != 2 {
+		t.Fatalf("%d members held on their rows until %s for the drain, want 2", got, at)
+	}
+	if got := drainKeys(t, pool, ""); len(got) != 0 {
+		t.Fatalf("the drain would claim %v before the run's new time, want nothing", got)
+	}
+	if n, err = ob.RescheduleRun(ctx, "digest:w49", time.Now().Add(-time.Minute)); err != nil || n != 2 {
+		t.Fatalf("RescheduleRun to the past = %d, %v; want 2", n, err)
+	}
+	if got := drainKeys(t, pool, ""); len(got) != 2 {
+		t.Fatalf("the drain would claim %v once the run's time has come, want the 2 unsent members", got)
 	}
 }

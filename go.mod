@@ -9,8 +9,7 @@ require (
 	// River is pinned: the sweeps read
 	// river_job (attempted_by for RescueStranded, state) and river_leader.
 	// The tests that break on an upgrade are listed in docs/operations.md,
-	// "Upgrading River" (TestEnqueuedJobsAreRiversJobs, TestEnqueuedJobsAreWorkedByRiver,
-	// TestRescueStranded, ...): run them before moving river, riverpgxv5,
+	// "Upgrading River" (TestRescueStranded, TestReconcile, ...): run them before moving river, riverpgxv5,
 	// rivertype or riverui (in cmd/go.mod).
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2

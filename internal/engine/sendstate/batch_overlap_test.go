@@ -13,9 +13,11 @@ import (
 )
 
 // freezeTwo freezes m:1 and m:2 into a batch and returns its key and job.
+// They have jobs of their own, whose requests Freeze takes, as in a
+// database upgraded from a release before the drain.
 func freezeTwo(t *testing.T) (*sendstate.Scheduler, string, int64) {
 	t.Helper()
-	pool, _, jobs := setup(t, "m:1", "m:2")
+	pool, _, jobs := setupJobs(t, "m:1", "m:2")
 	b := &sendstate.Batcher{Pool: pool, River: jobs.River}
 	key, joined, err := b.Freeze(context.Background(), outbox.DefaultQueue, "",
 		[]sendstate.ClaimRequest{request(t, pool, "m:1"), request(t, pool, "m:2")})

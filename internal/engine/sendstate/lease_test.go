@@ -43,11 +43,12 @@ func claimAs(t *testing.T, pool *pgxpool.Pool, key string, l sendstate.Lease) *s
 	return c
 }
 
-// claimedUnderLease sets up an outbox holding key (setup), takes a lease
-// for the worker name and claims key under it.
+// claimedUnderLease sets up an outbox holding key with a River job of its
+// own (setupJobs: an upgraded database's intent), takes a lease for the
+// worker name and claims key under it.
 func claimedUnderLease(t *testing.T, key, name string) (*pgxpool.Pool, *sendstate.Scheduler, sendstate.Lease) {
 	t.Helper()
-	pool, _, jobs := setup(t, key)
+	pool, _, jobs := setupJobs(t, key)
 	l := takeLease(t, pool, name)
 	claimAs(t, pool, key, l)
 	return pool, jobs, l
@@ -55,11 +56,13 @@ func claimedUnderLease(t *testing.T, key, name string) (*pgxpool.Pool, *sendstat
 
 // A worker that dies leaves its intents sending; once a sweeper has ended
 // its lapsed lease, RescueAbandoned hands them to new jobs. A held lease,
-// even one past its end within the restart grace, keeps them.
+// even one past its end within the restart grace, keeps them. The intent
+// has a job of its own, as in a database upgraded from a release before
+// the drain (a drained one is RescueDrained's: TestClaimDueUnderALease).
 func TestRescueAbandoned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _, jobs := setup(t, "r:a")
+	pool, _, jobs := setupJobs(t, "r:a")
 	l := takeLease(t, pool, "owner")
 	req := request(t, pool, "r:a")
 	if c := claimAs(t, pool, "r:a", l); c.Owner != l.Epoch || *get(t, pool, "r:a").ClaimedBy != l.Epoch {
@@ -104,11 +107,13 @@ func TestRescueAbandoned(t *testing.T) {
 // Issue 24, item 1: a worker paused past its lease, whose intents another
 // worker took over, records nothing for them: no success, no retry, no
 // park, no claim. Its renewal finds the lease ended, and the epoch it
-// takes then claims afresh.
+// takes then claims afresh. The intents have jobs of their own, as in a
+// database upgraded from a release before the drain; a drained intent's
+// late answer is TestClaimDueUnderALease's.
 func TestLapsedOwnerRecordsNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _, jobs := setup(t, "p:1", "p:2")
+	pool, _, jobs := setupJobs(t, "p:1", "p:2")
 	a := takeLease(t, pool, "paused")
 	claimAs(t, pool, "p:1", a)
 	jobA := request(t, pool, "p:1").JobID
@@ -235,16 +240,37 @@ func TestRenewNamesOneSweeper(t *testing.T) {
 }
 
 // A graceful stop ends the lease at once: what the worker left sending
-// goes to another job at the next sweep, not after the lease.
+// goes to another job (an upgraded database's intent with a job of its
+// own), or back to the drain (a drained one), at the next sweep, not
+// after the lease.
 func TestReleasedLeaseIsRescuedAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, jobs, l := claimedUnderLease(t, "rel:1", "stopping")
+	ob, err := outbox.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, ob, "rel:drained")
+	opts := claimOpts
+	opts.Owner = l.Epoch
+	if got := claimDue(t, pool, 5, opts); !equal(got, "rel:drained") {
+		t.Fatalf("the drain claimed %v, want rel:drained", got)
+	}
+	if n, err := sendstate.RescueDrained(ctx, pool, 0); err != nil || n != 0 {
+		t.Fatalf("RescueDrained under the held lease = %d, %v; want 0", n, err)
+	}
 	if err := sendstate.ReleaseLease(ctx, pool, l); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := jobs.RescueAbandoned(ctx, 0); err != nil || n != 1 {
 		t.Fatalf("RescueAbandoned after the release = %d, %v; want 1", n, err)
+	}
+	if n, err := sendstate.RescueDrained(ctx, pool, 0); err != nil || n != 1 {
+		t.Fatalf("RescueDrained after the release = %d, %v; want 1", n, err)
+	}
+	if rec := get(t, pool, "rel:drained"); rec.State != outbox.StatePending || !rec.Uncertain || rec.JobID != nil {
+		t.Errorf("rel:drained after the rescue: %+v, want pending on the drain, uncertain", rec)
 	}
 	if r := outboxtest.Value[string](t, pool, `SELECT end_reason FROM sendonce_worker WHERE id = $1`, l.ID); r != "stopped" {
 		t.Errorf("end_reason = %q, want stopped", r)
@@ -281,14 +307,26 @@ func TestLapsedOwnerRecordsNoBatch(t *testing.T) {
 func TestRescueReadsOnlyThisDatabasesLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	// Intents with jobs of their own (an upgraded database's, for
+	// RescueAbandoned) and drained ones (RescueDrained) in each.
 	poolA, jobsA, la := claimedUnderLease(t, "xa:live", "a")
+	optsA := claimOpts
+	optsA.Owner = la.Epoch
+	obA, err := outbox.New(poolA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, poolA, obA, "xa:drained")
+	claimDue(t, poolA, 1, optsA)
 	// Database xb on the same server: its worker with the same epoch
-	// claimed an intent and is gone (no lease row).
-	poolB, _, jobsB := setup(t, "xb:dead")
+	// claimed intents and is gone (no lease row).
+	poolB, obB, jobsB := setupJobs(t, "xb:dead")
+	enqueue(t, poolB, obB, "xb:drained")
 	opts := claimOpts
 	if _, ok, err := sendstate.Claim(ctx, poolB, request(t, poolB, "xb:dead"), opts); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
+	claimDue(t, poolB, 1, opts)
 	pgtest.Exec(t, poolB, `UPDATE sendonce_outbox SET claimed_by = $1`, la.Epoch)
 	for _, p := range []*pgxpool.Pool{poolA, poolB} {
 		pgtest.Exec(t, p, `INSERT INTO sendonce_batch (idempotency_key, queue, body, member_keys, state, claimed_by)
@@ -300,8 +338,14 @@ func TestRescueReadsOnlyThisDatabasesLeases(t *testing.T) {
 	if n, err := jobsB.RescueAbandonedBatches(ctx, 0); err != nil || n != 1 {
 		t.Errorf("xb: RescueAbandonedBatches = %d, %v; want 1", n, err)
 	}
+	if n, err := sendstate.RescueDrained(ctx, poolB, 0); err != nil || n != 1 {
+		t.Errorf("xb: RescueDrained = %d, %v; want 1", n, err)
+	}
 	if n, err := jobsA.RescueAbandoned(ctx, 0); err != nil || n != 0 {
 		t.Errorf("xa: RescueAbandoned = %d, %v; want 0: its worker is alive", n, err)
+	}
+	if n, err := sendstate.RescueDrained(ctx, poolA, 0); err != nil || n != 0 {
+		t.Errorf("xa: RescueDrained = %d, %v; want 0: its worker is alive", n, err)
 	}
 	if n, err := jobsA.RescueAbandonedBatches(ctx, 0); err != nil || n != 0 {
 		t.Errorf("xa: RescueAbandonedBatches = %d, %v; want 0", n, err)
@@ -364,11 +408,13 @@ func TestWorkers(t *testing.T) {
 // fleet's budget, in a backoff) leaves their intents pending under River
 // jobs still running; once its lease is ended, RescueStranded gives those
 // intents new jobs. A live worker's running jobs, and pending intents no
-// job runs, are left alone.
+// job runs, are left alone. The intents have jobs of their own, as in a
+// database upgraded from a release before the drain: a drained intent has
+// no job to be stranded under.
 func TestRescueStranded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _, jobs := setup(t, "str:dead", "str:live", "str:idle")
+	pool, _, jobs := setupJobs(t, "str:dead", "str:live", "str:idle")
 	lease := func(name string) sendstate.Lease {
 		l, err := sendstate.TakeLease(ctx, pool, sendstate.Lease{}, sendstate.Holder{Host: name, PID: 1, RiverClientID: "client-" + name}, sendstate.DefaultLease)
 		if err != nil {
@@ -433,7 +479,10 @@ func leaseWithClient(t *testing.T, pool *pgxpool.Pool, name string) sendstate.Le
 // (RescueStranded). Once the lease is ended, RescueStrandedBatches gives
 // the batch and its members a new batch job under the same key; the old
 // job, whenever it runs again, claims nothing. A live worker's running
-// batch job, and a batch whose job no one runs, are left alone.
+// batch job, and a batch whose job no one runs, are left alone. The
+// batches are frozen from intents with jobs of their own (Freeze of their
+// jobs' requests), as in a database upgraded from a release before the
+// drain.
 func TestRescueStrandedBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -442,7 +491,7 @@ func TestRescueStrandedBatches(t *testing.T) {
 	for _, name := range names {
 		keys = append(keys, "sb:"+name+":1", "sb:"+name+":2")
 	}
-	pool, _, jobs := setup(t, keys...)
+	pool, _, jobs := setupJobs(t, keys...)
 	batcher := &sendstate.Batcher{Pool: pool, River: jobs.River}
 	batch := map[string]string{} // the batch key of each name's members
 	for _, name := range names {

@@ -38,6 +38,10 @@ func TestPruneKeepsWhatMustStay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, ob, _ := setup(t, "sent:old", "failed:old", "canceled:old", "pending", "sent:job-alive", "sent:in-batch", "sent:in-batch-2")
+	// An intent whose own River job has not finished, as in a database
+	// upgraded from a release before the drain: it stays while the job may
+	// still run.
+	outboxtest.GiveJobs(t, pool, "sent:job-alive")
 	// Created two hours ago (Prune reads rows in id order up to the first
 	// one created within the retention).
 	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET created_at = now() - interval '2 hours'`)
@@ -160,8 +164,16 @@ func TestPrunedKeyIsExistingOrKeyReuse(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox`); n != 1 {
 		t.Fatalf("%d rows, want only p:new", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE state = 'available'`); n != 1 {
-		t.Fatalf("%d available jobs, want p:new's only", n)
+	// p:new went in as an intent of the drain: no River job, pending and
+	// due.
+	if n := count(t, pool, `SELECT count(*) FROM river_job`); n != 0 {
+		t.Fatalf("%d River jobs, want none: the drain sends p:new", n)
+	}
+	if rec := get(t, pool, "p:new"); rec.State != outbox.StatePending || rec.JobID != nil {
+		t.Fatalf("p:new: %+v, want pending with no job", rec)
+	}
+	if due, err := sendstate.AnyDue(ctx, pool, ""); err != nil || !due {
+		t.Fatalf("AnyDue = %v, %v; want p:new due on the drain", due, err)
 	}
 
 	// The plain-SQL contract: the same intent is skipped like a live key,

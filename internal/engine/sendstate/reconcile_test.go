@@ -14,11 +14,12 @@ import (
 
 // Reconcile reads the unsettled intents in pieces (ReconcileWindow at a
 // time, each state in id order) and still finds every stranded one, in
-// both states, wherever it falls among the windows.
+// both states, wherever it falls among the windows. The intents have jobs
+// of their own, as in a database upgraded from a release before the drain.
 func TestReconcileInPieces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _, jobs := setup(t, numbered("w", 0, 10)...)
+	pool, _, jobs := setupJobs(t, numbered("w", 0, 10)...)
 	jobs.ReconcileWindow = 3
 	for _, k := range []string{"w:1", "w:2", "w:5"} {
 		pgtest.Exec(t, pool, `DELETE FROM river_job WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = $1)`, k)
@@ -84,11 +85,12 @@ func TestReconcileUnderStatementTimeout(t *testing.T) {
 // Issue 26: one call of Reconcile reads at most ReconcileBudget unsettled
 // intents, and the next goes on where it stopped: an intent stranded at the
 // end of a backlog larger than the budget is found by a later call, and
-// every pass ends.
+// every pass ends. The intents have jobs of their own, as in a database
+// upgraded from a release before the drain.
 func TestReconcileBudgetPerCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _, jobs := setup(t, numbered("b", 0, 10)...)
+	pool, _, jobs := setupJobs(t, numbered("b", 0, 10)...)
 	jobs.ReconcileWindow, jobs.ReconcileBudget = 2, 4
 	pgtest.Exec(t, pool, `DELETE FROM river_job WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = 'b:9')`)
 	var got []int

@@ -176,8 +176,16 @@ func (e *stateEnv) state(t *testing.T, key string) outbox.State {
 	return outbox.State(s)
 }
 
-// goRows enqueues the rows from Go: each has a River job.
+// goRows enqueues the rows from Go: each is drained (no River job).
 func goRows(t *testing.T, e *stateEnv) { enqueue(t, e.pool, e.ob, e.rowKeys()...) }
+
+// jobRows enqueues the rows from Go and gives each a River job of its own,
+// as a database upgraded from a release before the drain holds them: for
+// the statements that work such jobs.
+func jobRows(t *testing.T, e *stateEnv) {
+	goRows(t, e)
+	outboxtest.GiveJobs(t, e.pool, e.rowKeys()...)
+}
 
 // sqlRows inserts the rows with plain SQL: no River job (drained).
 func sqlRows(t *testing.T, e *stateEnv) {
@@ -199,6 +207,13 @@ func runRows(t *testing.T, e *stateEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runJobRows enqueues the rows as the members of one run, each with a
+// River job of its own, as an upgraded database holds them.
+func runJobRows(t *testing.T, e *stateEnv) {
+	runRows(t, e)
+	outboxtest.GiveJobs(t, e.pool, e.rowKeys()...)
 }
 
 // batchRows enqueues the rows from Go and freezes them into one batch in
@@ -257,7 +272,7 @@ var transitionCases = []transitionCase{
 			}
 			return nil
 		}},
-	{name: "Claim", statement: "ClaimMany", rows: goRows,
+	{name: "Claim", statement: "ClaimMany", rows: jobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			for _, k := range e.allKeys() {
 				if _, _, err := sendstate.Claim(ctx, e.pool, sendstate.ClaimRequest{Key: k, JobID: e.job[k]}, e.opts()); err != nil {
@@ -266,7 +281,7 @@ var transitionCases = []transitionCase{
 			}
 			return nil
 		}},
-	{name: "ClaimMany", statement: "ClaimMany", rows: goRows,
+	{name: "ClaimMany", statement: "ClaimMany", rows: jobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			var reqs []sendstate.ClaimRequest
 			for _, k := range e.allKeys() {
@@ -289,7 +304,7 @@ var transitionCases = []transitionCase{
 			}
 			return err
 		}},
-	{name: "MarkSent", statement: "MarkSentMany", rows: goRows,
+	{name: "MarkSent", statement: "MarkSentMany", rows: jobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			for _, k := range e.allKeys() {
 				_, err := sendstate.MarkSent(ctx, e.pool, sendstate.Sent{Key: k, MessageID: "msg_" + k, Owner: e.lease.Epoch})
@@ -299,7 +314,16 @@ var transitionCases = []transitionCase{
 			}
 			return nil
 		}},
-	{name: "MarkSentMany", statement: "MarkSentMany", rows: goRows,
+	{name: "MarkSentMany", statement: "MarkSentMany", rows: jobRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			var sent []sendstate.Sent
+			for _, k := range e.allKeys() {
+				sent = append(sent, sendstate.Sent{Key: k, MessageID: "msg_" + k, Owner: e.lease.Epoch})
+			}
+			_, _, err := sendstate.MarkSentMany(ctx, e.pool, sent)
+			return err
+		}},
+	{name: "MarkSentMany, drained", statement: "MarkSentMany", rows: goRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			var sent []sendstate.Sent
 			for _, k := range e.allKeys() {
@@ -317,7 +341,7 @@ var transitionCases = []transitionCase{
 			_, err := sendstate.RecordBatch(ctx, e.pool, testBatch, e.lease.Epoch, 0, sent, nil)
 			return err
 		}},
-	{name: "MarkFailed", statement: "MarkFailed", rows: goRows,
+	{name: "MarkFailed", statement: "MarkFailed", rows: jobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			for _, k := range e.allKeys() {
 				if err := sendstate.MarkFailed(ctx, e.pool, e.outcome(k)); err != nil {
@@ -326,7 +350,16 @@ var transitionCases = []transitionCase{
 			}
 			return nil
 		}},
-	{name: "MarkPending", statement: "MarkPending", rows: goRows,
+	{name: "MarkFailed, drained", statement: "MarkFailed", rows: goRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			for _, k := range e.allKeys() {
+				if err := sendstate.MarkFailed(ctx, e.pool, e.outcome(k)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	{name: "MarkPending", statement: "MarkPending", rows: jobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			for _, k := range e.allKeys() {
 				if err := sendstate.MarkPending(ctx, e.pool, e.outcome(k)); err != nil {
@@ -346,7 +379,16 @@ var transitionCases = []transitionCase{
 			}
 			return nil
 		}},
-	{name: "MarkSuppressed", statement: "MarkSuppressed", rows: goRows,
+	{name: "MarkSuppressed", statement: "MarkSuppressed", rows: jobRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			for _, k := range e.allKeys() {
+				if err := sendstate.MarkSuppressed(ctx, e.pool, e.outcome(k)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	{name: "MarkSuppressed, drained", statement: "MarkSuppressed", rows: goRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			for _, k := range e.allKeys() {
 				if err := sendstate.MarkSuppressed(ctx, e.pool, e.outcome(k)); err != nil {
@@ -416,6 +458,15 @@ var transitionCases = []transitionCase{
 			}
 			return nil
 		}},
+	{name: "Cancel, upgraded", statement: "outbox.Cancel", rows: jobRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			for _, k := range e.allKeys() {
+				if _, err := e.ob.Cancel(ctx, k); stateError(err) != nil {
+					return err
+				}
+			}
+			return nil
+		}},
 	{name: "CancelRun", statement: "outbox.CancelRun", rows: runRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			_, err := e.ob.CancelRun(ctx, testRun)
@@ -423,6 +474,7 @@ var transitionCases = []transitionCase{
 		}},
 	{name: "Retry", statement: "outbox.Retry", rows: goRows, run: retry(nil)},
 	{name: "Retry with force", statement: "outbox.Retry", rows: goRows, run: retry(&outbox.RetryOptions{Force: true})},
+	{name: "Retry, upgraded", statement: "outbox.Retry", rows: jobRows, run: retry(nil)},
 	{name: "Retry of a batch member", statement: "outbox.Retry", rows: batchRows("failed", ""),
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET uncertain = true, first_attempt_at = now(), attempts = 1`)
@@ -453,23 +505,32 @@ var transitionCases = []transitionCase{
 		}},
 
 	// Statements that hand an intent on without moving its state.
-	{name: "RescueAbandoned", statement: "RescueAbandoned", movesNothing: true, rows: goRows,
+	{name: "RescueAbandoned", statement: "RescueAbandoned", movesNothing: true, rows: jobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET claimed_by = $1`, e.deadLease(t))
 			return want(1)(e.jobs.RescueAbandoned(ctx, 0)) // the sending one
 		}},
-	{name: "RescueStranded", statement: "RescueStranded", movesNothing: true, rows: goRows,
+	{name: "RescueStranded", statement: "RescueStranded", movesNothing: true, rows: jobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			pgtest.Exec(t, e.pool, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = ARRAY['client-dead']`)
 			e.deadLease(t)
 			return want(1)(e.jobs.RescueStranded(ctx, 0)) // the pending one
 		}},
-	{name: "Reconcile", statement: "Reconcile", movesNothing: true, rows: goRows,
+	{name: "Reconcile", statement: "Reconcile", movesNothing: true, rows: jobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			pgtest.Exec(t, e.pool, `DELETE FROM river_job`)
 			return want(2)(e.jobs.Reconcile(ctx)) // the pending and the sending one
 		}},
 	{name: "PauseRun, ResumeRun", statement: "outbox.ResumeRun", movesNothing: true, rows: runRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			if _, err := e.ob.PauseRun(ctx, testRun); err != nil {
+				return err
+			}
+			pgtest.Exec(t, e.pool, `UPDATE river_job SET state = 'cancelled', finalized_at = now()`)
+			_, err := e.ob.ResumeRun(ctx, testRun)
+			return err
+		}},
+	{name: "PauseRun, ResumeRun, upgraded", statement: "outbox.ResumeRun", movesNothing: true, rows: runJobRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			if _, err := e.ob.PauseRun(ctx, testRun); err != nil {
 				return err

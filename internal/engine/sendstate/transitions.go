@@ -33,15 +33,16 @@ type Transition struct {
 //
 // Some statements hand an intent on without moving its state, and are not
 // here: RescueAbandoned, RescueStranded and Reconcile (and their batch
-// forms) give an intent a new River job, Freeze binds intents into a
-// batch, ResumeRun and RescheduleRun give a run's members new jobs (and
-// RescheduleRun a new send_at). A delivery event changes delivery_status,
+// forms) give an intent of an upgraded database (one with River jobs of
+// its own) a new River job, Freeze binds intents into a batch, ResumeRun
+// and RescheduleRun hand a run's members with such jobs to the drain (and
+// RescheduleRun gives every member not yet attempted a new send_at). A delivery event changes delivery_status,
 // a column of its own.
 var Transitions = []Transition{
 	{From: NoRow, To: outbox.StatePending, Statement: "outbox.Enqueue",
 		By: "a producer in Go: Enqueue, EnqueueMany, EnqueueRun, a schedule's run",
 		Rule: "a key with no row; a key with one leaves it as it is (Existing), a pruned key answers from its " +
-			"tombstone, a new member of a canceled run is refused. The intent's River job is written in the same statement"},
+			"tombstone, a new member of a canceled run is refused. No River job (job_id NULL): the drain claims it"},
 	{From: NoRow, To: outbox.StatePending, Statement: "INSERT",
 		By: "a producer's plain SQL",
 		Rule: "as Enqueue (ON CONFLICT (idempotency_key) DO NOTHING leaves a row as it is); no River job " +
@@ -172,11 +173,11 @@ var Transitions = []Transition{
 		By: "an operator: Retry, sendonce retry, the outbox page",
 		Rule: "not uncertain, or within the replay window from its first attempt, or forced (a new window). A " +
 			"member of a batch, uncertain, within the window, goes again with the batch, whole, under its key, and " +
-			"only while the batch is failed. A new River job"},
+			"only while the batch is failed (a new River job for the batch); otherwise back to the drain (job_id NULL), with all its tries"},
 	{From: outbox.StateSuppressed, To: outbox.StatePending, Statement: "outbox.Retry",
 		By: "an operator: Retry, sendonce retry, the outbox page",
-		Rule: "unless every recipient is still on the suppression list. A new River job, whose first claim looks " +
-			"the recipients up again"},
+		Rule: "unless every recipient is still on the suppression list. Back to the drain (job_id NULL), whose " +
+			"first claim looks the recipients up again"},
 
 	{From: outbox.StateSent, To: NoRow, Statement: "Prune",
 		By: "retention: the workers' pruner, sendonce prune",

@@ -19,9 +19,6 @@ type Drain struct {
 	row       *Row
 	full, raw costs
 	vsClient  *versusClient
-	// jobless is the drain of intents with no River job of their own
-	// (DrainJobless) against River + client.
-	jobless *versusClient
 	// suppressed is the full path's database CPU per intent with
 	// Suppressed addresses on the suppression list, against the same
 	// drain with the list empty.
@@ -59,8 +56,6 @@ func NewDrain(quick bool) *Drain {
 		Text:  "≥ 0.9× River + client; DB CPU/intent ≤ 1.3× River + client",
 		Check: All(RatioAtLeast(0.9), d.vsClient.cpuRatio.AtMost(1.3)),
 	}
-	d.jobless = newVersusOwn("1. Drain", fmt.Sprintf("%s intents inserted by SQL, drained with no River job per intent, concurrency %d, vs %s",
-		Thousands(float64(p.N)), p.Concurrency, ClientBaseline))
 	d.suppressed = &Row{
 		Scenario:     "1. Drain",
 		Measure:      fmt.Sprintf("%s, %s addresses on the suppression list (none a recipient): database CPU per intent", measure, Thousands(Suppressed)),
@@ -87,7 +82,7 @@ func (d *Drain) Name() string { return "drain" }
 // client, the suppression list's row, and the floors against River +
 // client.
 func (d *Drain) Rows() []*Row {
-	rows := []*Row{d.row, d.vsClient.row, d.jobless.row, d.suppressed}
+	rows := []*Row{d.row, d.vsClient.row, d.suppressed}
 	for _, f := range d.floors {
 		rows = append(rows, f.row)
 	}
@@ -99,13 +94,12 @@ func (d *Drain) Rows() []*Row {
 // through the outbox again with a suppression list, then once for each
 // floor.
 func (d *Drain) Run(ctx context.Context, env *Env) error {
-	var full, raw, cli, jobless, supp DrainResult
+	var full, raw, cli, supp DrainResult
 	drains := []struct {
 		name  string
 		res   *DrainResult
 		drain func(context.Context, *Env, DrainParams) (DrainResult, error)
-	}{{"full path", &full, DrainOutbox}, {"River no-op", &raw, DrainRiver}, {"River + client", &cli, DrainRiverClient},
-		{"drain, no job per intent", &jobless, DrainJobless}}
+	}{{"full path", &full, DrainOutbox}, {"River no-op", &raw, DrainRiver}, {"River + client", &cli, DrainRiverClient}}
 	d.poolConns = env.PoolConns
 	for i := range drains {
 		dr := drains[(i+d.runs)%len(drains)]
@@ -136,8 +130,6 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 	d.suppressed.Value.Add(float64(supp.CPUPerJob().DB.Microseconds()))
 	d.suppressed.BaselineValue.Add(float64(full.CPUPerJob().DB.Microseconds()))
 	d.suppressed.Ratio.Add(float64(supp.CPUPerJob().DB) / float64(full.CPUPerJob().DB))
-	jrate, jcpu := d.jobless.add(jobless, cli)
-	env.Logf("drain: no job per intent %s; %s", jobless, ratios(jrate, jcpu))
 	rate, cpu := d.vsClient.add(full, cli)
 	env.Logf("drain: full path %s, River no-op %s, River + client %s; %s", full, raw, cli, ratios(rate, cpu))
 	d.cpuFull = append(d.cpuFull, full.CPUPerJob())
@@ -155,8 +147,8 @@ func (d *Drain) Run(ctx context.Context, env *Env) error {
 func (d *Drain) Notes() []string {
 	return []string{fmt.Sprintf("**1. Drain.** %s intents are enqueued with EnqueueMany (batches of 1,000, not timed); "+
 		"then a worker (`worker.New`, concurrency %d, fetch cooldown %s, a pool of %d connections) is started and timed "+
-		"until River reports every send job completed: River job → worker → client → in-process fake API (no added latency) → "+
-		"outbox row marked sent → job completed. It has two baselines, each in the same run on the same database, one after "+
+		"until its observer has been told of every send recorded: the worker's drain claims due intents in batches (no River "+
+		"job per intent) → client → in-process fake API (no added latency) → outbox row marked sent. It has two baselines, each in the same run on the same database, one after "+
 		"the other (the order rotates from run to run), with the same MaxWorkers, FetchCooldown and pool, their jobs inserted "+
 		"with `InsertManyFastTx` on queue `%s`. *River no-op jobs*: raw River draining as many jobs of a trivial `river.Worker`, "+
 		"River's own cost. *%s* (River + client): what a user would write instead, as many jobs of a `river.Worker` "+

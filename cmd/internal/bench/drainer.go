@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/sendonce/sendonce/client"
@@ -147,20 +148,37 @@ func checkDrained(ctx context.Context, env *Env, fake *Fake, p DrainParams, res 
 
 // drainQueued starts a sendonce worker over pool against fake, for
 // intents already queued, and times it as p says (p.N is how many
-// completions end it).
+// sends end it).
 func drainQueued(ctx context.Context, env *Env, pool *pgxpool.Pool, fake *Fake, p DrainParams) (DrainResult, error) {
+	events, observe := outcomeEvents(p.N + 1000)
 	w, err := worker.New(pool, &worker.Config{
 		Client:        fake.Client,
 		Concurrency:   p.Concurrency,
 		FetchCooldown: p.FetchCooldown,
 		Logger:        discard,
+		Send:          worker.SendConfig{Observer: observe},
 	})
 	if err != nil {
 		return DrainResult{}, err
 	}
-	events, unsubscribe := w.RiverClient().SubscribeConfig(&river.SubscribeConfig{ChanSize: p.N + 1000, Kinds: finishedKinds})
-	defer unsubscribe()
 	return timeDrain(ctx, env, p, events, w.Start, w.Stop)
+}
+
+// outcomeEvents is an observer of a worker's outcomes that turns each
+// send's end into the event timeDrain counts: a completed job for a send
+// recorded sent (fresh or replayed), a cancelled one for an intent parked.
+// The worker tells its observer after the outcome's record, so the clock
+// stops on durable state, as with River's completion events.
+func outcomeEvents(size int) (<-chan *river.Event, worker.Observer) {
+	events := make(chan *river.Event, size)
+	return events, worker.ObserverFunc(func(o worker.Outcome) {
+		switch o.Result {
+		case worker.ResultSent, worker.ResultReplayed:
+			events <- &river.Event{Kind: river.EventKindJobCompleted, Job: &rivertype.JobRow{}}
+		case worker.ResultFailed, worker.ResultExpired, worker.ResultSuppressed:
+			events <- &river.Event{Kind: river.EventKindJobCancelled, Job: &rivertype.JobRow{}}
+		}
+	})
 }
 
 // timeDrain starts a River client, times it as p says, and stops it. The

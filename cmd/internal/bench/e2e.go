@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/outbox"
 	"github.com/sendonce/sendonce/worker"
@@ -29,8 +28,8 @@ type EndToEnd struct {
 	coldP99   *Row
 	max       Samples
 	achieved  Samples
-	// Where the time goes, per run: River's queue wait (insert to fetch)
-	// and run time (the worker's Work: claim, HTTP call, mark sent).
+	// Where the time goes, per run: the queue wait (insert to first
+	// claim) and run time (claim, HTTP call, recorded sent), from the rows.
 	waitP50, waitP99, runP50, runP99 Samples
 	poolConns                        int
 }
@@ -77,9 +76,6 @@ func (s *EndToEnd) Run(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	events, unsubscribe := w.RiverClient().SubscribeConfig(&river.SubscribeConfig{
-		ChanSize: 2*int(s.rate*s.dur.Seconds()) + 1000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
-	defer unsubscribe()
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
@@ -103,12 +99,12 @@ func (s *EndToEnd) Run(ctx context.Context, env *Env) error {
 	}
 	defer appPool.Close()
 
-	cold, err := s.offer(ctx, env, ob, appPool, fake, events, "e2e-cold")
+	cold, err := s.offer(ctx, env, ob, appPool, fake, "e2e-cold")
 	if err != nil {
 		return err
 	}
 	s.coldP99.Value.Add(ms(Percentile(cold.lat, 99)))
-	steady, err := s.offer(ctx, env, ob, appPool, fake, events, "e2e")
+	steady, err := s.offer(ctx, env, ob, appPool, fake, "e2e")
 	if err != nil {
 		return err
 	}
@@ -124,8 +120,8 @@ func (s *EndToEnd) Run(ctx context.Context, env *Env) error {
 	return nil
 }
 
-// offered is what one offer measured: each intent's latency, River's
-// queue wait and run time of each job, and the rate achieved.
+// offered is what one offer measured: each intent's latency, queue wait
+// and run time, and the rate achieved.
 type offered struct {
 	lat, waits, runs []time.Duration
 	rate             float64
@@ -133,9 +129,9 @@ type offered struct {
 
 // offer enqueues intents (keys prefix:N) at s.rate for s.dur on an
 // open-loop schedule, waits for their deliveries and River's completion
-// events, and returns what it measured.
+// intents' rows, and returns what it measured.
 func (s *EndToEnd) offer(ctx context.Context, env *Env, ob *outbox.Outbox, appPool *pgxpool.Pool, fake *Fake,
-	events <-chan *river.Event, prefix string) (offered, error) {
+	prefix string) (offered, error) {
 	n := int(s.rate * s.dur.Seconds())
 	intents := Intents(prefix, n)
 	index := make(map[string]int, n)
@@ -195,16 +191,27 @@ func (s *EndToEnd) offer(ctx context.Context, env *Env, ob *outbox.Outbox, appPo
 	if len(out.lat) != n {
 		return offered{}, fmt.Errorf("bench: %d deliveries for %d intents", len(out.lat), n)
 	}
-	for len(out.waits) < n {
-		select {
-		case ev := <-events:
-			out.waits = append(out.waits, ev.JobStats.QueueWaitDuration)
-			out.runs = append(out.runs, ev.JobStats.RunDuration)
-		case <-waitCtx.Done():
-			return offered{}, fmt.Errorf("bench: waiting for River's completion events: %w", waitCtx.Err())
-		}
+	// Where the time went, from each intent's row: the wait from its
+	// insert to its first claim, and the run from the claim to its record
+	// sent (the API call and the batched mark).
+	rows, err := env.Admin.Query(waitCtx, `SELECT first_attempt_at - created_at, sent_at - first_attempt_at
+		FROM sendonce_outbox WHERE starts_with(idempotency_key, $1) AND state = 'sent'`, prefix+":")
+	if err != nil {
+		return offered{}, fmt.Errorf("bench: read the intents' times: %w", err)
 	}
-	env.Logf("e2e (%s): %d intents at %.0f/s: p50 %s, p99 %s, max %s; River queue wait p50 %s p99 %s, run p50 %s p99 %s",
+	for rows.Next() {
+		var wait, run time.Duration
+		if err := rows.Scan(&wait, &run); err != nil {
+			rows.Close()
+			return offered{}, fmt.Errorf("bench: read the intents' times: %w", err)
+		}
+		out.waits, out.runs = append(out.waits, wait), append(out.runs, run)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(out.waits) != n {
+		return offered{}, fmt.Errorf("bench: %d of %d intents' times read: %v", len(out.waits), n, err)
+	}
+	env.Logf("e2e (%s): %d intents at %.0f/s: p50 %s, p99 %s, max %s; queue wait p50 %s p99 %s, run p50 %s p99 %s",
 		prefix, n, out.rate, Percentile(out.lat, 50), Percentile(out.lat, 99), Percentile(out.lat, 100),
 		Percentile(out.waits, 50), Percentile(out.waits, 99), Percentile(out.runs, 50), Percentile(out.runs, 99))
 	return out, nil
@@ -224,8 +231,8 @@ func (s *EndToEnd) Notes() []string {
 		"offer after the other is delivered: first from a new API key, whose send budget starts in slow start (10/s, doubling "+
 		"while the fleet uses it all; the row 'in a new API key's first' seconds), then again, once the budget has found its rate, "+
 		"as a fleet that has been running has (the p50 and p99 rows). Of that second offer: achieved rate %s/s (median); "+
-		"worst delivery %s (median of runs' maxima). Where the time goes, from River's job statistics (medians of runs): "+
-		"queue wait (insert to fetch) p50 %s, p99 %s; run (claim, API call, mark sent) p50 %s, p99 %s.",
+		"worst delivery %s (median of runs' maxima). Where the time goes, from the intents' rows (medians of runs): "+
+		"queue wait (insert to first claim) p50 %s, p99 %s; run (claim to recorded sent: the API call and the mark) p50 %s, p99 %s.",
 		worker.DefaultConcurrency, worker.DefaultFetchCooldown, s.poolConns, settle, s.producers, Thousands(s.rate), s.dur,
 		Thousands(s.achieved.Median()), Millis.Format(s.max.Median()),
 		Millis.Format(s.waitP50.Median()), Millis.Format(s.waitP99.Median()), Millis.Format(s.runP50.Median()), Millis.Format(s.runP99.Median()))}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/sendonce/sendonce/cmd/internal/ops/metrics"
 	"github.com/sendonce/sendonce/cmd/internal/ops/outboxui"
-	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 	"github.com/sendonce/sendonce/outbox"
 )
@@ -165,9 +164,9 @@ func (h *History) Run(ctx context.Context, env *Env) error {
 	loaded := 0
 	for _, n := range h.Sizes {
 		env.Logf("history: load %d sent rows", n)
-		if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, payload, state, attempts, message_id, job_id,
+		if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, payload, state, attempts, message_id, checked,
 				first_attempt_at, sent_at, created_at, updated_at, run_key)
-			SELECT 'h:' || g, `+historyPayload+`, 'sent', 1, 'm' || g, -1,
+			SELECT 'h:' || g, `+historyPayload+`, 'sent', 1, 'm' || g, true,
 				now() - interval '1 day', now() - (g % 3600) * interval '1 second',
 				now() - CASE WHEN g <= $3 THEN interval '2 days' ELSE interval '1 day' END,
 				now() - CASE WHEN g <= $3 THEN interval '2 days' ELSE interval '1 day' END,
@@ -440,9 +439,10 @@ func (h *History) smallBacklog(ctx context.Context, env *Env) error {
 	return h.drainBacklog(ctx, env, pool, fake, h.backlog0)
 }
 
-// loadBacklog inserts n pending intents of run (none: "") with available
-// send jobs, keys prefix + a number, by plain INSERT … SELECT: a backlog of
-// 1M loads in seconds, where Enqueue would take minutes.
+// loadBacklog inserts n pending intents of run (none: ""), keys prefix + a
+// number, as Enqueue writes them (no River job, checked), by plain
+// INSERT … SELECT: a backlog of 1M loads in seconds, where Enqueue would
+// take minutes.
 //
 // created is how long ago the rows were created: Prune reads the ids
 // created before its cutoff, so ids must grow with created_at, as they do
@@ -453,21 +453,15 @@ func loadBacklog(ctx context.Context, env *Env, prefix, run string, n int, creat
 			return err
 		}
 	}
-	if _, err := env.Admin.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at, priority)
-		SELECT jsonb_build_object('key', $3 || g, 'kind', 'email') || CASE WHEN $4 = '' THEN '{}'::jsonb ELSE jsonb_build_object('run', $4) END,
-			'sendonce_send', $5, $2, 'available', now(), $6
-		FROM generate_series(1, $1) g`, n, outbox.DefaultQueue, prefix, run, sendjob.MaxAttempts, sendjob.PriorityFor(run)); err != nil {
-		return fmt.Errorf("history: load a backlog: %w", err)
-	}
-	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, payload, job_id, run_key, created_at, updated_at)
-		SELECT j.args->>'key', `+historyPayload+`, j.id, nullif($2, ''), now() - $3::float8 * interval '1 second', now() - $3::float8 * interval '1 second'
-		FROM river_job j WHERE j.state = 'available' AND starts_with(j.args->>'key', $1)`, prefix, run, created.Seconds()); err != nil {
+	if _, err := env.Admin.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, payload, run_key, checked, created_at, updated_at)
+		SELECT $1 || g, `+historyPayload+`, nullif($2, ''), true, now() - $3::float8 * interval '1 second', now() - $3::float8 * interval '1 second'
+		FROM generate_series(1, $4::bigint) g`, prefix, run, created.Seconds(), n); err != nil {
 		return fmt.Errorf("history: load a backlog: %w", err)
 	}
 	// As autovacuum leaves a bulk insert (the outbox's insert threshold is
 	// 1% of its rows): its hint bits and visibility map set, so that what
 	// the drain pays is its own work, whichever rows something read first.
-	if _, err := env.Admin.Exec(ctx, `VACUUM ANALYZE sendonce_outbox, river_job`); err != nil {
+	if _, err := env.Admin.Exec(ctx, `VACUUM ANALYZE sendonce_outbox`); err != nil {
 		return err
 	}
 	return env.Checkpoint(ctx)

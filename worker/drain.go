@@ -86,7 +86,7 @@ func (d *drain) slot(ctx context.Context) {
 		if probe {
 			// A probe looks before it takes a token: an idle drain holds
 			// none of the fleet's budget or quota.
-			due, err := sendstate.AnyDue(ctx, w.pool, w.queue)
+			due, err := sendstate.AnyDue(ctx, w.pool, w.queue, 0)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return

@@ -14,16 +14,33 @@ import (
 // 00024), written the same way so that the index serves the claim's order.
 const dueSQL = `coalesce(o.next_attempt_at, o.send_at, o.created_at)`
 
+// CoalesceGrace is how much longer than the coalesce wait the claim holds
+// an email intent that Batcher.FreezeDue may batch: FreezeDue freezes a
+// partial batch once the wait has passed since its oldest intent came due,
+// and the grace leaves the drain that long to run it (its timer wakes it
+// then) before a claim may take one of those intents alone.
+const CoalesceGrace = 100 * time.Millisecond
+
+// holdSeconds is how long, in seconds, a claim with a coalesce wait holds
+// an intent FreezeDue may batch (see unheldSQL): the wait and
+// CoalesceGrace, or zero when coalescing is off.
+func holdSeconds(wait time.Duration) float64 {
+	if wait <= 0 {
+		return 0
+	}
+	return (wait + CoalesceGrace).Seconds()
+}
+
 // unheldSQL is the SQL condition that the due outbox row aliased o is not
-// held for coalescing, wait being the coalesce wait in seconds (a float8
-// expression; zero or less: coalescing is off). A never-attempted email
-// intent in no batch is held until wait has passed since it came due:
+// held for coalescing, hold being the float8 seconds expression of
+// holdSeconds (zero: coalescing is off). A never-attempted email intent in
+// no batch is held until hold has passed since it came due:
 // Batcher.FreezeDue may gather it into a batch until then (see
 // ClaimOptions.CoalesceWait). Any other intent (another kind, a retry, an
 // intent released by a split) is not held.
-func unheldSQL(wait string) string {
-	return `(` + wait + ` <= 0 OR o.kind <> 'email' OR o.attempts > 0 OR o.batch_key IS NOT NULL
-		OR ` + dueSQL + ` + ` + wait + ` * interval '1 second' <= now())`
+func unheldSQL(hold string) string {
+	return `(` + hold + ` <= 0 OR o.kind <> 'email' OR o.attempts > 0 OR o.batch_key IS NOT NULL
+		OR ` + dueSQL + ` + ` + hold + ` * interval '1 second' <= now())`
 }
 
 // DrainClaim is one intent that ClaimDue claimed.
@@ -80,7 +97,7 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 		FROM due WHERE o.id = due.due_id
 		RETURNING `+claimColumns+`, o.rate_limited, coalesce(o.run_key, ''), o.tries,
 			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8`,
-		n, opts.ReplayWindow.Seconds(), owner, opts.KeyFingerprint, queueOrDefault(opts.Queue), opts.CoalesceWait.Seconds())
+		n, opts.ReplayWindow.Seconds(), owner, opts.KeyFingerprint, queueOrDefault(opts.Queue), holdSeconds(opts.CoalesceWait))
 	if err != nil {
 		return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
 	}
@@ -128,7 +145,7 @@ func AnyDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration
 		WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now() AND o.queue = $1
 			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
 			AND `+unheldSQL("$2::float8")+`)`,
-		queueOrDefault(queue), coalesceWait.Seconds()).Scan(&due)
+		queueOrDefault(queue), holdSeconds(coalesceWait)).Scan(&due)
 	if err != nil {
 		return false, fmt.Errorf("sendstate: look for due intents: %w", err)
 	}

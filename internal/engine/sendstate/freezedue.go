@@ -14,6 +14,12 @@ import (
 // again).
 const freezeDueScan = 500
 
+// freezeLockClass is the first key of the advisory lock each of
+// FreezeDue's transactions takes for its queue and run (the second is a
+// hash of the two), with pg_advisory_xact_lock: the freezes of one group
+// take turns across the fleet.
+const freezeLockClass int32 = 0x73667a65 // "sfze"
+
 // FrozenDue is what one FreezeDue did.
 type FrozenDue struct {
 	// Batches is the batches frozen, and Members the intents bound to them.
@@ -21,10 +27,11 @@ type FrozenDue struct {
 	// More says FreezeDue read as many intents as it reads at once and
 	// froze some: more may be waiting, and a call now may freeze them.
 	More bool
-	// NextIn, when positive, is how long until the wait of an intent left
-	// waiting (alone, or in a group that is not full) has passed: a call
-	// then freezes its group, or leaves it to ClaimDue alone. Zero: no
-	// intent read is left waiting.
+	// NextIn, when positive, is how long until an intent left waiting
+	// moves on: the wait of a group that is not full passes (a call then
+	// freezes it), or the hold of an intent that did not join passes
+	// (ClaimDue then takes it alone; see CoalesceGrace). Zero: no intent
+	// read is left waiting.
 	NextIn time.Duration
 }
 
@@ -47,18 +54,23 @@ type dueCandidate struct {
 // the queue and the run, through Freeze's checks and writes: a full one at
 // once, a smaller one of two or more once wait has passed since its oldest
 // intent came due (ClaimDue holds each such intent that long, see
-// ClaimOptions.CoalesceWait), so a batch fills for no longer than wait, as
-// the coalescer's does. An intent left alone is not frozen: ClaimDue sends
-// it alone once its wait has passed. Frozen intents name the batch and its
+// ClaimOptions.CoalesceWait, and CoalesceGrace longer), so a batch fills
+// for no longer than wait, as the coalescer's does. An intent left alone
+// is not frozen: ClaimDue sends it alone once its hold has passed. Frozen intents name the batch and its
 // job (job_id), which sends them; the drain no longer sees them.
 //
 // The read locks nothing. Each batch is frozen in a transaction of its
-// own, which locks the run's row first (FOR SHARE) and then the intents
-// (FOR UPDATE SKIP LOCKED), in the order CancelRun and RescheduleRun lock
-// them, and checks each intent again: locking the intents first and the
-// run after would deadlock with a cancel of the run. An intent another
-// drain is claiming or freezing is skipped, and one that changed since the
-// read (claimed, canceled, rescheduled) does not join. A batch whose
+// own, which takes the group's advisory lock (freezeLockClass), then locks
+// the run's row (FOR SHARE) and then the intents (FOR UPDATE SKIP LOCKED),
+// in the order CancelRun and RescheduleRun lock them, and checks each
+// intent again: locking the intents first and the run after would
+// deadlock with a cancel of the run. The advisory lock makes two freezes
+// of one group (two drains of the queue, woken at once) take turns: the
+// second finds the first's members bound and freezes what is left, where
+// at once they would split the group's rows between them, and a row left
+// alone by both would go alone. An intent a claim has locked is skipped,
+// and one that changed since the read (claimed, frozen, canceled,
+// rescheduled) does not join. A batch whose
 // freeze fails is left as it was (its intents go alone once their wait
 // has passed), the others are frozen, and the failures are returned
 // joined.
@@ -102,11 +114,17 @@ func (b *Batcher) FreezeDue(ctx context.Context, queue string, size int, wait ti
 	}
 
 	var errs []error
-	waiting := func(c dueCandidate) {
-		if c.left > 0 && (res.NextIn == 0 || c.left < res.NextIn) {
-			res.NextIn = c.left
+	next := func(in time.Duration) {
+		if in > 0 && (res.NextIn == 0 || in < res.NextIn) {
+			res.NextIn = in
 		}
 	}
+	grace := CoalesceGrace // ClaimDue's hold past the wait, as holdSeconds has it
+	if wait <= 0 {
+		grace = 0
+	}
+	toFreeze := func(c dueCandidate) { next(c.left) }        // its group's wait
+	toClaim := func(c dueCandidate) { next(c.left + grace) } // ClaimDue's hold
 	for _, run := range order {
 		cs := groups[run]
 		for len(cs) >= 2 {
@@ -114,7 +132,7 @@ func (b *Batcher) FreezeDue(ctx context.Context, queue string, size int, wait ti
 			if len(part) < size && part[0].left > 0 {
 				// Not full, and its oldest intent is within its wait:
 				// it may fill yet.
-				waiting(part[0])
+				toFreeze(part[0])
 				break
 			}
 			cs = cs[len(part):]
@@ -124,6 +142,9 @@ func (b *Batcher) FreezeDue(ctx context.Context, queue string, size int, wait ti
 					return res, fmt.Errorf("sendstate: freeze due intents: %w", err)
 				}
 				errs = append(errs, fmt.Errorf("run %q: %w", run, err))
+				for _, c := range part {
+					toClaim(c)
+				}
 				continue
 			}
 			if len(joined) > 0 {
@@ -134,12 +155,12 @@ func (b *Batcher) FreezeDue(ctx context.Context, queue string, size int, wait ti
 			// passed.
 			for _, c := range part {
 				if !joined[c.key] {
-					waiting(c)
+					toClaim(c)
 				}
 			}
 		}
 		if len(cs) == 1 {
-			waiting(cs[0])
+			toClaim(cs[0])
 		}
 	}
 	res.More = read == freezeDueScan && res.Batches > 0
@@ -159,6 +180,10 @@ func (b *Batcher) freezeDue(ctx context.Context, queue, run string, part []dueCa
 	}
 	var keys []string
 	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text || '/' || $3::text))`,
+			freezeLockClass, queue, run); err != nil {
+			return fmt.Errorf("take the group's lock: %w", err)
+		}
 		var err error
 		_, _, keys, err = b.freeze(ctx, tx, queue, run, reqs, true)
 		return err

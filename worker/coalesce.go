@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
+	"github.com/sendonce/sendonce/outbox"
 )
 
 // Coalescing limits.
@@ -171,18 +172,28 @@ func (c *coalescer) freeze(g group, batch []joinRequest) {
 // (a notification of a new row, the sweeper's interval, or its own timer),
 // at the drain's next probe or claim round; a drain busy with sends
 // that nobody woke costs no statement more. Its timer wakes the drain when
-// the wait of an intent it left waiting has passed, so a partial batch or a
-// lone intent goes then, not at the sweeper's next interval.
+// an intent it left waiting moves on (FrozenDue.NextIn), so a partial
+// batch or a lone intent goes then, not at the sweeper's next interval.
+// A claim holds such an intent sendstate.CoalesceGrace past the wait, so
+// that a group whose wait has just passed is frozen before a claim could
+// take one of its intents alone; a round whose timer is overdue freezes
+// too, should the timer's goroutine be late.
 type dueCoalescer struct {
 	batcher *sendstate.Batcher
 	queue   string
 	max     int
 	wait    time.Duration
 	logger  *slog.Logger
-	wake    func() // the drain's wake
+	// observer is told of each intent frozen into a batch
+	// (ResultCoalesced), as a job that joins one tells it.
+	observer Observer
+	wake     func() // the drain's wake
 
 	// dirty says a wake came since the last FreezeDue began.
 	dirty atomic.Bool
+	// running is held by a freeze: a probe's and a claim round's take
+	// turns rather than read the same intents twice.
+	running sync.Mutex
 
 	mu    sync.Mutex
 	timer *time.Timer // wakes the drain at `at`
@@ -198,8 +209,8 @@ type dueCoalescer struct {
 // wait passed, where one a little early would leave it to the sweeper.
 const ripeSlack = 10 * time.Millisecond
 
-func newDueCoalescer(b *sendstate.Batcher, queue string, max int, wait time.Duration, logger *slog.Logger) *dueCoalescer {
-	c := &dueCoalescer{batcher: b, queue: queue, max: max, wait: wait, logger: logger}
+func newDueCoalescer(b *sendstate.Batcher, queue string, max int, wait time.Duration, logger *slog.Logger, observer Observer) *dueCoalescer {
+	c := &dueCoalescer{batcher: b, queue: queue, max: max, wait: wait, logger: logger, observer: observer}
 	c.dirty.Store(true) // the drain's first probe looks
 	return c
 }
@@ -213,7 +224,9 @@ func (c *dueCoalescer) woken() { c.dirty.Store(true) }
 // intents it concerned go alone once their wait has passed, and the next
 // wake tries again.
 func (c *dueCoalescer) freeze(ctx context.Context) {
-	if !c.dirty.Swap(false) {
+	c.running.Lock()
+	defer c.running.Unlock()
+	if !c.dirty.Swap(false) && !c.overdue() {
 		return
 	}
 	for {
@@ -228,11 +241,23 @@ func (c *dueCoalescer) freeze(ctx context.Context) {
 		if res.Batches > 0 {
 			c.logger.Debug("coalesce: froze due intents into batches", "batches", res.Batches, "members", res.Members)
 		}
+		for range res.Members {
+			c.observer.Observe(Outcome{Kind: outbox.KindEmail, Result: ResultCoalesced})
+		}
 		c.wakeIn(res.NextIn)
 		if err != nil || !res.More {
 			return
 		}
 	}
+}
+
+// overdue says the timer's time has come and it has not fired yet: a
+// freeze is due whether or not its wake has come (the timer's goroutine
+// may be late).
+func (c *dueCoalescer) overdue() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.at.IsZero() && !time.Now().Before(c.at)
 }
 
 // wakeIn sets the timer to wake the drain after d (plus ripeSlack), unless
@@ -242,11 +267,12 @@ func (c *dueCoalescer) wakeIn(d time.Duration) {
 		return
 	}
 	d += ripeSlack
-	at := time.Now().Add(d)
+	now := time.Now()
+	at := now.Add(d)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case c.ended || (!c.at.IsZero() && !at.Before(c.at)):
+	case c.ended || (c.at.After(now) && !at.Before(c.at)):
 	case c.timer == nil:
 		c.timer, c.at = time.AfterFunc(d, c.fire), at
 	default:

@@ -38,8 +38,8 @@ func insertManySQL(t *testing.T, pool *pgxpool.Pool, prefix, addr string, n int,
 // TestCoalesceDrainedEndToEnd drains 250 email intents inserted at once and
 // a template send, all by SQL, with coalescing on: the emails go out in a
 // few batch requests of at most 100, each under a batch key of its own,
-// none alone, every email delivered once with its own message id; the
-// template send goes alone under its own key. No intent gets a River job
+// none alone, every email delivered once with its own message id, and
+// each observed coalesced; the template send goes alone under its own key. No intent gets a River job
 // of its own: only the batches have one.
 func TestCoalesceDrainedEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -50,11 +50,13 @@ func TestCoalesceDrainedEndToEnd(t *testing.T) {
 		VALUES ('php:welcome:1', 'template', 'welcome', '{"from":"hi@example.com","to":["new@example.com"]}')`); err != nil {
 		t.Fatal(err)
 	}
-	start(t, pool, &worker.Config{Client: c, Concurrency: 300, Coalesce: 100})
+	seen := newResults()
+	start(t, pool, &worker.Config{Client: c, Concurrency: 300, Coalesce: 100, Send: worker.SendConfig{Observer: seen}})
 	if err := fake.WaitDeliveries(ctx, n+1); err != nil {
 		t.Fatalf("waiting for %d deliveries: %v (have %d)", n+1, err, len(fake.Deliveries()))
 	}
 	waitSettled(t, ob, n+1)
+	seen.wait(t, ctx, worker.ResultCoalesced, n) // each told as a job that joins a batch tells it
 
 	batches := 0
 	for _, r := range fake.Requests() {

@@ -107,7 +107,8 @@ type Config struct {
 	// CoalesceWait is how long a partial batch waits to fill (default
 	// DefaultCoalesceWait, 200 ms): no intent is held longer before it is
 	// sent, alone if no other came. A drained intent's wait runs from when
-	// it comes due (its insert, its send_at).
+	// it comes due (its insert, its send_at), and one alone goes
+	// sendstate.CoalesceGrace (a tenth of a second) after it.
 	CoalesceWait time.Duration
 	// Producers are the Go producers of recurring runs, by the name a
 	// schedule gives (outbox.Schedule.Producer). A schedule naming a

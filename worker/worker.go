@@ -95,7 +95,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	dr := &drain{w: sendWorker, slots: conf.Concurrency, timeout: conf.JobTimeout, interval: conf.SweepInterval}
 	if conf.Coalesce >= 2 {
 		sendWorker.coalesceWait = conf.CoalesceWait
-		dr.coalesce = newDueCoalescer(batcher, conf.Queue, conf.Coalesce, conf.CoalesceWait, logger)
+		dr.coalesce = newDueCoalescer(batcher, conf.Queue, conf.Coalesce, conf.CoalesceWait, logger, sendWorker.cfg.Observer)
 		dr.coalesce.wake = dr.wake
 	}
 	return &Worker{

@@ -59,7 +59,7 @@ var Transitions = []Transition{
 		By: "a worker's drain",
 		Rule: "no River job (job_id NULL); due (next_attempt_at, else send_at, else created_at, is past); its run " +
 			"is not paused; the drain's lease is held; rows another drain has locked are skipped; with coalescing, " +
-			"a never-attempted email in no batch only once the coalesce wait has passed since it came due " +
+			"a never-attempted email in no batch only once the coalesce wait and CoalesceGrace have passed since it came due " +
 			"(FreezeDue may batch it meanwhile). Never from sending: a drained intent left sending waits for RescueDrained"},
 	{From: outbox.StatePending, To: outbox.StateSending, Statement: "ClaimBatch",
 		By: "a batch job's claim, for each member",

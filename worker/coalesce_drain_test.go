@@ -51,7 +51,9 @@ func TestCoalesceDrainedEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := newResults()
-	start(t, pool, &worker.Config{Client: c, Concurrency: 300, Coalesce: 100, Send: worker.SendConfig{Observer: seen}})
+	// Four slots: the drain gathers in the database, so its concurrency
+	// does not bound a batch as a job's River slots do.
+	start(t, pool, &worker.Config{Client: c, Concurrency: 4, Coalesce: 100, Send: worker.SendConfig{Observer: seen}})
 	if err := fake.WaitDeliveries(ctx, n+1); err != nil {
 		t.Fatalf("waiting for %d deliveries: %v (have %d)", n+1, err, len(fake.Deliveries()))
 	}

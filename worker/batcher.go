@@ -35,6 +35,10 @@ type batcher struct {
 	claims chan claimRequest
 	sents  chan sentRequest
 	dues   chan dueRequest
+	// freeze, when set (the drain's, with coalescing on), runs before
+	// each claim of due intents: what may be batched is frozen into
+	// batches before a claim could send it alone.
+	freeze func(context.Context)
 }
 
 // dueRequest asks for one due intent of the drain's (sendstate.ClaimDue).
@@ -75,9 +79,11 @@ type sentResult struct {
 	err      error // sendstate.ErrLeaseLost: not recorded
 }
 
-// newBatcher starts the batch loop; it ends when ctx does.
-func newBatcher(ctx context.Context, pool *pgxpool.Pool, opts func() (sendstate.ClaimOptions, error)) *batcher {
-	b := &batcher{pool: pool, opts: opts, claims: make(chan claimRequest), sents: make(chan sentRequest), dues: make(chan dueRequest)}
+// newBatcher starts the batch loop; it ends when ctx does. freeze, when
+// not nil, runs before each claim of due intents (see batcher.freeze).
+func newBatcher(ctx context.Context, pool *pgxpool.Pool, opts func() (sendstate.ClaimOptions, error), freeze func(context.Context)) *batcher {
+	b := &batcher{pool: pool, opts: opts, claims: make(chan claimRequest), sents: make(chan sentRequest), dues: make(chan dueRequest),
+		freeze: freeze}
 	go b.loop(ctx)
 	return b
 }
@@ -148,6 +154,11 @@ func (b *batcher) loop(ctx context.Context) {
 			default:
 				break queued
 			}
+		}
+		if len(dues) > 0 && b.freeze != nil {
+			// In its own transactions, before the claim: a freeze that
+			// fails must not fail the claims.
+			b.freeze(context.WithoutCancel(ctx))
 		}
 		switch {
 		case len(dues) > 0 && len(sents) > 0 && len(claims) == 0:

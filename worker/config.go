@@ -100,11 +100,15 @@ type Config struct {
 	// (kind email only) into one POST /emails/batch request under a key of
 	// the batch's own, frozen before its first attempt: one request, and
 	// one token of the rate budget, for many emails. At most MaxCoalesce
-	// (100). Zero: every intent is sent alone.
+	// (100). Zero: every intent is sent alone. The drain's intents (those
+	// without a River job of their own) are gathered too, one queue and run
+	// at a time, from when they come due.
 	Coalesce int
 	// CoalesceWait is how long a partial batch waits to fill (default
 	// DefaultCoalesceWait, 200 ms): no intent is held longer before it is
-	// sent, alone if no other came.
+	// sent, alone if no other came. A drained intent's wait runs from when
+	// it comes due (its insert, its send_at), and one alone goes
+	// sendstate.CoalesceGrace (a tenth of a second) after it.
 	CoalesceWait time.Duration
 	// Producers are the Go producers of recurring runs, by the name a
 	// schedule gives (outbox.Schedule.Producer). A schedule naming a

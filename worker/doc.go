@@ -74,6 +74,13 @@
 // 422 is split to send the rest, unless an earlier attempt may have been
 // delivered: an uncertain batch is parked, never split.
 //
+// The drain's intents, without a River job of their own, are gathered by
+// the drain itself: before it claims, it freezes the due email intents
+// of its queue into batches by run (sendstate's Batcher.FreezeDue), a full
+// batch at once and a partial one once CoalesceWait has passed since its
+// oldest came due; its claims hold such an intent that long, and then send
+// it alone if nothing joined it.
+//
 // # Runs and schedules
 //
 // A run's members are not claimed while it is paused; their jobs go at a

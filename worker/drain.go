@@ -20,12 +20,20 @@ import (
 // token back and shuts the gate (see gate): the slots then wait until a
 // notification of a new row, or the sweeper's next interval (which finds
 // retries come due), wakes them. Retries live on the intent's row.
+//
+// With coalescing on (Config.Coalesce), a probe, and each claim round
+// after a wake, first freezes the due email intents into batches (see
+// dueCoalescer); the claims hold such an intent until the coalesce wait
+// has passed since it came due, and then send it alone.
 type drain struct {
 	w        *sendWorker
 	slots    int
 	timeout  time.Duration // one send's bound, Config.JobTimeout
 	interval time.Duration // how long a slot waits after a failed claim
 	gate     gate
+	// coalesce, set (by New) with Config.Coalesce, batches the due
+	// email intents; nil: coalescing is off.
+	coalesce *dueCoalescer
 
 	work   context.Context // sends run in it; cancelled when a stop gives up waiting
 	cancel context.CancelFunc
@@ -48,7 +56,18 @@ func (d *drain) start(ctx context.Context) {
 // wake tells the slots there may be due intents.
 func (d *drain) wake() {
 	if d != nil {
+		if d.coalesce != nil {
+			d.coalesce.woken()
+		}
 		d.gate.wake()
+	}
+}
+
+// freeze freezes the due email intents into batches, when coalescing is on
+// and a wake came since the last freeze.
+func (d *drain) freeze(ctx context.Context) {
+	if d.coalesce != nil {
+		d.coalesce.freeze(ctx)
 	}
 }
 
@@ -60,6 +79,9 @@ func (d *drain) halt(ctx context.Context) {
 		return
 	}
 	d.stop()
+	if d.coalesce != nil {
+		d.coalesce.stop()
+	}
 	finished := make(chan struct{})
 	go func() { d.done.Wait(); close(finished) }()
 	select {
@@ -85,8 +107,10 @@ func (d *drain) slot(ctx context.Context) {
 		}
 		if probe {
 			// A probe looks before it takes a token: an idle drain holds
-			// none of the fleet's budget or quota.
-			due, err := sendstate.AnyDue(ctx, w.pool, w.queue)
+			// none of the fleet's budget or quota. What it may batch it
+			// freezes first: AnyDue does not see intents held for that.
+			d.freeze(ctx)
+			due, err := sendstate.AnyDue(ctx, w.pool, w.queue, w.coalesceWait)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return

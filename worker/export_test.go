@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"time"
+
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
+)
 
 // SetQuotaClock makes the budget of a worker made from cfg count quotas by
 // now rather than the database's clock, so a test can move past midnight.
@@ -14,3 +18,12 @@ func SetAfterSend(w *Worker, f func(key string) error) { w.sendWorker.afterSend 
 // SetReportInterval makes a worker made from cfg write its DrainReportArgs
 // job every d.
 func SetReportInterval(cfg *Config, d time.Duration) { cfg.reportInterval = d }
+
+// SetAfterFreezeDue makes the drain of w, coalescing, call f with the
+// batches and members each of its freezes of due intents froze. Set it
+// before Start.
+func SetAfterFreezeDue(w *Worker, f func(batches, members int)) {
+	if w.drain.coalesce != nil {
+		w.drain.coalesce.afterFreeze = func(r sendstate.FrozenDue) { f(r.Batches, r.Members) }
+	}
+}

@@ -69,6 +69,11 @@ type sendWorker struct {
 	// email intents into batches.
 	coalesce *coalescer
 
+	// coalesceWait, set (by New) with Config.Coalesce, is how long the
+	// drain holds a due email intent for its coalescing before it claims
+	// it alone (sendstate.ClaimOptions.CoalesceWait); zero otherwise.
+	coalesceWait time.Duration
+
 	// tracer makes the send's spans (see trace.go); the global provider's
 	// unless Config.TracerProvider names another.
 	tracer trace.Tracer
@@ -546,7 +551,8 @@ func (w *sendWorker) claim(ctx context.Context, req sendstate.ClaimRequest) (*se
 // and while the lease is not known to be held nothing is claimed
 // (sendstate.ErrLeaseLost: the job runs again later).
 func (w *sendWorker) claimOptions() (sendstate.ClaimOptions, error) {
-	o := sendstate.ClaimOptions{KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow, Queue: w.queue}
+	o := sendstate.ClaimOptions{KeyFingerprint: w.keyFingerprint, ReplayWindow: w.cfg.ReplayWindow, Queue: w.queue,
+		CoalesceWait: w.coalesceWait}
 	if w.lease != nil {
 		epoch, ok := w.lease.owner()
 		if !ok {

@@ -96,6 +96,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	}
 	lease := newLiveness(pool, conf.Lease, logger)
 	dr := &drain{w: sendWorker, slots: conf.Concurrency, timeout: conf.JobTimeout, interval: conf.SweepInterval}
+	if conf.Coalesce >= 2 {
+		sendWorker.coalesceWait = conf.CoalesceWait
+		dr.coalesce = newDueCoalescer(batcher, conf.Queue, conf.Coalesce, conf.CoalesceWait, logger, sendWorker.cfg.Observer)
+		dr.coalesce.wake = dr.wake
+	}
 	return &Worker{
 		report:       rep,
 		drain:        dr,
@@ -182,7 +187,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.sendWorker.lease = w.liveness
-	w.sendWorker.batch = newBatcher(bgCtx, w.pool, w.sendWorker.claimOptions)
+	var freeze func(context.Context)
+	if w.drain.coalesce != nil {
+		freeze = w.drain.freeze
+	}
+	w.sendWorker.batch = newBatcher(bgCtx, w.pool, w.sendWorker.claimOptions, freeze)
 	if w.coalesce >= 2 {
 		w.sendWorker.coalesce = newCoalescer(bgCtx, w.batcher, w.coalesce, w.coalesceWait, w.sendWorker.cfg.Logger)
 	}

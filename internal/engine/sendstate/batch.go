@@ -38,7 +38,8 @@ type Batcher struct {
 // the state check is written so that no index on state can drive the scan,
 // as in ClaimMany): only intents that are email, pending, never attempted
 // and bound to no batch join (and only while their job is the one named on
-// the row), and none of a canceled run (the run's row is locked, so a
+// the row; a request with JobID 0 names an intent without a River job, a
+// drained one, which joins only while it is due and of queue), and none of a canceled run (the run's row is locked, so a
 // freeze and a CancelRun of its run never overlap). An intent with a
 // suppressed recipient does not join: its own job sends it alone, without
 // that recipient, or parks it (an address suppressed after the freeze is
@@ -48,7 +49,7 @@ type Batcher struct {
 // empty: a lone intent is sent alone, under its own key.
 func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
 	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		key, joined, err = b.freeze(ctx, tx, queue, run, reqs)
+		key, joined, _, err = b.freeze(ctx, tx, queue, run, reqs, false)
 		return err
 	})
 	if err != nil {
@@ -60,14 +61,20 @@ func (b *Batcher) Freeze(ctx context.Context, queue, run string, reqs []ClaimReq
 // FreezeTx is Freeze in the caller's transaction: the batch is frozen
 // when it commits.
 func (b *Batcher) FreezeTx(ctx context.Context, tx pgx.Tx, queue, run string, reqs []ClaimRequest) (key string, joined []int64, err error) {
-	key, joined, err = b.freeze(ctx, tx, queue, run, reqs)
+	key, joined, _, err = b.freeze(ctx, tx, queue, run, reqs, false)
 	if err != nil {
 		return "", nil, fmt.Errorf("sendstate: freeze batch: %w", err)
 	}
 	return key, joined, nil
 }
 
-func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs []ClaimRequest) (string, []int64, error) {
+// freeze is Freeze's and FreezeDue's work in tx. A request with JobID 0
+// names an intent without a River job (the drain's), which joins only
+// while it is due and of queue; skipLocked skips the rows another
+// transaction has locked (FreezeDue's: another drain claiming or freezing
+// them) rather than waiting for them. It returns the batch's key, and the
+// job ids and keys of the intents that joined.
+func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs []ClaimRequest, skipLocked bool) (string, []int64, []string, error) {
 	if run != "" {
 		// The run's row is the lock a freeze and the run's operations
 		// (CancelRun, RescheduleRun, which lock it FOR UPDATE) serialise
@@ -80,63 +87,69 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 		// freezes of one run do not wait for each other.
 		state, err := shareRun(ctx, tx, run)
 		if err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		if state == "" || state == "canceled" {
-			return "", nil, nil
+			return "", nil, nil, nil
 		}
+	}
+	lock := `FOR UPDATE OF o`
+	if skipLocked {
+		lock += ` SKIP LOCKED`
 	}
 	keys := make([]string, len(reqs))
 	jobIDs := make([]int64, len(reqs))
 	for i, r := range reqs {
 		keys[i], jobIDs[i] = r.Key, r.JobID
 	}
-	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, o.job_id, o.payload::text, coalesce(o.topic, ''), o.list_unsubscribe::text
+	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, coalesce(o.job_id, 0), o.payload::text, coalesce(o.topic, ''), o.list_unsubscribe::text
 		FROM sendonce_outbox o
 		WHERE o.idempotency_key = ANY($1)
-			AND (o.idempotency_key, o.job_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+			AND (o.idempotency_key, coalesce(o.job_id, 0)) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+			AND (o.job_id IS NOT NULL OR (`+dueSQL+` <= now() AND o.queue = $5))
 			AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
 			AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
 			AND NOT (((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
 					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe))))
 				AND EXISTS (SELECT 1 FROM sendonce_suppressed_addresses(o.kind, o.payload, o.topic)))
 			AND (o.topic IS NULL OR $4)
-		ORDER BY o.id FOR UPDATE OF o`, keys, jobIDs, run, b.Unsubscribe != nil)
+		ORDER BY o.id `+lock, keys, jobIDs, run, b.Unsubscribe != nil, queue)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	var ms []member
 	var joined []int64
+	var joinedKeys []string
 	for rows.Next() {
 		var m member
 		var jobID int64
 		var frozen *string
 		if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload, &m.topic, &frozen); err != nil {
 			rows.Close()
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		if frozen != nil {
 			m.headers = *frozen
 		}
-		ms, joined = append(ms, m), append(joined, jobID)
+		ms, joined, joinedKeys = append(ms, m), append(joined, jobID), append(joinedKeys, m.key)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	if len(ms) < 2 {
-		return "", nil, nil
+		return "", nil, nil, nil
 	}
 	for i := range ms {
 		if err := b.withHeaders(ctx, tx, &ms[i]); err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 	}
 	key, err := insertBatch(ctx, tx, b.River, queue, run, ms)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	return key, joined, nil
+	return key, joined, joinedKeys, nil
 }
 
 // member is an intent joining a batch: its row, key and payload as JSON,

@@ -14,6 +14,35 @@ import (
 // 00024), written the same way so that the index serves the claim's order.
 const dueSQL = `coalesce(o.next_attempt_at, o.send_at, o.created_at)`
 
+// CoalesceGrace is how much longer than the coalesce wait the claim holds
+// an email intent that Batcher.FreezeDue may batch: FreezeDue freezes a
+// partial batch once the wait has passed since its oldest intent came due,
+// and the grace leaves the drain that long to run it (its timer wakes it
+// then) before a claim may take one of those intents alone.
+const CoalesceGrace = 100 * time.Millisecond
+
+// holdSeconds is how long, in seconds, a claim with a coalesce wait holds
+// an intent FreezeDue may batch (see unheldSQL): the wait and
+// CoalesceGrace, or zero when coalescing is off.
+func holdSeconds(wait time.Duration) float64 {
+	if wait <= 0 {
+		return 0
+	}
+	return (wait + CoalesceGrace).Seconds()
+}
+
+// unheldSQL is the SQL condition that the due outbox row aliased o is not
+// held for coalescing, hold being the float8 seconds expression of
+// holdSeconds (zero: coalescing is off). A never-attempted email intent in
+// no batch is held until hold has passed since it came due:
+// Batcher.FreezeDue may gather it into a batch until then (see
+// ClaimOptions.CoalesceWait). Any other intent (another kind, a retry, an
+// intent released by a split) is not held.
+func unheldSQL(hold string) string {
+	return `(` + hold + ` <= 0 OR o.kind <> 'email' OR o.attempts > 0 OR o.batch_key IS NOT NULL
+		OR ` + dueSQL + ` + ` + hold + ` * interval '1 second' <= now())`
+}
+
 // DrainClaim is one intent that ClaimDue claimed.
 type DrainClaim struct {
 	Claimed
@@ -36,7 +65,8 @@ type DrainClaim struct {
 // order, skips intents of paused runs and rows other drains have locked
 // (SKIP LOCKED), and sets each claimed row as ClaimMany does: one attempt
 // more, sending, owned by opts.Owner, the suppression list looked up at
-// the first claim.
+// the first claim. With opts.CoalesceWait it holds the email intents that
+// FreezeDue may still batch until that wait has passed (see unheldSQL).
 //
 // With an owner, nothing is claimed unless the owner's lease is held; when
 // it is not, ClaimDue returns ErrLeaseLost.
@@ -53,6 +83,7 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 			WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now() AND o.queue = $5
 				AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
 				AND ($3::int4 IS NULL OR `+held("$3::int4")+`)
+				AND `+unheldSQL("$6::float8")+`
 			ORDER BY (o.run_key IS NOT NULL), `+dueSQL+`, o.id
 			LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
 		UPDATE sendonce_outbox o
@@ -66,7 +97,7 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 		FROM due WHERE o.id = due.due_id
 		RETURNING `+claimColumns+`, o.rate_limited, coalesce(o.run_key, ''), o.tries,
 			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8`,
-		n, opts.ReplayWindow.Seconds(), owner, opts.KeyFingerprint, queueOrDefault(opts.Queue))
+		n, opts.ReplayWindow.Seconds(), owner, opts.KeyFingerprint, queueOrDefault(opts.Queue), holdSeconds(opts.CoalesceWait))
 	if err != nil {
 		return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
 	}
@@ -104,15 +135,17 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 
 // AnyDue reports whether a claim would find a due intent of the drain of
 // queue ("" is outbox.DefaultQueue) now (job-less, pending, due, not of a
-// paused run), without claiming or
+// paused run, and not held for coalescing by coalesceWait, as
+// ClaimOptions.CoalesceWait holds it), without claiming or
 // locking anything: a drain with nothing to do looks with it before it
 // takes a token of the fleet's budget. One probe of the due index.
-func AnyDue(ctx context.Context, db DB, queue string) (bool, error) {
+func AnyDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration) (bool, error) {
 	var due bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sendonce_outbox o
 		WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now() AND o.queue = $1
-			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused')))`,
-		queueOrDefault(queue)).Scan(&due)
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+			AND `+unheldSQL("$2::float8")+`)`,
+		queueOrDefault(queue), holdSeconds(coalesceWait)).Scan(&due)
 	if err != nil {
 		return false, fmt.Errorf("sendstate: look for due intents: %w", err)
 	}

@@ -67,11 +67,11 @@ func TestClaimDueOrder(t *testing.T) {
 	if got := claimDue(t, pool, 10, claimOpts); len(got) != 0 {
 		t.Fatalf("third claim %v, want nothing: the rest is not due or paused", got)
 	}
-	if due, err := sendstate.AnyDue(context.Background(), pool, ""); err != nil || due {
+	if due, err := sendstate.AnyDue(context.Background(), pool, "", 0); err != nil || due {
 		t.Fatalf("AnyDue = %v, %v; want false: what is left is not due, or paused", due, err)
 	}
 	pgtest.Exec(t, pool, `UPDATE sendonce_run SET state = 'active' WHERE key = 'paused'`)
-	if due, err := sendstate.AnyDue(context.Background(), pool, ""); err != nil || !due {
+	if due, err := sendstate.AnyDue(context.Background(), pool, "", 0); err != nil || !due {
 		t.Fatalf("AnyDue after the run's resume = %v, %v; want true", due, err)
 	}
 }
@@ -135,7 +135,7 @@ func TestDrainedRetryIsDueLater(t *testing.T) {
 	if got := claimDue(t, pool, 1, claimOpts); len(got) != 0 {
 		t.Fatalf("claimed %v before its retry is due", got)
 	}
-	if due, err := sendstate.AnyDue(ctx, pool, ""); err != nil || due {
+	if due, err := sendstate.AnyDue(ctx, pool, "", 0); err != nil || due {
 		t.Fatalf("AnyDue = %v, %v; want false before the retry's time", due, err)
 	}
 	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET next_attempt_at = now() WHERE idempotency_key = 'r:1'`)

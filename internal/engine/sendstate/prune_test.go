@@ -172,7 +172,7 @@ func TestPrunedKeyIsExistingOrKeyReuse(t *testing.T) {
 	if rec := get(t, pool, "p:new"); rec.State != outbox.StatePending || rec.JobID != nil {
 		t.Fatalf("p:new: %+v, want pending with no job", rec)
 	}
-	if due, err := sendstate.AnyDue(ctx, pool, ""); err != nil || !due {
+	if due, err := sendstate.AnyDue(ctx, pool, "", 0); err != nil || !due {
 		t.Fatalf("AnyDue = %v, %v; want p:new due on the drain", due, err)
 	}
 

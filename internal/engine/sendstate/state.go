@@ -91,6 +91,13 @@ type ClaimOptions struct {
 	// Queue is the queue whose intents ClaimDue claims ("" is
 	// outbox.DefaultQueue).
 	Queue string
+	// CoalesceWait, when positive, is the coalesce wait: ClaimDue holds a
+	// due email intent that was never attempted and is in no batch for it
+	// and CoalesceGrace, counted from its due time: meanwhile
+	// Batcher.FreezeDue may gather it into a batch with others, and only
+	// then is the intent claimed alone. Zero: coalescing is off, and
+	// nothing is held.
+	CoalesceWait time.Duration
 }
 
 // Claimed is an intent claimed for one attempt: the fields a send needs.

@@ -34,9 +34,10 @@ type Transition struct {
 // Some statements hand an intent on without moving its state, and are not
 // here: RescueAbandoned, RescueStranded and Reconcile (and their batch
 // forms) give an intent of an upgraded database (one with River jobs of
-// its own) a new River job, Freeze binds intents into a batch, ResumeRun
-// and RescheduleRun hand a run's members with such jobs to the drain (and
-// RescheduleRun gives every member not yet attempted a new send_at). A delivery event changes delivery_status,
+// its own) a new River job, Freeze and FreezeDue bind intents into a
+// batch, ResumeRun and RescheduleRun hand a run's members with such jobs
+// to the drain (and RescheduleRun gives every member not yet attempted a
+// new send_at). A delivery event changes delivery_status,
 // a column of its own.
 var Transitions = []Transition{
 	{From: NoRow, To: outbox.StatePending, Statement: "outbox.Enqueue",
@@ -59,8 +60,9 @@ var Transitions = []Transition{
 	{From: outbox.StatePending, To: outbox.StateSending, Statement: "ClaimDue",
 		By: "a worker's drain",
 		Rule: "no River job (job_id NULL); due (next_attempt_at, else send_at, else created_at, is past); its run " +
-			"is not paused; the drain's lease is held; rows another drain has locked are skipped. Never from " +
-			"sending: a drained intent left sending waits for RescueDrained"},
+			"is not paused; the drain's lease is held; rows another drain has locked are skipped; with coalescing, " +
+			"a never-attempted email in no batch only once the coalesce wait and CoalesceGrace have passed since it came due " +
+			"(FreezeDue may batch it meanwhile). Never from sending: a drained intent left sending waits for RescueDrained"},
 	{From: outbox.StatePending, To: outbox.StateSending, Statement: "ClaimBatch",
 		By: "a batch job's claim, for each member",
 		Rule: "the batch names the job and is pending or sending, its run is not paused, the claimer's lease is " +

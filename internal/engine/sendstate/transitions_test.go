@@ -539,6 +539,12 @@ var transitionCases = []transitionCase{
 			_, err := e.ob.ResumeRun(ctx, testRun)
 			return err
 		}},
+	{name: "FreezeDue", statement: "FreezeDue", movesNothing: true, rows: sqlRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			insertSQL(t, e.pool, "t:pending-too", "") // the pending one's batch mate
+			res, err := e.batcher.FreezeDue(ctx, "", 10, 0)
+			return want(2)(res.Members, err) // the pending ones
+		}},
 	{name: "RescheduleRun", statement: "outbox.RescheduleRun", movesNothing: true, rows: runRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			n, err := e.ob.RescheduleRun(ctx, testRun, time.Now().Add(time.Hour))

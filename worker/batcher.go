@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"slices"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,6 +40,46 @@ type batcher struct {
 	// each claim of due intents: what may be batched is frozen into
 	// batches before a claim could send it alone.
 	freeze func(context.Context)
+	// flying are the drained intents claimed and handed out whose attempt
+	// has not ended: what the worker has in flight (see orphans).
+	flying flights
+}
+
+// flights is a set of the keys of drained intents in flight: added when
+// their claim is handed out, removed when their attempt has ended (its
+// outcome recorded, or released). A drained intent sending under this
+// worker's claim and not in it is an orphan: a claim the database committed
+// whose answer the worker never read (see sendstate.ReleaseOrphans).
+type flights struct {
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+func (f *flights) add(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.keys == nil {
+		f.keys = map[string]int{}
+	}
+	f.keys[key]++
+}
+
+func (f *flights) remove(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.keys[key]--; f.keys[key] <= 0 {
+		delete(f.keys, key)
+	}
+}
+
+func (f *flights) list() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.keys))
+	for k := range f.keys {
+		out = append(out, k)
+	}
+	return out
 }
 
 // dueRequest asks for one due intent of the drain's (sendstate.ClaimDue).
@@ -298,6 +339,11 @@ func (b *batcher) claimDues(ctx context.Context, dues []dueRequest) {
 // handOut gives one claimed intent to each due request, in order; the
 // requests left over get none (nothing more is due), and all get err.
 func (b *batcher) handOut(dues []dueRequest, claimed []*sendstate.DrainClaim, err error) {
+	if err == nil {
+		for _, c := range claimed {
+			b.flying.add(c.Record.Key)
+		}
+	}
 	for i, r := range dues {
 		switch {
 		case err != nil:

@@ -204,6 +204,7 @@ func (d *drain) token(ctx context.Context, bulk bool) (leasedAt time.Time, ok bo
 // span of its own, bounded by the send timeout.
 func (d *drain) send(c *sendstate.DrainClaim, leasedAt time.Time, token bool) {
 	w, rec := d.w, c.Record
+	defer w.batch.flying.remove(rec.Key)
 	ctx, cancel := context.WithTimeout(d.work, d.timeout)
 	defer cancel()
 	ctx, span := w.tracer.Start(ctx, spanSend, trace.WithAttributes(attrKey.String(rec.Key), attrKind.String(string(rec.Kind))))
@@ -237,6 +238,33 @@ func (d *drain) release(key string, owner int32) {
 			return
 		}
 	}
+}
+
+// orphanAge is how long ago a claim must have been made before the sweeper
+// takes it for an orphan (releaseOrphans): far longer than a claim takes
+// from its commit to its hand-out.
+const orphanAge = 10 * time.Second
+
+// releaseOrphans gives back the drained intents sending under this
+// worker's claim that it does not have in flight: claims the database
+// committed whose answer was lost with the connection (a database crash
+// or restart), which no send of this worker will ever take up, while its
+// lease, still held, keeps RescueDrained off them. Each is sent again
+// under its key (sendstate.ReleaseOrphans).
+func (d *drain) releaseOrphans(ctx context.Context) (int, error) {
+	w := d.w
+	if w.lease == nil || w.batch == nil {
+		return 0, nil
+	}
+	owner, ok := w.lease.owner()
+	if !ok {
+		return 0, nil
+	}
+	n, err := sendstate.ReleaseOrphans(ctx, w.pool, owner, w.batch.flying.list(), orphanAge)
+	if n > 0 {
+		d.wake()
+	}
+	return n, err
 }
 
 // sleepCtx sleeps for d or until ctx ends (its error).

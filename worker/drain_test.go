@@ -283,3 +283,35 @@ func TestDrainReleasesAnUnrecordedAttempt(t *testing.T) {
 		t.Fatalf("%d deliveries, want 1", got)
 	}
 }
+
+// A claim the database committed whose answer the worker never read (the
+// connection was lost with a crash or restart of the database) leaves an
+// intent sending under the worker's own claim, which no send of the worker
+// takes up and whose lease, still held, keeps the fleet's rescue off it.
+// The worker's sweeper gives it back, and it is sent, once, under its key.
+func TestDrainReleasesALostClaim(t *testing.T) {
+	t.Parallel()
+	ctx, pool, ob, fake, c := e2eSetup(t)
+	seen := newResults()
+	w := start(t, pool, &worker.Config{Client: c, Concurrency: 4, SweepInterval: 200 * time.Millisecond, Send: worker.SendConfig{Observer: seen}})
+	var epoch int32
+	if err := pool.QueryRow(ctx, `SELECT epoch FROM sendonce_worker WHERE river_client_id = $1 AND ended_at IS NULL`,
+		w.RiverClient().ID()).Scan(&epoch); err != nil {
+		t.Fatal(err)
+	}
+	// The row as the lost claim left it: claimed by this worker, a try
+	// and an attempt counted, a minute ago.
+	body := `{"from":"billing@example.com","to":["lost@example.com"],"subject":"Invoice","text":"x"}`
+	if _, err := pool.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, send_at) VALUES ('php:lost', 'email', $1, now() + interval '1 day')`, body); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET state = 'sending', claimed_by = $1, tries = 1, attempts = 1, send_at = NULL,
+		first_attempt_at = now() - interval '1 minute', updated_at = now() - interval '1 minute' WHERE idempotency_key = 'php:lost'`, epoch); err != nil {
+		t.Fatal(err)
+	}
+	seen.wait(t, ctx, worker.ResultSent, 1)
+	rec := outboxtest.Get(t, ob, "php:lost")
+	if rec.State != outbox.StateSent || !rec.Uncertain || rec.Attempts != 2 || len(fake.Deliveries()) != 1 || fake.Deliveries()[0].IdempotencyKey != "php:lost" {
+		t.Fatalf("after the release: %+v, deliveries %+v; want sent, uncertain, 2 attempts, one delivery under its key", rec, fake.Deliveries())
+	}
+}

@@ -143,6 +143,10 @@ func (s *sweeper) sweep(ctx context.Context) {
 	// Retries and send times that came due since, and rows whose
 	// notification was missed.
 	s.drain.wake()
+	// Every worker, not only the fleet's sweeper: only this one knows
+	// what it has in flight.
+	s.do(ctx, s.drain.releaseOrphans, "release orphans", "gave back drained intents this worker claimed "+
+		"but never took up (the claim's answer was lost with the connection); they are sent again with the same key")
 	if s.role != nil && !s.role.sweeps() {
 		if len(s.schedules.producers) > 0 {
 			s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")

@@ -3,6 +3,7 @@ package sendstate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -166,4 +167,48 @@ func equal(got []string, want ...string) bool {
 		}
 	}
 	return true
+}
+
+// ReleaseOrphans gives back only what its owner claimed, left sending,
+// claimed longer ago than the age given and not in flight: a claim whose
+// answer the worker never read is replayed, uncertain, its try given back;
+// a send in flight, a fresh claim, another owner's and a sent intent stay.
+func TestReleaseOrphans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := outboxtest.New(t)
+	for _, k := range []string{"orphan", "flying", "fresh", "other", "sent"} {
+		insertSQL(t, pool, "o:"+k, "")
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'sending', claimed_by = 7, tries = 1, attempts = 1,
+		updated_at = now() - interval '1 minute'`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET updated_at = now() WHERE idempotency_key = 'o:fresh'`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET claimed_by = 8 WHERE idempotency_key = 'o:other'`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'sent' WHERE idempotency_key = 'o:sent'`)
+	n, err := sendstate.ReleaseOrphans(ctx, pool, 7, []string{"o:flying"}, 10*time.Second)
+	if err != nil || n != 1 {
+		t.Fatalf("ReleaseOrphans = %d, %v; want 1", n, err)
+	}
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, uncertain, tries, coalesce(claimed_by, 0) FROM sendonce_outbox ORDER BY idempotency_key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"o:flying": "sending false 1 7", "o:fresh": "sending false 1 7", "o:orphan": "pending true 0 0",
+		"o:other": "sending false 1 8", "o:sent": "sent false 1 7",
+	}
+	for rows.Next() {
+		var key, state string
+		var uncertain bool
+		var tries, owner int
+		if err := rows.Scan(&key, &state, &uncertain, &tries, &owner); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%s %v %d %d", state, uncertain, tries, owner); got != want[key] {
+			t.Errorf("%s: %s, want %s", key, got, want[key])
+		}
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
 }

@@ -131,6 +131,34 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 	return tag.RowsAffected() > 0, nil
 }
 
+// ReleaseOrphans gives back to pending, uncertain and due at once, its try
+// given back, every drained intent left sending under owner's claim that
+// owner no longer has in flight (flying: the keys of its claims whose
+// attempt has not ended) and that was claimed more than minAge ago. Such
+// an intent is a claim whose answer the worker never read: the database
+// committed it, and the connection was lost (a crash or restart of the
+// database) before the rows, or the commit's answer, came back. No attempt
+// of it can have started, but none can be ruled out either, so it is sent
+// again under its key, which the API replays. RescueDrained does the same
+// for an owner whose lease has ended; this is for the owner while it
+// lives, which alone knows what it has in flight. minAge covers a claim
+// committed and not yet handed to a send. It returns how many it released.
+func ReleaseOrphans(ctx context.Context, db DB, owner int32, flying []string, minAge time.Duration) (int, error) {
+	if flying == nil {
+		flying = []string{}
+	}
+	tag, err := db.Exec(ctx, `UPDATE sendonce_outbox o
+		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL,
+			tries = greatest(tries - 1, 0), updated_at = now()
+		WHERE o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL AND o.claimed_by = $1
+			AND o.updated_at < now() - $3::float8 * interval '1 second'
+			AND o.idempotency_key <> ALL($2::text[])`, owner, flying, minAge.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("sendstate: release orphaned claims: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // RescueStranded gives a new River job to every pending intent whose job a
 // worker instance that is gone was running: the job had not claimed its
 // intent yet (it was waiting for the fleet's budget, backing off, or

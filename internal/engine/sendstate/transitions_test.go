@@ -449,6 +449,12 @@ var transitionCases = []transitionCase{
 			}
 			return nil
 		}},
+	{name: "ReleaseOrphans", statement: "ReleaseOrphans", rows: sqlRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET claimed_by = $1, updated_at = now() - interval '1 minute'`, e.lease.Epoch)
+			_, err := sendstate.ReleaseOrphans(ctx, e.pool, e.lease.Epoch, nil, time.Second)
+			return err
+		}},
 	{name: "Cancel", statement: "outbox.Cancel", rows: goRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			for _, k := range e.allKeys() {

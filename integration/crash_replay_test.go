@@ -122,9 +122,11 @@ func crashReplay(t *testing.T, v variant) {
 	}
 
 	// The interrupted sends come back once the killed worker's lease ends
-	// (--lease, 5 s by default, and the next sweep), or River's rescuer (run
-	// by the leader, which a killed leader's lease keeps away for up to
-	// 15 s) finds their jobs older than --rescue-after, whichever is first.
+	// (--lease, 5 s by default): the next sweep puts the rows it left
+	// sending back on the drain, uncertain (RescueDrained); a batch's River
+	// job comes back when River's rescuer (run by the leader, which a killed
+	// leader's lease keeps away for up to 15 s) finds it older than
+	// --rescue-after, or the lease ends, whichever is first.
 	waitAllSent(t, pool, n, 3*time.Minute*time.Duration(suite.scale), func() string {
 		d, p := deliveryWindow(srv)
 		return fmt.Sprintf("fake: %d delivered, %d unanswered", d, p)

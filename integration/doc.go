@@ -66,8 +66,9 @@
 //     SQL and the Go API) while the fake holds each answer back after
 //     delivering (latency_after). Four times, on reaching a random number of
 //     deliveries with an answer still pending, a worker gets SIGKILL and is
-//     restarted. River's rescuer reruns the killed jobs once the dead
-//     leader's lease runs out; every send whose answer a kill cut off must
+//     restarted. The sweeper puts the rows a killed worker left sending
+//     back on the drain once its lease ends (and River's rescuer reruns a
+//     killed batch job); every send whose answer a kill cut off must
 //     come back as a replay (outbox replayed = true), and the ledger must
 //     show each recipient exactly once. Coalescing, a kill waits for a
 //     batch's answer to be pending and kills the worker sending it (by

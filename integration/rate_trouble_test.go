@@ -138,11 +138,14 @@ func TestDiscoveryStartsSlow(t *testing.T) {
 }
 
 // TestStopWhileWaitingForBudget stops `sendonce work` with SIGTERM while
-// 500 sends wait for the fleet's budget (paused by a Retry-After): it
-// exits 0 within --shutdown-grace (10 s here; 30 s by default), however
-// many wait, and no wait cut short is an attempt: the outbox counts no
-// attempt, the fake saw no request, River's jobs spent no attempt and
-// recorded no error.
+// its drain, 500 slots and 500 intents due, waits for the fleet's budget
+// (paused by a Retry-After): it exits 0 within --shutdown-grace (10 s
+// here; 30 s by default), and no wait cut short is an attempt: the outbox
+// counts no attempt and no claim (every intent still pending), the fake
+// saw no request, and no River job was made, spent an attempt or recorded
+// an error. (A drain's slot takes a token before it claims, and while the
+// fleet is paused its other slots wait at the drain's gate, behind the one
+// that asks the budget: nothing is claimed to wait.)
 func TestStopWhileWaitingForBudget(t *testing.T) {
 	setup(t)
 	const n = 500
@@ -152,38 +155,48 @@ func TestStopWhileWaitingForBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The fleet paused for 25 s: every send waits in its slot (a wait
-	// shorter than the 30 s a send may hold its slot).
+	// The fleet paused for 25 s: every send waits for its token (a wait
+	// shorter than the 30 s a send may wait for one).
 	pgtest.Exec(t, pool, `INSERT INTO sendonce_rate_budget (key_fingerprint, ceiling, rate, tokens, paused_until)
 		VALUES ($1, 20, 20, 0, now() + interval '25 seconds')`, c.KeyFingerprint())
+	var version string
+	if err := pool.QueryRow(context.Background(), `SELECT xmin::text FROM sendonce_rate_budget`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
 	enqueueGo(t, pool, makeIntents(rngFor("stop-waiting"), fmt.Sprintf("stop-%d", suite.seed), n))
 	w := startWorker(t, "worker", processEnv(dbURL, srv), workerOptions{Concurrency: n, Defaults: true, APIRate: "20/s"})
-	waitFor(t, 20*time.Second, "500 sends waiting for the budget", func() (bool, string) {
-		var running int
-		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE state = 'running'`).Scan(&running)
-		return err == nil && running == n, fmt.Sprint(running, " running ", err)
+	// Only a send that asks for a token leases from the budget's row (and
+	// writes it, paused or not): once it changed, the drain is waiting
+	// for the budget, with its 500 intents due and none claimed.
+	waitFor(t, 20*time.Second, "the drain waiting for the budget", func() (bool, string) {
+		var now string
+		var claimed int
+		err := pool.QueryRow(context.Background(), `SELECT (SELECT xmin::text FROM sendonce_rate_budget),
+			(SELECT count(*) FROM sendonce_outbox WHERE state <> 'pending' OR attempts > 0)`).Scan(&now, &claimed)
+		return err == nil && now != version && claimed == 0, fmt.Sprint("budget row version ", now, " (", version, " before), ", claimed, " claimed ", err)
 	})
 	start := time.Now()
 	code := w.terminate(30 * time.Second)
 	took := time.Since(start)
-	var attempts, riverAttempts, riverErrors, pending int
-	err = pool.QueryRow(context.Background(), `SELECT coalesce(sum(attempts), 0), count(*) FILTER (WHERE state = 'pending')
+	var attempts, riverAttempts, riverErrors, pending, sendJobs int
+	err = pool.QueryRow(context.Background(), `SELECT coalesce(sum(attempts), 0), count(*) FILTER (WHERE state = 'pending' AND job_id IS NULL)
 		FROM sendonce_outbox`).Scan(&attempts, &pending)
 	if err == nil {
-		err = pool.QueryRow(context.Background(), `SELECT coalesce(sum(attempt), 0), count(*) FILTER (WHERE coalesce(array_length(errors, 1), 0) > 0)
-			FROM river_job`).Scan(&riverAttempts, &riverErrors)
+		err = pool.QueryRow(context.Background(), `SELECT coalesce(sum(attempt), 0), count(*) FILTER (WHERE coalesce(array_length(errors, 1), 0) > 0),
+			count(*) FILTER (WHERE kind IN ('sendonce_send', 'sendonce_batch'))
+			FROM river_job`).Scan(&riverAttempts, &riverErrors, &sendJobs)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	summary(t, "stop-waiting: seed=%d sends_waiting=%d exit=%d after=%s shutdown_grace=10s outbox_attempts=%d pending=%d river_attempts=%d river_errors=%d api_requests=%d",
+	summary(t, "stop-waiting: seed=%d intents_due=%d exit=%d after=%s shutdown_grace=10s outbox_attempts=%d pending=%d river_attempts=%d river_errors=%d api_requests=%d",
 		suite.seed, n, code, took.Round(time.Millisecond), attempts, pending, riverAttempts, riverErrors, len(srv.Requests()))
 	if code != 0 || took >= 10*time.Second {
 		t.Errorf("SIGTERM with %d sends waiting for the budget: exit %d after %s, want 0 within the shutdown grace (10s)\n%s",
 			n, code, took.Round(time.Millisecond), w.output())
 	}
-	if attempts != 0 || riverAttempts != 0 || riverErrors != 0 || len(srv.Requests()) != 0 || pending != n {
-		t.Errorf("after the stop: %d attempts in the outbox, %d River attempts, %d jobs with errors, %d API requests, %d of %d pending; want no attempt burnt",
-			attempts, riverAttempts, riverErrors, len(srv.Requests()), pending, n)
+	if attempts != 0 || riverAttempts != 0 || riverErrors != 0 || sendJobs != 0 || len(srv.Requests()) != 0 || pending != n {
+		t.Errorf("after the stop: %d attempts in the outbox, %d River attempts, %d jobs with errors, %d send jobs, %d API requests, %d of %d pending on the drain; want no attempt burnt",
+			attempts, riverAttempts, riverErrors, sendJobs, len(srv.Requests()), pending, n)
 	}
 }

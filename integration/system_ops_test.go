@@ -11,7 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -251,33 +254,59 @@ var isolations = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Ser
 
 // opEnqueueGo enqueues new intents (or, with old set, intents enqueued
 // before, in the body committed then or in another) through the Go API in
-// a transaction of a drawn isolation level, some rolled back.
+// a transaction of a drawn isolation level, some rolled back. With kind
+// enqueue-go-jobs, the same transaction gives the intents it inserted River
+// jobs of their own (giveJobs), as a release before the drain did.
 func (r *sysRunner) opEnqueueGo(specs []*sysSpec, variants []int, kind string) {
 	iso := isolations[r.rng.IntN(len(isolations))]
 	rollback := r.rng.IntN(10) == 0
 	many := len(specs) > 1 || r.rng.IntN(2) == 0
+	held := kind == "enqueue-go-jobs" && r.rng.IntN(2) == 0
+	sendAt := time.Now().Add(time.Duration(500+r.rng.IntN(2000)) * time.Millisecond)
 	op := r.begin(kind, "")
 	var keys, addrs []string
 	for i, s := range specs {
 		keys = append(keys, fmt.Sprintf("%s/v%d%s", s.Key, variants[i], s.formsText()))
 		addrs = append(addrs, s.addrs()...)
 	}
-	op.Detail = fmt.Sprintf("go %s many=%v rollback=%v %v", iso, many, rollback, keys)
+	op.Detail = fmt.Sprintf("go %s many=%v rollback=%v held=%v %v", iso, many, rollback, held, keys)
 	op.Addrs = addrs
 	var res []*outbox.EnqueueResult
 	o, err := r.inTx(iso, rollback, func(ctx context.Context, tx pgx.Tx) error {
 		ins := make([]outbox.Intent, len(specs))
 		for i, s := range specs {
 			ins[i] = s.intent(variants[i])
+			if kind == "enqueue-go-jobs" && held {
+				// Its job scheduled a moment ahead: a job waiting, for
+				// opRiverJob to delete or discard.
+				ins[i].SendAt = sendAt
+			}
 		}
+		var err error
 		if many {
-			var err error
 			res, err = r.ob.EnqueueMany(ctx, tx, ins)
+		} else {
+			var one *outbox.EnqueueResult
+			one, err = r.ob.Enqueue(ctx, tx, ins[0])
+			res = []*outbox.EnqueueResult{one}
+		}
+		if err != nil || kind != "enqueue-go-jobs" {
 			return err
 		}
-		one, err := r.ob.Enqueue(ctx, tx, ins[0])
-		res = []*outbox.EnqueueResult{one}
-		return err
+		var fresh []string
+		for i, e := range res {
+			if !e.Existing {
+				fresh = append(fresh, specs[i].Key)
+			}
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		rc, err := river.NewClient(riverpgxv5.New(r.pool), &river.Config{})
+		if err != nil {
+			return err
+		}
+		return giveJobs(ctx, tx, rc, fresh)
 	})
 	r.end(op, o, err)
 	for i, s := range specs {
@@ -431,7 +460,33 @@ func (r *sysRunner) opCancel() {
 	}
 }
 
-// opRiverJob does to the River job of an unsent intent, one not running, what an
+// giveJobs gives the intents under keys, enqueued in tx (pending, never
+// attempted, on the drain), River jobs of their own in tx, as releases
+// before the drain did at enqueue: see opEnqueueGo's kind enqueue-go-jobs.
+func giveJobs(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], keys []string) error {
+	n, err := sendjob.Give(ctx, tx, rc, `SELECT id, idempotency_key, kind, coalesce(run_key, ''), send_at, queue
+		FROM sendonce_outbox WHERE idempotency_key = ANY($1) AND state = 'pending' AND job_id IS NULL AND attempts = 0
+		ORDER BY id FOR UPDATE`, []any{keys},
+		func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
+			var id int64
+			var key, kind, run, queue string
+			var sendAt *time.Time
+			err := rows.Scan(&id, &key, &kind, &run, &sendAt, &queue)
+			var at time.Time
+			if sendAt != nil {
+				at = *sendAt
+			}
+			return id, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run},
+				InsertOpts: sendjob.InsertOpts(queue, at, sendjob.PriorityFor(run))}, err
+		}, `UPDATE sendonce_outbox o SET job_id = u.job_id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
+	if err == nil && n != len(keys) {
+		err = fmt.Errorf("%d of the %d intents enqueued were given a job", n, len(keys))
+	}
+	return err
+}
+
+// opRiverJob does to the River job of an unsent intent (one enqueued with
+// a job of its own: enqueue-go-jobs), one not running, what an
 // operator can do in River's UI, or a River client that does not know
 // sendonce's job kind: deletes it, or discards it (River's JobDelete, like
 // this, leaves a running job alone). The intent is still sent once: the

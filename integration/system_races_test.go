@@ -142,13 +142,17 @@ func (r *sysRunner) opCancelAtFreeze() {
 	saw := "nothing"
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(pollEvery) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		// running: members being gathered, each by its River job (one of
+		// its own, as an upgraded database's) or claimed by a drain and
+		// not yet bound to a batch.
 		var running, freezing int
 		var frozen string
 		// freezing: a transaction of another session is in the middle of a
 		// freeze (its last statement read members for a batch, or wrote
 		// one); a cancel now meets it, as hole 5 needed.
 		err := r.pool.QueryRow(ctx, `SELECT
-				(SELECT count(*) FROM river_job WHERE state = 'running' AND args->>'run' = $1),
+				(SELECT count(*) FROM river_job WHERE state = 'running' AND args->>'run' = $1)
+					+ (SELECT count(*) FROM sendonce_outbox WHERE run_key = $1 AND job_id IS NULL AND state = 'sending' AND batch_key IS NULL),
 				(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
 					AND xact_start IS NOT NULL AND state IN ('active', 'idle in transaction')
 					AND (query LIKE '%o.batch_key IS NULL%' OR query LIKE '%INSERT INTO sendonce_batch%')),
@@ -162,14 +166,14 @@ func (r *sysRunner) opCancelAtFreeze() {
 			break
 		}
 		if running > 0 && freezing > 0 {
-			saw = fmt.Sprintf("%d member jobs gathering, a freeze in progress", running)
+			saw = fmt.Sprintf("%d members gathering, a freeze in progress", running)
 			break
 		}
 		if running > 0 && gathering.IsZero() {
 			gathering = time.Now()
 		}
 		if !gathering.IsZero() && time.Since(gathering) >= after {
-			saw = fmt.Sprintf("%d member jobs gathering for %s", running, after)
+			saw = fmt.Sprintf("%d members gathering for %s", running, after)
 			break
 		}
 	}

@@ -374,6 +374,12 @@ func (r *sysRunner) step() {
 		{2, func() { r.opReenqueue(true) }},
 		{5, r.opCancel},
 		{2, r.opRetry},
+		// As an application on a release before the drain enqueues (a
+		// rolling upgrade), and as a database upgraded from one holds
+		// them: intents with River jobs of their own, sent by the
+		// machinery that works such jobs under the same rules; opRiverJob
+		// deletes or discards their jobs.
+		{3, func() { s, v := newSpecs(); r.opEnqueueGo(s, v, "enqueue-go-jobs") }},
 		{2, r.opRiverJob},
 		{3, func() { r.opSuppression(true) }},
 		{2, func() { r.opSuppression(false) }},

@@ -24,9 +24,10 @@ func (a *app) cancelCommand() *cobra.Command {
 		Use:   "cancel KEY",
 		Short: "Cancel an intent whose send has not started",
 		Long: `cancel cancels a pending intent on which no send attempt has been made, so
-nothing can have reached the API, and cancels its River job with it. Any other
-intent (being sent, sent, failed, or pending after an attempt that may have
-reached the API) is refused and left as it was.`,
+nothing can have reached the API (an intent enqueued by a release before the
+drain has its own River job canceled with it). Any other intent (being sent,
+sent, failed, or pending after an attempt that may have reached the API) is
+refused and left as it was.`,
 		Example: `  sendonce cancel welcome:user_17`,
 		Args:    keyArg,
 		RunE: a.intentRunE(&asJSON, (*outbox.Outbox).Cancel, func(w io.Writer, rec *outbox.Record) {
@@ -56,9 +57,9 @@ func (a *app) retryCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "retry KEY",
 		Short: "Send a failed intent again, with the same key",
-		Long: `retry puts a failed intent back to pending with the same idempotency key and a
-new River job, with a new budget of attempts and snoozes. Its replay window
-still runs from its first attempt.
+		Long: `retry puts a failed intent back to pending with the same idempotency key, for
+the workers' drains to send, with a new budget of attempts and snoozes. Its
+replay window still runs from its first attempt.
 
 An intent none of whose attempts can have reached the API (each was answered
 with an error, such as a 422 for a bad address) is always retried: fix the
@@ -105,7 +106,7 @@ retry starts a new window, is logged, and is recorded on the intent
 	cmd.Flags().DurationVar(&window, "replay-window", outbox.DefaultReplayWindow, "the workers' replay window")
 	bindEnv(cmd.Flags(), "replay-window", "SENDONCE_REPLAY_WINDOW")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the intent as JSON")
-	cmd.Flags().StringVar(&queue, "queue", outbox.DefaultQueue, "River queue of the new send job; the worker must work the same queue")
+	cmd.Flags().StringVar(&queue, "queue", outbox.DefaultQueue, "River queue of a batch's new send job (a batch member retried with its batch); the worker must work the same queue")
 	bindEnv(cmd.Flags(), "queue", "SENDONCE_QUEUE")
 	return cmd
 }

@@ -79,7 +79,7 @@ func (a *app) enqueueCommand() *cobra.Command {
 	f.StringVar(&o.template, "template", "", "template id or slug (kind template only)")
 	f.StringVar(&o.sendAt, "send-at", "", "hold the send until this RFC 3339 time (e.g. 2030-01-02T08:00:00Z)")
 	f.StringVar(&o.file, "file", "", `read the JSON body from this file; "-" or absent: stdin`)
-	f.StringVar(&o.queue, "queue", outbox.DefaultQueue, "River queue of the send job; the worker must work the same queue")
+	f.StringVar(&o.queue, "queue", outbox.DefaultQueue, "queue whose workers' drains send the intent; the worker must work the same queue")
 	f.StringVar(&o.run, "run", "", "enqueue the members of this run, read as NDJSON (one member per line), instead of one intent")
 	f.StringVar(&o.topic, "topic", "", "the intent's topic (with --run: the run's), e.g. digest: List-Unsubscribe headers, and no send to an address unsubscribed from it")
 	f.BoolVar(&o.json, "json", false, "print the intent as JSON")

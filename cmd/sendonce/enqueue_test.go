@@ -50,13 +50,18 @@ func TestEnqueue(t *testing.T) {
 		t.Errorf("--json again: %v %s", err, r.stdout)
 	}
 
-	// Two intents, each with one River job.
+	// Two intents, each a row on the drain (pending, no River job of its
+	// own, checked, on the worker's queue), and no River job at all.
 	pool := poolFor(t, dbURL)
 	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox`); n != 2 {
 		t.Errorf("%d intents, want 2", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM river_job`); n != 2 {
-		t.Errorf("%d river jobs, want 2", n)
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox
+		WHERE state = 'pending' AND job_id IS NULL AND checked AND queue = 'sendonce'`); n != 2 {
+		t.Errorf("%d intents pending on the drain (no job, checked, queue sendonce), want 2", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job`); n != 0 {
+		t.Errorf("%d river jobs, want none: the drain sends enqueued intents", n)
 	}
 }
 
@@ -104,10 +109,14 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 		})
 	}
 
-	// Nothing was written by any of them: still the one intent and its job.
+	// Nothing was written by any of them: still the one intent, and no
+	// River job (the drain sends it; bad input must not have added one).
 	pool := poolFor(t, dbURL)
-	if n := count(t, pool, `SELECT count(*) FROM river_job`); n != 1 {
-		t.Errorf("%d river jobs after bad input, want 1", n)
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox`); n != 1 {
+		t.Errorf("%d intents after bad input, want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job`); n != 0 {
+		t.Errorf("%d river jobs after bad input, want none", n)
 	}
 	r := sendonce(t, env, "", "list", "--json")
 	wantOK(t, r)

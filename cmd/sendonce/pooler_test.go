@@ -103,6 +103,11 @@ func TestWorkThroughTransactionPooler(t *testing.T) {
 	if errs := count(t, pool, `SELECT count(*) FROM river_job WHERE cardinality(errors) > 0`); errs != 0 {
 		t.Errorf("%d River jobs recorded errors through transaction mode", errs)
 	}
+	// The drain sent them, without River jobs: each in one try that
+	// counted, and no error recorded on any.
+	if errs := count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE job_id IS NOT NULL OR tries <> 1 OR last_error IS NOT NULL`); errs != 0 {
+		t.Errorf("%d intents were given a River job, tried more than once or recorded an error through transaction mode", errs)
+	}
 	if k := strings.Count(w.stderr.String(), "SQLSTATE"); k != 0 {
 		t.Errorf("the worker logged %d database errors:\n%s", k, tail(w.stderr.String(), 2000))
 	}

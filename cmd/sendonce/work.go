@@ -90,7 +90,7 @@ serves:
   /riverui/  the River UI: jobs, queues, retries
   /outbox/   the outbox page: intents by state, sends per minute, the
              budget, failures by error, a filtered list, each intent with
-             its payload, River job and delivery events
+             its payload, its place on the drain (or River job) and delivery events
 Once working, work prints a line of its settings and, with the listener on,
 the outbox page's URL (http://127.0.0.1:9464/outbox/ by default).
 The River UI can cancel and retry jobs. When a UI token is given, it and

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 )
 
 // httpDo makes a real request to u with host as its Host header, and the
@@ -52,6 +54,12 @@ func TestWorkRefusesAForeignHostWithoutToken(t *testing.T) {
 	const key = "password-reset:user_7:token_abc"
 	body := `{"from":"accounts@example.com","to":"ada@example.com","subject":"Reset your password","text":"https://app.example.com/reset?t=RESETLINK-4f9a2c"}`
 	wantOK(t, sendonce(t, env, body, "enqueue", "--key", key, "--send-at", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)))
+	// The drain sends enqueued intents without a River job; the forged
+	// requests need one to read, cancel and delete through the River UI, one
+	// whose args name the key. The intent is given a job of its own, held
+	// until its send time, as a database upgraded from a release before the
+	// drain holds.
+	outboxtest.GiveJobs(t, pool, key)
 	var jobID int64
 	if err := pool.QueryRow(t.Context(), `SELECT job_id FROM sendonce_outbox WHERE idempotency_key = $1`, key).Scan(&jobID); err != nil {
 		t.Fatal(err)

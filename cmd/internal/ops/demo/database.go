@@ -79,19 +79,20 @@ func (d *demo) setupDatabase(ctx context.Context) error {
 }
 
 // checkSharedDatabase guards a database of the user's own. The demo's
-// workers send to the fake API, and a worker's sweeper gives jobs to
-// intents inserted by plain SQL whatever their queue: such an intent
-// waiting now would be "sent" to the fake and never reach anyone.
+// workers send to the fake API, and their drains claim the pending intents
+// of the demo's queue that have no River job of their own: such an intent
+// waiting now would be "sent" to the fake and never reach anyone. The
+// application's intents, on its own queue, are left alone.
 func (d *demo) checkSharedDatabase(ctx context.Context) error {
-	var unscheduled int64
+	var waiting int64
 	if err := d.pool.QueryRow(ctx,
-		`SELECT count(*) FROM sendonce_outbox WHERE job_id IS NULL AND state = 'pending'`).Scan(&unscheduled); err != nil {
+		`SELECT count(*) FROM sendonce_outbox WHERE job_id IS NULL AND state = 'pending' AND queue = $1`, Queue).Scan(&waiting); err != nil {
 		return fmt.Errorf("demo: read the outbox: %w", err)
 	}
-	if unscheduled > 0 {
-		return fmt.Errorf("demo: refusing to run: %d intents in this database's outbox wait for a worker to schedule them "+
-			"(inserted by plain SQL), and the demo's worker would send them to its fake API; "+
-			"run the demo on an empty database, or without DATABASE_URL for a throwaway one", unscheduled)
+	if waiting > 0 {
+		return fmt.Errorf("demo: refusing to run: %d intents in this database's outbox wait on the demo's queue %q, "+
+			"and the demo's worker would send them to its fake API; "+
+			"run the demo on an empty database, or without DATABASE_URL for a throwaway one", waiting, Queue)
 	}
 	var leaders int64
 	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM river_leader WHERE expires_at > now()`).Scan(&leaders); err != nil {

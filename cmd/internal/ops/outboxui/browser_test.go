@@ -200,8 +200,14 @@ func TestBrowserRetry(t *testing.T) {
 	if id := text(t, ctx, "#message-id"); id != rec.MessageID || id == "" {
 		t.Errorf("the page shows message id %q, the row has %q", id, rec.MessageID)
 	}
-	if href := eval[string](t, ctx, `document.querySelector("#job").getAttribute("href")`); rec.JobID == nil || href != fmt.Sprintf("/riverui/jobs/%d", *rec.JobID) {
-		t.Errorf("the River job link is %q, the intent's job %v", href, rec.JobID)
+	// The retry put it back on the drain, not on a River job of its own:
+	// the page shows the drain's state (its queue, the try that sent it)
+	// and links to no job.
+	if rec.JobID != nil || eval[bool](t, ctx, `document.querySelector("#job") !== null`) {
+		t.Errorf("the retried intent has River job %v, or the page links to one", rec.JobID)
+	}
+	if d := text(t, ctx, "#drain"); !strings.Contains(d, "queue sendonce, try 1 ") || strings.Contains(d, "next attempt") {
+		t.Errorf("the drain's state of the retried intent shows as %q, want queue sendonce, try 1, no next attempt", d)
 	}
 	if n := len(h.fake.DeliveriesTo("refused@example.com")); n != 1 {
 		t.Errorf("%d deliveries to the retried address, want 1", n)

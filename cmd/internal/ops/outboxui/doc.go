@@ -12,7 +12,7 @@
 //	GET  /outbox/intents   the intents, filtered by state, delivery status, kind,
 //	                       key prefix, run and enqueue time, paged by id
 //	GET  /outbox/intent    one intent (?key=…): its fields, payload (addresses
-//	                       shown, bodies collapsed), River job and delivery events
+//	                       shown, bodies collapsed), its place on the drain (or River job) and delivery events
 //	GET  /outbox/retry     confirm a retry (?key=…); POST does it
 //	GET  /outbox/cancel    confirm a cancel (?key=…); POST does it
 //

@@ -105,19 +105,16 @@ func (h *harness) enqueue(in ...outbox.Intent) {
 	}
 }
 
-// fail parks an intent as a worker would after a 422 (certain) or, with
-// uncertain, after a 5xx whose first attempt was firstAgo ago.
+// fail parks an intent as a worker's drain would after a 422 (certain)
+// or, with uncertain, after a 5xx whose first attempt was firstAgo ago:
+// its one try spent, no River job.
 func (h *harness) fail(key, lastError string, uncertain bool, firstAgo time.Duration) {
 	h.t.Helper()
-	tag, err := h.pool.Exec(h.ctx, `UPDATE sendonce_outbox SET state = 'failed', attempts = 1, uncertain = $2,
+	tag, err := h.pool.Exec(h.ctx, `UPDATE sendonce_outbox SET state = 'failed', attempts = 1, tries = 1, uncertain = $2,
 			first_attempt_at = now() - $3 * interval '1 second', last_error = $4, updated_at = now()
-		WHERE idempotency_key = $1`, key, uncertain, firstAgo.Seconds(), lastError)
+		WHERE idempotency_key = $1 AND job_id IS NULL`, key, uncertain, firstAgo.Seconds(), lastError)
 	if err != nil || tag.RowsAffected() != 1 {
 		h.t.Fatalf("fail %s: %v (%d rows)", key, err, tag.RowsAffected())
-	}
-	if _, err := h.pool.Exec(h.ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now()
-		WHERE id = (SELECT job_id FROM sendonce_outbox WHERE idempotency_key = $1)`, key); err != nil {
-		h.t.Fatal(err)
 	}
 }
 

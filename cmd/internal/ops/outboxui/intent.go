@@ -17,12 +17,16 @@ import (
 
 // intentData is the intent page.
 type intentData struct {
-	Rec       *outbox.Record
-	RunKey    string
-	Emails    []emailSummary // the addresses and subject of each email it sends
-	Payload   string         // the whole payload, indented, collapsed on the page
-	Job       *jobInfo
-	JobURL    string
+	Rec     *outbox.Record
+	RunKey  string
+	Emails  []emailSummary // the addresses and subject of each email it sends
+	Payload string         // the whole payload, indented, collapsed on the page
+	Job     *jobInfo
+	JobURL  string
+	// Drain is what the worker's drain holds of an intent with no River job
+	// of its own (every intent enqueued since the drain); nil for one with
+	// a job (a database upgraded from an earlier release).
+	Drain     *drainInfo
 	Events    []event
 	Done      string // what an action just did
 	CanRetry  bool
@@ -49,6 +53,16 @@ type jobInfo struct {
 	AttemptedAt *time.Time // the job's last attempt
 }
 
+// drainInfo is an intent's place on the drain, from its row: the queue
+// whose workers' drains send it, the try it is on as River numbers a job's
+// attempts (MaxAttempts and the backoff read it), and when a retry or a
+// rate-limit snooze will next let it be claimed.
+type drainInfo struct {
+	Queue         string
+	Tries         int
+	NextAttemptAt *time.Time
+}
+
 type event struct {
 	DeliveryID string
 	Type       string
@@ -60,10 +74,10 @@ type event struct {
 // done are the notes shown after an action (by name: the page never echoes
 // a text from the address).
 var done = map[string]string{
-	"retried": "Retried: the intent is pending again, with a new River job and the same key.",
+	"retried": "Retried: the intent is pending again, with the same key, to be sent again.",
 	"forced": "Retried with force: if an earlier attempt reached the API, the intent may be delivered a second time. " +
 		"This was logged and recorded on the intent (forced retry).",
-	"canceled": "Canceled: the intent will not be sent, and its River job was canceled.",
+	"canceled": "Canceled: the intent will not be sent.",
 }
 
 func (h *Handler) intent(w http.ResponseWriter, r *http.Request) {
@@ -98,9 +112,14 @@ func (h *Handler) readIntent(ctx context.Context, key string) (*intentData, erro
 	d := &intentData{Rec: rec, Emails: summarize(rec), Payload: indent(rec.Payload),
 		CanRetry: rec.State == outbox.StateFailed || rec.State == outbox.StateSuppressed, CanCancel: rec.State == outbox.StatePending && rec.Attempts == 0 && rec.BatchKey == ""}
 	d.RetryHint = d.CanRetry && !h.opts.Actions
-	if err := h.pool.QueryRow(ctx, `SELECT coalesce(run_key, ''), coalesce(state = 'pending' AND send_at > now(), false) FROM sendonce_outbox WHERE id = $1`,
-		rec.ID).Scan(&d.RunKey, &d.Scheduled); err != nil {
+	drain := &drainInfo{}
+	if err := h.pool.QueryRow(ctx, `SELECT coalesce(run_key, ''), coalesce(state = 'pending' AND send_at > now(), false),
+			queue, tries, next_attempt_at FROM sendonce_outbox WHERE id = $1`,
+		rec.ID).Scan(&d.RunKey, &d.Scheduled, &drain.Queue, &drain.Tries, &drain.NextAttemptAt); err != nil {
 		return nil, fmt.Errorf("outboxui: run of %q: %w", key, err)
+	}
+	if rec.JobID == nil {
+		d.Drain = drain
 	}
 	if rec.JobID != nil {
 		j := &jobInfo{ID: *rec.JobID}

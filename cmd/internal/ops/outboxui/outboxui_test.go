@@ -2,6 +2,7 @@ package outboxui_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -185,6 +187,46 @@ func TestRetryRules(t *testing.T) {
 	}
 	if code, _ := h.do("POST", "/outbox/retry", url.Values{"key": {"nope:1"}, "csrf": {token}}); code != 404 {
 		t.Errorf("retry of a missing intent: %d", code)
+	}
+}
+
+// TestIntentDrainOrJob: the intent page shows an intent enqueued since the
+// drain where it is, on the drain of its queue (its try, when a retry will
+// next let it be claimed), and no River job; an intent with a River job of
+// its own, as a database upgraded from a release before the drain holds,
+// shows its job and links to it in the River UI.
+func TestIntentDrainOrJob(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, setup{})
+	h.enqueue(outbox.Intent{Key: "invoice:drained", Payload: email("ada@example.com", "Drained")},
+		outbox.Intent{Key: "invoice:upgraded", Payload: email("ada@example.com", "Upgraded"), SendAt: time.Now().Add(time.Hour)})
+	outboxtest.GiveJobs(t, h.pool, "invoice:upgraded")
+
+	code, body := h.do("GET", "/outbox/intent?key=invoice:drained", nil)
+	if code != 200 || !strings.Contains(body, `<td id="drain">queue <code>sendonce</code> · no River job of its own`) ||
+		strings.Contains(body, "River job</th>") || strings.Contains(body, `id="job"`) {
+		t.Errorf("a pending drained intent: %d, want its queue on the drain, no try, no River job:\n%.3000s", code, body)
+	}
+	// A try spent, and a retry waiting for its time, as the drain leaves it
+	// after a 5xx.
+	next := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	if _, err := h.pool.Exec(h.ctx, `UPDATE sendonce_outbox SET attempts = 1, tries = 1, uncertain = true, next_attempt_at = $2
+		WHERE idempotency_key = $1`, "invoice:drained", next); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := h.do("GET", "/outbox/intent?key=invoice:drained", nil); !strings.Contains(body,
+		`<td id="drain">queue <code>sendonce</code>, try 1, next attempt 2031-05-06 07:08:09Z ·`) {
+		t.Errorf("a drained intent waiting for its retry: want try 1 and its next attempt:\n%.3000s", body)
+	}
+
+	rec := h.get("invoice:upgraded")
+	if rec.JobID == nil {
+		t.Fatal("GiveJobs gave no job")
+	}
+	code, body = h.do("GET", "/outbox/intent?key=invoice:upgraded", nil)
+	want := fmt.Sprintf(`<a id="job" href="/riverui/jobs/%d">%d</a> sendonce_send, scheduled, attempt 0 of`, *rec.JobID, *rec.JobID)
+	if code != 200 || !strings.Contains(body, want) || strings.Contains(body, `id="drain"`) {
+		t.Errorf("an intent with a River job of its own: %d, want %q and no drain:\n%.3000s", code, want, body)
 	}
 }
 

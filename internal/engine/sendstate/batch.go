@@ -642,8 +642,8 @@ type SplitPart struct {
 // Split replaces a batch the API refused whole (a 4xx: nothing of it was
 // accepted, so its members may go out under other keys) with its parts, in
 // one transaction: a part of two or more becomes a new frozen batch with
-// its own key and job; a part of one is unbound and given a job of its own,
-// to be sent alone; a part with Failed is that member parked as failed. The
+// its own key and job; a part of one is unbound and handed to the drain
+// (job_id NULL), to be sent alone; a part with Failed is that member parked as failed. The
 // batch becomes split with the reason. Only the batch's job may split it
 // (with an owner, only under its lease: see MarkSentMany; with o.Attempt,
 // only while no later claim superseded it: see RecordBatch); it returns the
@@ -736,12 +736,12 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 					return err
 				}
 			case len(ids) == 1:
-				job, err := b.River.InsertTx(ctx, tx, sendjob.Args{Key: ms[0].key, IntentKind: "email", RunKey: run},
-					sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityFor(run)))
-				if err != nil {
-					return fmt.Errorf("insert river job: %w", err)
+				// Alone: back to the drain (no River job), which claims it
+				// at once, and is woken for it when this commits.
+				if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET job_id = NULL, next_attempt_at = NULL WHERE id = $1`, ids[0]); err != nil {
+					return err
 				}
-				if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET job_id = $2 WHERE id = $1`, ids[0], job.Job.ID); err != nil {
+				if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
 					return err
 				}
 			default:

@@ -133,8 +133,8 @@ var Transitions = []Transition{
 	{From: outbox.StatePending, To: outbox.StatePending, Statement: "Batcher.Split",
 		By: "a batch job splitting a batch the API refused whole, for each member",
 		Rule: "the batch names the job, is pending or sending, its claim is the owner's and not superseded, and " +
-			"it is not uncertain; the member is still bound to it. It is unbound and sent again, alone with a " +
-			"job of its own or in a new batch (first_attempt_at cleared: nothing of it was delivered)"},
+			"it is not uncertain; the member is still bound to it. It is unbound and sent again, alone " +
+			"by the drain (no River job) or in a new batch (first_attempt_at cleared: nothing of it was delivered)"},
 	{From: outbox.StateSending, To: outbox.StatePending, Statement: "Batcher.Split",
 		By:   "a batch job splitting a batch the API refused whole, for each member",
 		Rule: "as from pending"},

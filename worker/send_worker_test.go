@@ -202,6 +202,13 @@ func (h *harness) try(key string, attempt int) tried {
 // returns the error the attempt ended in.
 func (h *harness) drainOne() (*sendstate.DrainClaim, error) {
 	h.t.Helper()
+	return h.drainOneIn(context.Background())
+}
+
+// drainOneIn is drainOne with the send made in ctx, as a drain's sends are
+// made in its work context, which a stop that gives up waiting cancels.
+func (h *harness) drainOneIn(work context.Context) (*sendstate.DrainClaim, error) {
+	h.t.Helper()
 	ctx := context.Background()
 	if h.lease.Epoch == 0 {
 		l, err := sendstate.TakeLease(ctx, h.pool, sendstate.Lease{}, sendstate.Holder{Host: h.t.Name(), PID: 1}, sendstate.DefaultLease)
@@ -232,7 +239,7 @@ func (h *harness) drainOne() (*sendstate.DrainClaim, error) {
 		return sendErr
 	}
 	defer func() { w.afterSend = hook }()
-	d := &drain{w: w, timeout: time.Minute, interval: 10 * time.Millisecond, work: ctx}
+	d := &drain{w: w, timeout: time.Minute, interval: 10 * time.Millisecond, work: work}
 	d.send(cs[0], time.Time{}, false)
 	return cs[0], sendErr
 }

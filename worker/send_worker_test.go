@@ -133,7 +133,10 @@ type tried struct {
 	end string
 	// again is when the intent is tried again (retried, snoozed).
 	again time.Time
-	err   error // the error the attempt ended in (its River job's, or the drained send's)
+	// rateLimited is the intent's 429s in a row after the attempt: its
+	// job's metadata, or its row's rate_limited.
+	rateLimited int
+	err         error // the error the attempt ended in (its River job's, or the drained send's)
 	desc  string
 }
 
@@ -150,7 +153,7 @@ func (h *harness) try(key string, attempt int) tried {
 	h.t.Helper()
 	if h.perJob {
 		res, err := h.work(key, attempt)
-		r := tried{err: err, again: res.Job.ScheduledAt, desc: show(res, err)}
+		r := tried{err: err, again: res.Job.ScheduledAt, rateLimited: rateLimitedBefore(res.Job), desc: show(res, err)}
 		switch {
 		case completed(res):
 			r.end = "completed"
@@ -173,13 +176,13 @@ func (h *harness) try(key string, attempt int) tried {
 		h.t.Fatalf("the drain claimed %s, want %s", c.Record.Key, key)
 	}
 	var state string
-	var tries int
+	var tries, limited int
 	var next *time.Time
-	if err := h.pool.QueryRow(context.Background(), `SELECT state, tries, next_attempt_at FROM sendonce_outbox WHERE idempotency_key = $1`,
-		key).Scan(&state, &tries, &next); err != nil {
+	if err := h.pool.QueryRow(context.Background(), `SELECT state, tries, next_attempt_at, rate_limited FROM sendonce_outbox WHERE idempotency_key = $1`,
+		key).Scan(&state, &tries, &next, &limited); err != nil {
 		h.t.Fatal(err)
 	}
-	r := tried{err: err}
+	r := tried{err: err, rateLimited: limited}
 	if next != nil {
 		r.again = *next
 	}
@@ -217,7 +220,18 @@ func (h *harness) drainOneIn(work context.Context) (*sendstate.DrainClaim, error
 		}
 		h.lease = l
 	}
-	opts, err := h.worker.claimOptions()
+	w := h.worker
+	d := &drain{w: w, timeout: time.Minute, interval: 10 * time.Millisecond, work: work}
+	// A slot takes a token of the fleet's budget first (with one), and
+	// claims nothing without one: it waits for the budget, for a second
+	// here.
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	leasedAt, token, err := d.token(tctx, false)
+	cancel()
+	if w.budget != nil && (err != nil || !token) {
+		return nil, nil
+	}
+	opts, err := w.claimOptions()
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -227,10 +241,12 @@ func (h *harness) drainOneIn(work context.Context) (*sendstate.DrainClaim, error
 		h.t.Fatal(err)
 	}
 	if len(cs) == 0 {
+		if token {
+			w.budget.Return(1)
+		}
 		return nil, nil
 	}
 	var sendErr error
-	w := h.worker
 	hook := w.afterSend
 	w.afterSend = func(key string) error {
 		if hook != nil {
@@ -239,8 +255,7 @@ func (h *harness) drainOneIn(work context.Context) (*sendstate.DrainClaim, error
 		return sendErr
 	}
 	defer func() { w.afterSend = hook }()
-	d := &drain{w: w, timeout: time.Minute, interval: 10 * time.Millisecond, work: work}
-	d.send(cs[0], time.Time{}, false)
+	d.send(cs[0], leasedAt, token)
 	return cs[0], sendErr
 }
 

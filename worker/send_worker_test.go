@@ -137,7 +137,7 @@ type tried struct {
 	// job's metadata, or its row's rate_limited.
 	rateLimited int
 	err         error // the error the attempt ended in (its River job's, or the drained send's)
-	desc  string
+	desc        string
 }
 
 func (r tried) String() string { return r.desc }

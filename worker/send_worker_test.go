@@ -200,6 +200,14 @@ func (h *harness) try(key string, attempt int) tried {
 	return r
 }
 
+// pick is perJob on a River job's path, drained on the drain's.
+func (h *harness) pick(perJob, drained string) string {
+	if h.perJob {
+		return perJob
+	}
+	return drained
+}
+
 // drainOne has the drain claim one due intent (nil: none was due) under
 // the harness's lease and send it as a drain slot does (drain.send), and
 // returns the error the attempt ended in.

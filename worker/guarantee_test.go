@@ -142,7 +142,7 @@ func TestAPIKeyRotation(t *testing.T) {
 // before the drain holds intents with jobs of their own (outboxtest.GiveJobs).
 func TestSupersededJobSendsNothing(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{}).on(path{perJob: true})
+	h := newHarness(t, SendConfig{}).on(ownJob)
 	rec := h.enqueue(outbox.Intent{Key: "k:old", Payload: emailBody("ada@example.com")})
 	if _, err := h.pool.Exec(context.Background(), `UPDATE sendonce_outbox SET job_id = job_id + 1000`); err != nil {
 		t.Fatal(err)

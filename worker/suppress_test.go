@@ -139,7 +139,7 @@ func TestPartlySuppressed(t *testing.T) {
 // upgraded from a release before the drain holds (outboxtest.GiveJobs).
 func TestSuppressedMemberSentAlone(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{}).on(path{perJob: true})
+	h := newHarness(t, SendConfig{}).on(ownJob)
 	h.suppress("bo@example.com")
 	var reqs []sendstate.ClaimRequest
 	for i, addr := range []string{"ada@example.com", "bo@example.com", "cy@example.com"} {

@@ -199,7 +199,7 @@ func urlToken(address, topic string) string {
 func TestTopicRunCoalescedBatch(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	h, srv := unsubHarness(t, &logs, path{perJob: true})
+	h, srv := unsubHarness(t, &logs, ownJob)
 	ctx := context.Background()
 	intents := []outbox.Intent{
 		{Key: "d:0", Payload: topicEmail("ada@example.com", "D")},

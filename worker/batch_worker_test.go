@@ -18,14 +18,18 @@ import (
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/base/sendjob"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
 // freeze enqueues an email intent per address and freezes them into one
 // batch, as a coalescing worker does; it returns the batch's key and the
-// members' keys in order. h.ownJobs keeps each member's own job.
+// members' keys in order. h.ownJobs keeps each member's own job. The
+// members have River jobs of their own, which freeze them, as in a
+// database upgraded from a release before the drain (outboxtest.GiveJobs).
 func (h *harness) freeze(prefix string, to ...string) (string, []string) {
 	h.t.Helper()
+	h.perJob = true
 	var reqs []sendstate.ClaimRequest
 	var keys []string
 	for i, addr := range to {
@@ -69,7 +73,7 @@ func (h *harness) batchState(key string) string {
 // same key, and the API replays it: each email delivered once.
 func TestBatchCrashAfterAcceptReplaysWhole(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{})
+	h := newHarness(t, SendConfig{}).on(ownJob)
 	batchKey, members := h.freeze("invoice", "a@example.com", "b@example.com", "c@example.com")
 	// The members' own jobs are superseded: they send nothing.
 	if res, err := h.workJob(h.ownJobs[members[0]], 1); err != nil || !completed(res) || len(h.fake.Requests()) != 0 {
@@ -116,7 +120,7 @@ func TestBatchCrashAfterAcceptReplaysWhole(t *testing.T) {
 // in a new batch of their own.
 func TestBatchInvalidMemberIsSplitOut(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{})
+	h := newHarness(t, SendConfig{}).on(ownJob)
 	to := make([]string, 100)
 	for i := range to {
 		to[i] = fmt.Sprintf("c%d@example.com", i)
@@ -156,7 +160,7 @@ func TestBatchInvalidMemberIsSplitOut(t *testing.T) {
 // failed with an unknown outcome sends the whole batch again under its key.
 func TestBatchRetriedWhole(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{MaxAttempts: 1})
+	h := newHarness(t, SendConfig{MaxAttempts: 1}).on(ownJob)
 	batchKey, members := h.freeze("invoice", "a@example.com", "b@example.com")
 	if err := h.fake.SetFaults(fakeapi.Fault{Kind: fakeapi.FaultErrorAfter, Status: 503}); err != nil {
 		t.Fatal(err)
@@ -201,7 +205,7 @@ func TestBatchRetriedWhole(t *testing.T) {
 // changes, so its members cannot be canceled out of it.
 func TestFrozenMemberCannotBeCanceled(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{})
+	h := newHarness(t, SendConfig{}).on(ownJob)
 	batchKey, members := h.freeze("invoice", "a@example.com", "b@example.com")
 	_, err := h.ob.Cancel(context.Background(), members[0])
 	var se *outbox.StateError
@@ -276,7 +280,7 @@ func TestUncertainBatchIsNeverSplit(t *testing.T) {
 	for _, status := range []int{400, 422} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, SendConfig{})
+			h := newHarness(t, SendConfig{}).on(ownJob)
 			to := []string{"ada@example.com", "bo@example.com", "cy@example.com"}
 			batchKey, members := h.freeze("invoice", to...)
 
@@ -312,7 +316,7 @@ func TestUncertainBatchIsNeverSplit(t *testing.T) {
 // earlier attempt of which may have reached the API, whoever calls it.
 func TestSplitRefusesUncertainBatch(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{})
+	h := newHarness(t, SendConfig{}).on(ownJob)
 	batchKey, members := h.freeze("invoice", "ada@example.com", "bo@example.com")
 	ctx := context.Background()
 	var jobID int64
@@ -353,7 +357,7 @@ func (h *harness) bounce(addrs ...string) {
 // the first claim does not change the body, so a replay still works.
 func TestFrozenBatchHonoursLaterSuppression(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{})
+	h := newHarness(t, SendConfig{}).on(ownJob)
 	batchKey, members := h.freeze("digest", "ada@example.com", "bo@example.com", "cy@example.com")
 	h.bounce("bo@example.com")
 
@@ -429,7 +433,7 @@ func TestFrozenBatchPartlySuppressed(t *testing.T) {
 
 	t.Run("send to the rest", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, SendConfig{})
+		h := newHarness(t, SendConfig{}).on(ownJob)
 		batchKey, keys := freeze(h)
 		if res, err := h.workBatch(batchKey, 1); err != nil || !completed(res) {
 			t.Fatalf("batch: %s, want completed", show(res, err))
@@ -456,7 +460,7 @@ func TestFrozenBatchPartlySuppressed(t *testing.T) {
 
 	t.Run("park", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, SendConfig{PartlySuppressed: PartlySuppressedPark})
+		h := newHarness(t, SendConfig{PartlySuppressed: PartlySuppressedPark}).on(ownJob)
 		batchKey, keys := freeze(h)
 		if res, err := h.workBatch(batchKey, 1); err != nil || !completed(res) {
 			t.Fatalf("batch: %s, want completed", show(res, err))
@@ -480,7 +484,7 @@ func TestFrozenBatchPartlySuppressed(t *testing.T) {
 // suppressed, nothing is sent: no request at all.
 func TestFrozenBatchAllSuppressed(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, SendConfig{})
+	h := newHarness(t, SendConfig{}).on(ownJob)
 	batchKey, members := h.freeze("digest", "ada@example.com", "bo@example.com")
 	h.bounce("ada@example.com", "bo@example.com")
 	if res, err := h.workBatch(batchKey, 1); err != nil || !completed(res) {
@@ -507,19 +511,26 @@ func (h *harness) enqueueRun(run, prefix string, to ...string) []sendstate.Claim
 	for i, addr := range to {
 		intents[i] = outbox.Intent{Key: fmt.Sprintf("%s:%d", prefix, i), Payload: emailBody(addr)}
 	}
-	var reqs []sendstate.ClaimRequest
+	var keys []string
 	err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
 		res, err := h.ob.EnqueueRun(context.Background(), tx, outbox.Run{Key: run, Intents: intents})
 		if err != nil {
 			return err
 		}
 		for _, r := range res.Intents {
-			reqs = append(reqs, sendstate.ClaimRequest{Key: r.Record.Key, JobID: *r.Record.JobID})
+			keys = append(keys, r.Record.Key)
 		}
 		return nil
 	})
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	// Jobs of their own, as in a database upgraded from a release before
+	// the drain.
+	outboxtest.GiveJobs(h.t, h.pool, keys...)
+	var reqs []sendstate.ClaimRequest
+	for _, k := range keys {
+		reqs = append(reqs, sendstate.ClaimRequest{Key: k, JobID: *h.get(k).JobID})
 	}
 	return reqs
 }
@@ -617,7 +628,7 @@ func TestFreezeRacingCancelRun(t *testing.T) {
 
 	t.Run("freeze first", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, SendConfig{})
+		h := newHarness(t, SendConfig{}).on(ownJob)
 		ctx := context.Background()
 		reqs := h.enqueueRun("digest:1", "digest:1", to...)
 		tx, err := h.pool.Begin(ctx)
@@ -645,7 +656,7 @@ func TestFreezeRacingCancelRun(t *testing.T) {
 
 	t.Run("cancel first", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, SendConfig{})
+		h := newHarness(t, SendConfig{}).on(ownJob)
 		ctx := context.Background()
 		b := &sendstate.Batcher{Pool: h.pool, River: h.river}
 		// An earlier batch of the run, locked by a claim in progress:

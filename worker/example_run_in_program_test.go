@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/client"
 	"github.com/sendonce/sendonce/fakeapi"
@@ -33,7 +32,17 @@ func Example_runInYourProgram() {
 	if err != nil {
 		panic(err)
 	}
-	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 10})
+	// The observer hears each send's outcome once it is recorded.
+	sent := make(chan struct{}, 1)
+	observer := worker.ObserverFunc(func(o worker.Outcome) {
+		if o.Result == worker.ResultSent {
+			select {
+			case sent <- struct{}{}:
+			default:
+			}
+		}
+	})
+	w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 10, Send: worker.SendConfig{Observer: observer}})
 	if err != nil {
 		panic(err)
 	}
@@ -46,9 +55,6 @@ func Example_runInYourProgram() {
 		defer cancel()
 		_ = w.Stop(stopCtx)
 	}()
-	completed, unsubscribe := w.RiverClient().Subscribe(river.EventKindJobCompleted)
-	defer unsubscribe()
-
 	ob, err := outbox.New(pool, nil)
 	if err != nil {
 		panic(err)
@@ -64,7 +70,7 @@ func Example_runInYourProgram() {
 		panic(err)
 	}
 
-	<-completed // the job completes once the intent is recorded as sent
+	<-sent // the intent is recorded as sent
 	rec, err := ob.Get(ctx, "welcome:user_17")
 	if err != nil {
 		panic(err)

@@ -27,18 +27,25 @@ import (
 func TestWorkerRescuesStrandedBatch(t *testing.T) {
 	t.Parallel()
 	ctx, pool, ob, fake, c := e2eSetup(t)
-	var reqs []sendstate.ClaimRequest
+	var keys []string
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for i := range 2 {
 			res, err := ob.Enqueue(ctx, tx, outbox.Intent{Key: fmt.Sprintf("stranded-batch:%d", i), Payload: body(fmt.Sprintf("sb%d@example.com", i))})
 			if err != nil {
 				return err
 			}
-			reqs = append(reqs, sendstate.ClaimRequest{Key: res.Record.Key, JobID: *res.Record.JobID})
+			keys = append(keys, res.Record.Key)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	// Members with River jobs of their own, which froze them: a database
+	// upgraded from a release before the drain holds such batches.
+	outboxtest.GiveJobs(t, pool, keys...)
+	var reqs []sendstate.ClaimRequest
+	for _, k := range keys {
+		reqs = append(reqs, sendstate.ClaimRequest{Key: k, JobID: *outboxtest.Get(t, ob, k).JobID})
 	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {

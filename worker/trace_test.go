@@ -28,20 +28,27 @@ const traceAPIKey = "oe_test_tracesecret000000"
 
 // TestSendSpanTree enqueues an intent inside a span, lets a worker send it
 // through a fake API that answers 500 once, and checks the spans: the send
-// span is a child of River's job span and links to the enqueuer's span; it
-// has a claim child and one child per HTTP attempt (the 500 that is retried
-// after a wait, then the 200), and the outcome as attributes. With the
-// answer lost after the fake had sent (error_after), the second attempt is
-// replayed, and the span says so. No span holds the API key.
+// span links to the enqueuer's span; it has one child per HTTP attempt
+// (the 500 that is retried after a wait, then the 200), and the outcome as
+// attributes. Sent by a River job of its own (as a database upgraded from
+// a release before the drain holds: outboxtest.GiveJobs), the send span is
+// a child of River's job span and has a claim child; drained, it is the
+// root of a trace of its own (the drain's claim is made for several slots
+// at once, before any send's span). With the answer lost after the fake
+// had sent (error_after), the second attempt is replayed, and the span
+// says so. No span holds the API key.
 func TestSendSpanTree(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		fault    fakeapi.FaultKind
 		replayed bool
+		perJob   bool
 	}{
-		{"retried", fakeapi.FaultErrorBefore, false},
-		{"replayed", fakeapi.FaultErrorAfter, true},
+		{"retried", fakeapi.FaultErrorBefore, false, false},
+		{"replayed", fakeapi.FaultErrorAfter, true, false},
+		{"retried/own job", fakeapi.FaultErrorBefore, false, true},
+		{"replayed/own job", fakeapi.FaultErrorAfter, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -56,11 +63,18 @@ func TestSendSpanTree(t *testing.T) {
 				t.Fatal(err)
 			}
 			exp := tracetest.NewInMemoryExporter()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-			done := startSubscribed(t, pool, &worker.Config{Client: c, TracerProvider: tp, Concurrency: 1})
+			ended := endedSpans(make(chan string, 100))
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSpanProcessor(ended))
+			cfg := &worker.Config{Client: c, TracerProvider: tp, Concurrency: 1}
 
-			// The application's request: its span is the enqueuer.
-			key := "invoice:trace-" + tc.name
+			// The application's request: its span is the enqueuer. A job
+			// of its own is given before the worker starts, so that the
+			// drain does not send the intent first.
+			var done <-chan *river.Event
+			if !tc.perJob {
+				done = startSubscribed(t, pool, cfg)
+			}
+			key := "invoice:trace-" + strings.NewReplacer("/", "-", " ", "-").Replace(tc.name)
 			reqCtx, req := tp.Tracer("app").Start(ctx, "POST /checkout")
 			err = pgx.BeginFunc(reqCtx, pool, func(tx pgx.Tx) error {
 				_, err := ob.Enqueue(reqCtx, tx, outbox.Intent{Key: key, Payload: json.RawMessage(body("ada@example.com"))})
@@ -70,19 +84,33 @@ func TestSendSpanTree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if tc.perJob {
+				outboxtest.GiveJobs(t, pool, key)
+				done = startSubscribed(t, pool, cfg)
+			}
 			rec := outboxtest.Get(t, ob, key)
 			enq := req.SpanContext()
 			if want := fmt.Sprintf("00-%s-%s-01", enq.TraceID(), enq.SpanID()); rec.TraceParent != want {
 				t.Fatalf("stored traceparent %q, want %q", rec.TraceParent, want)
 			}
 
-			// River emits the completion after the job's span has ended.
-			for completed := false; !completed; {
-				select {
-				case ev := <-done:
-					completed = ev.Job.ID == *rec.JobID
-				case <-ctx.Done():
-					t.Fatalf("job %d not completed: %v", *rec.JobID, ctx.Err())
+			if tc.perJob {
+				// River emits the completion after the job's span has ended.
+				for completed := false; !completed; {
+					select {
+					case ev := <-done:
+						completed = ev.Job.ID == *rec.JobID
+					case <-ctx.Done():
+						t.Fatalf("job %d not completed: %v", *rec.JobID, ctx.Err())
+					}
+				}
+			} else {
+				for name := ""; name != "sendonce.send"; {
+					select {
+					case name = <-ended:
+					case <-ctx.Done():
+						t.Fatalf("no send span ended: %v", ctx.Err())
+					}
 				}
 			}
 			rec = outboxtest.Get(t, ob, key)
@@ -92,10 +120,14 @@ func TestSendSpanTree(t *testing.T) {
 
 			spans := exp.GetSpans()
 			t.Logf("the spans of the send:\n%s", renderTree(spans))
-			job := only(t, spans, func(s tracetest.SpanStub) bool { return s.Name == "river.work/sendonce_send" })
 			send := only(t, spans, func(s tracetest.SpanStub) bool { return s.Name == "sendonce.send" })
-			if send.Parent.SpanID() != job.SpanContext.SpanID() || send.SpanContext.TraceID() != job.SpanContext.TraceID() {
-				t.Errorf("send span's parent %s, want River's job span %s", send.Parent.SpanID(), job.SpanContext.SpanID())
+			if tc.perJob {
+				job := only(t, spans, func(s tracetest.SpanStub) bool { return s.Name == "river.work/sendonce_send" })
+				if send.Parent.SpanID() != job.SpanContext.SpanID() || send.SpanContext.TraceID() != job.SpanContext.TraceID() {
+					t.Errorf("send span's parent %s, want River's job span %s", send.Parent.SpanID(), job.SpanContext.SpanID())
+				}
+			} else if send.Parent.IsValid() || send.SpanContext.TraceID() == enq.TraceID() {
+				t.Errorf("drained send span's parent %s in trace %s, want the root of a trace of its own", send.Parent.SpanID(), send.SpanContext.TraceID())
 			}
 			if len(send.Links) != 1 || send.Links[0].SpanContext.TraceID() != enq.TraceID() || send.Links[0].SpanContext.SpanID() != enq.SpanID() {
 				t.Errorf("send span links %+v, want one to the enqueuer %s/%s", send.Links, enq.TraceID(), enq.SpanID())
@@ -118,11 +150,13 @@ func TestSendSpanTree(t *testing.T) {
 				slices.SortFunc(out, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
 				return out
 			}
-			claim := children("sendonce.claim")
-			if len(claim) != 1 {
-				t.Fatalf("%d claim spans under the send span, want 1", len(claim))
+			if tc.perJob {
+				claim := children("sendonce.claim")
+				if len(claim) != 1 {
+					t.Fatalf("%d claim spans under the send span, want 1", len(claim))
+				}
+				wantAttrs(t, "claim", claim[0].Attributes, map[string]any{"sendonce.claimed": true, "sendonce.attempt": int64(1)})
 			}
-			wantAttrs(t, "claim", claim[0].Attributes, map[string]any{"sendonce.claimed": true, "sendonce.attempt": int64(1)})
 			attempts := children("POST")
 			if len(attempts) != 2 {
 				t.Fatalf("%d HTTP attempt spans under the send span, want 2", len(attempts))
@@ -144,7 +178,9 @@ func TestSendSpanTree(t *testing.T) {
 }
 
 // TestBatchSpanLinksMembers: a coalesced batch's span, a child of River's
-// job span, links to the span that enqueued each member.
+// job span, links to the span that enqueued each member. The members have
+// River jobs of their own, which coalesce them, as in a database upgraded
+// from a release before the drain (outboxtest.GiveJobs).
 func TestBatchSpanLinksMembers(t *testing.T) {
 	t.Parallel()
 	ctx, pool, ob, fake, c := e2eSetup(t)
@@ -166,6 +202,7 @@ func TestBatchSpanLinksMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	outboxtest.GiveJobs(t, pool, "invoice:0", "invoice:1", "invoice:2")
 	// The batch freezes when its three members joined: no timing involved.
 	done := startSubscribed(t, pool, &worker.Config{Client: c, TracerProvider: tp, Coalesce: 3, CoalesceWait: time.Minute})
 	for completed := false; !completed; {
@@ -213,6 +250,21 @@ func startSubscribed(t *testing.T, pool *pgxpool.Pool, cfg *worker.Config) <-cha
 	t.Cleanup(func() { w.Stop(context.Background()) })
 	return done
 }
+
+// endedSpans is a span processor that tells the name of each span that
+// ends, once the exporters before it have it (the first hundred: enough
+// for one send's).
+type endedSpans chan string
+
+func (e endedSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (e endedSpans) OnEnd(s sdktrace.ReadOnlySpan) {
+	select {
+	case e <- s.Name():
+	default: // no one reads as many: never hold a span's end up
+	}
+}
+func (e endedSpans) Shutdown(context.Context) error   { return nil }
+func (e endedSpans) ForceFlush(context.Context) error { return nil }
 
 // only finds the one span that matches.
 func only(t *testing.T, spans tracetest.SpanStubs, match func(tracetest.SpanStub) bool) tracetest.SpanStub {

@@ -10,8 +10,10 @@ import (
 )
 
 // Cancel cancels an intent whose send has not started: it is pending and no
-// attempt has been made, so nothing can have reached the API. Its River job
-// is cancelled in the same transaction. Any other intent returns a
+// attempt has been made, so nothing can have reached the API. The drain
+// claims only pending intents; the River job of an intent from a release
+// before the drain is cancelled in the same transaction. Any other intent
+// returns a
 // *StateError and is left as it was.
 func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 	var rec *Record

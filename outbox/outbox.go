@@ -11,13 +11,14 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
-// DefaultQueue is the River queue intents' jobs go to unless configured.
+// DefaultQueue is the queue intents go on unless configured: the River
+// queue whose workers' drains send them.
 const DefaultQueue = "sendonce"
 
 // Config tunes an Outbox. The zero value is ready to use.
 type Config struct {
-	// Queue is the River queue for send jobs (default DefaultQueue). Workers
-	// must work the same queue.
+	// Queue is the queue the intents go on (default DefaultQueue): the
+	// workers of that River queue (worker.Config.Queue) drain them.
 	Queue string
 }
 
@@ -28,8 +29,10 @@ type Outbox struct {
 	queue string
 }
 
-// New returns an Outbox over the application's database. It inserts River
-// jobs through an insert-only River client of its own; nothing is started.
+// New returns an Outbox over the application's database. Nothing is
+// started. Its insert-only River client of its own gives new River jobs to
+// what an operator retries with its batch, and cancels the River job of an
+// intent from a release before the drain.
 func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if cfg == nil {
 		cfg = &Config{}
@@ -38,10 +41,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if queue == "" {
 		queue = DefaultQueue
 	}
-	// An insert-only client announces inserted jobs to the workers with
-	// pg_notify, at most once per FetchCooldown per queue (100 ms by
-	// default); jobs inserted in between wait for the workers' next fetch.
-	// The shortest cooldown keeps commit-to-send latency low.
+	// The shortest cooldown: a batch retried by hand is announced to the
+	// workers at once.
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: river client: %w", err)

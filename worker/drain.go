@@ -11,8 +11,9 @@ import (
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 )
 
-// drain sends the intents that have no River job of their own (job_id
-// NULL: rows a producer inserted with plain SQL): its slots, Concurrency
+// drain sends the intents of the worker's queue: every intent enqueued
+// from Go or inserted with plain SQL has no River job of its own (job_id
+// NULL), and is the drain's until it is settled. Its slots, Concurrency
 // of them, each take a token of the fleet's budget, then a due intent from
 // the batcher, which claims the due intents of all the slots that ask at
 // the same moment in one statement (sendstate.ClaimDue) and commits it

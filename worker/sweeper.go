@@ -11,11 +11,14 @@ import (
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 )
 
-// sweeper gives River jobs to rows inserted by plain SQL. It listens on the
-// table trigger's channel, so such a row is picked up at once by whichever
-// worker hears of it, and the fleet's sweeper also sweeps every interval,
-// so a missed notification (a dropped connection, a restarted database)
-// only delays a send.
+// sweeper wakes the worker's drain. It listens on the channel producers
+// notify when they write an intent due now (EnqueueMany's statement, the
+// plain-SQL producers' trigger), so a new intent is claimed at once by the
+// drains that hear of it, and it wakes the drain every interval too, so a
+// retry come due, or a missed notification (a dropped connection, a
+// restarted database), is claimed within an interval. Every interval it
+// also gives back the claims of its own worker whose answer was lost
+// (ReleaseOrphans).
 //
 // Every interval the fleet's sweeper (the worker of the lowest held lease:
 // see sendstate.Renewal) also applies the delivery events that came before

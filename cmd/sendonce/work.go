@@ -242,7 +242,7 @@ func (a *app) workCommand() *cobra.Command {
 		"longest a 429's Retry-After pauses the fleet; past it the fleet probes with single requests, and no job waits longer for the budget")
 	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")
 	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", time.Second, "how often to look for jobs when no notification arrives")
-	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often to look for rows inserted by plain SQL")
+	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often the drain looks for due intents it was not told of (retries come due, missed notifications), and the sweeps run")
 	f.DurationVar(&o.lease, "lease", worker.DefaultLease,
 		"this worker's liveness lease, renewed five times a lease: a worker that dies is found dead, and its sends replayed, within it and a sweep interval")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGINT/SIGTERM, how long sends in flight may take to finish")

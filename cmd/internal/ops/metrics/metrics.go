@@ -73,7 +73,7 @@ func New() *Metrics {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace,
 			Name:      "retries_total",
-			Help:      "Attempts that failed for now and were handed back to River to try again (the client's own retries are in sendonce_api_requests_total).",
+			Help:      "Attempts that failed for now and will be tried again (the client's own retries are in sendonce_api_requests_total).",
 		}),
 		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace,
@@ -106,7 +106,7 @@ func New() *Metrics {
 		budgetSnoozes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace,
 			Name:      "budget_snoozes_total",
-			Help:      "Send jobs snoozed because no token of the send budget came in time (no attempt was made).",
+			Help:      "Sends put off because no token of the send budget came in time (no attempt was made).",
 		}),
 		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace,

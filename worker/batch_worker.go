@@ -42,6 +42,11 @@ func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArg
 	w := bw.w
 	ctx, span := w.tracer.Start(ctx, spanSendBatch, trace.WithAttributes(attrBatchKey.String(job.Args.Key), attrJobID.Int64(job.ID)))
 	defer func() { endSend(span, err) }()
+	releaseSend, err := w.acquireSend(ctx)
+	if err != nil {
+		return err
+	}
+	defer releaseSend()
 	bulk := job.Args.RunKey != ""
 	leasedAt, err := w.waitForBudget(ctx, bulk)
 	if err != nil {

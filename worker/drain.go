@@ -96,7 +96,6 @@ func (d *drain) halt(ctx context.Context) {
 
 // slot takes and sends one intent after another until ctx ends.
 func (d *drain) slot(ctx context.Context) {
-	w := d.w
 	// bulk says the slot's last intent was of a run: with none due
 	// outside runs then (a claim takes those first), the next is likely of
 	// a run too, and its token yields to the sends that are not.
@@ -106,77 +105,90 @@ func (d *drain) slot(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		if probe {
-			// A probe looks before it takes a token: an idle drain holds
-			// none of the fleet's budget or quota. What it may batch it
-			// freezes first: AnyDue does not see intents held for that.
-			d.freeze(ctx)
-			due, err := sendstate.AnyDue(ctx, w.pool, w.queue, w.coalesceWait)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				return
-			case err != nil:
-				w.cfg.Logger.Warn("drain: cannot look for due intents", "error", err)
-				d.gate.again()
-				if sleepCtx(ctx, d.interval) != nil {
-					return
-				}
-				continue
-			case !due:
-				d.gate.shut(gen)
-				continue
-			}
-		}
-		leasedAt, token, err := d.token(ctx, bulk)
+		// One of the worker's sends in flight, shared with its River jobs
+		// (batches): Concurrency bounds them all.
+		release, err := d.w.acquireSend(ctx)
 		if err != nil {
-			// The budget could not lease (the database is down, say):
-			// the slot tries again after the interval, as a failed claim
-			// does; only the end of ctx ends it.
 			if probe {
 				d.gate.again()
 			}
-			if ctx.Err() != nil {
-				return
-			}
-			w.cfg.Logger.Warn("drain: cannot take a token of the send budget", "error", err)
-			if sleepCtx(ctx, d.interval) != nil {
-				return
-			}
-			continue
+			return
 		}
-		if !token && w.budget != nil {
-			if probe {
-				d.gate.again()
-			}
-			continue // waited for the budget as long as it asked
+		more := d.step(ctx, gen, probe, &bulk)
+		release()
+		if !more {
+			return
 		}
-		c, err := w.batch.claimDue(ctx)
-		if c == nil && token {
-			w.budget.Return(1) // no request: the token is the fleet's again
-		}
+	}
+}
+
+// step is one pass of a slot through the gate: with a probe, a look for
+// due intents first; then a token, a claim and its send. It returns false
+// when ctx has ended.
+func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bool {
+	w := d.w
+	if probe {
+		// A probe looks before it takes a token: an idle drain holds
+		// none of the fleet's budget or quota. What it may batch it
+		// freezes first: AnyDue does not see intents held for that.
+		d.freeze(ctx)
+		due, err := sendstate.AnyDue(ctx, w.pool, w.queue, w.coalesceWait)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return
+			return false
 		case err != nil:
-			if !errors.Is(err, sendstate.ErrLeaseLost) {
-				w.cfg.Logger.Warn("drain: claim failed", "error", err)
-			}
-			if probe {
-				d.gate.again()
-			}
-			if sleepCtx(ctx, d.interval) != nil {
-				return
-			}
-			continue
-		case c == nil:
+			w.cfg.Logger.Warn("drain: cannot look for due intents", "error", err)
+			d.gate.again()
+			return sleepCtx(ctx, d.interval) == nil
+		case !due:
 			d.gate.shut(gen)
-			continue
-		case probe:
-			d.gate.open()
+			return true
 		}
-		bulk = c.RunKey != ""
-		d.send(c, leasedAt, token)
 	}
+	leasedAt, token, err := d.token(ctx, *bulk)
+	if err != nil {
+		// The budget could not lease (the database is down, say): the
+		// slot tries again after the interval, as a failed claim does;
+		// only the end of ctx ends it.
+		if probe {
+			d.gate.again()
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		w.cfg.Logger.Warn("drain: cannot take a token of the send budget", "error", err)
+		return sleepCtx(ctx, d.interval) == nil
+	}
+	if !token && w.budget != nil {
+		if probe {
+			d.gate.again()
+		}
+		return true // waited for the budget as long as it asked
+	}
+	c, err := w.batch.claimDue(ctx)
+	if c == nil && token {
+		w.budget.Return(1) // no request: the token is the fleet's again
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false
+	case err != nil:
+		if !errors.Is(err, sendstate.ErrLeaseLost) {
+			w.cfg.Logger.Warn("drain: claim failed", "error", err)
+		}
+		if probe {
+			d.gate.again()
+		}
+		return sleepCtx(ctx, d.interval) == nil
+	case c == nil:
+		d.gate.shut(gen)
+		return true
+	case probe:
+		d.gate.open()
+	}
+	*bulk = c.RunKey != ""
+	d.send(c, leasedAt, token)
+	return true
 }
 
 // token waits for a token of the fleet's budget (none without a budget);

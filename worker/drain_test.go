@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -314,4 +318,57 @@ func TestDrainReleasesALostClaim(t *testing.T) {
 	if rec.State != outbox.StateSent || !rec.Uncertain || rec.Attempts != 2 || len(fake.Deliveries()) != 1 || fake.Deliveries()[0].IdempotencyKey != "php:lost" {
 		t.Fatalf("after the release: %+v, deliveries %+v; want sent, uncertain, 2 attempts, one delivery under its key", rec, fake.Deliveries())
 	}
+}
+
+// Concurrency bounds every send of the worker at once: its drain's and its
+// River jobs' (here intents with a job of their own, as a database upgraded
+// from a release before the drain holds) together, not each of them.
+func TestConcurrencyBoundsDrainAndJobsTogether(t *testing.T) {
+	t.Parallel()
+	ctx, pool, _, _, _ := e2eSetup(t)
+	fake, _ := faultyAPI(t, "latency=200ms;method=POST")
+	var inFlight, most atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		httputil.NewSingleHostReverseProxy(mustURL(t, fake.URL())).ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	c, err := client.New(client.WithAPIKey("oe_test_e2e000000000000"), client.WithBaseURL(proxy.URL), client.WithMaxRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var withJobs []string
+	for i := range 20 {
+		insertSQL(t, pool, fmt.Sprintf("php:c:%d", i), fmt.Sprintf("c%d@example.com", i))
+		if i%2 == 0 {
+			withJobs = append(withJobs, fmt.Sprintf("php:c:%d", i))
+		}
+	}
+	outboxtest.GiveJobs(t, pool, withJobs...)
+	const concurrency = 3
+	// A rate far above what three sends of 200 ms can make: the budget
+	// paces nothing here, Concurrency alone bounds the sends.
+	limits, err := worker.ParseRateLimits("1000/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, pool, &worker.Config{Client: c, Concurrency: concurrency, RateLimits: limits})
+	if err := fake.WaitDeliveries(ctx, 20); err != nil {
+		t.Fatalf("waiting for 20 deliveries: %v", err)
+	}
+	if got := most.Load(); got > concurrency || got < 2 {
+		t.Fatalf("at most %d requests in flight at once, want between 2 and Concurrency (%d)", got, concurrency)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -65,6 +65,11 @@ type sendWorker struct {
 	// (set by New; "" is outbox.DefaultQueue).
 	queue string
 
+	// sends bounds the sends in flight at once, of the drain and of River
+	// jobs (batches, and intents with a job of their own) together, to
+	// Config.Concurrency (set by New; nil: no bound).
+	sends chan struct{}
+
 	// coalesce, when set (by Worker.Start with Config.Coalesce), gathers
 	// email intents into batches.
 	coalesce *coalescer
@@ -138,6 +143,12 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (er
 			return nil
 		}
 	}
+	// One of the worker's sends in flight, shared with its drain.
+	release, err := w.acquireSend(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	// Wait for the fleet's budget before claiming: waiting is not an
 	// attempt, starts no replay window and counts against no limit.
 	bulk := job.Args.RunKey != ""
@@ -497,6 +508,20 @@ func (w *sendWorker) skip(ctx context.Context, job *river.Job[sendjob.Args]) err
 // maxBudgetWait bounds how long a send holds its River slot waiting for the
 // budget; past it the job is snoozed and comes back when a token is due.
 const maxBudgetWait = 30 * time.Second
+
+// acquireSend waits for one of the worker's sends in flight (see sends),
+// and returns what gives it back.
+func (w *sendWorker) acquireSend(ctx context.Context) (release func(), err error) {
+	if w.sends == nil {
+		return func() {}, nil
+	}
+	select {
+	case w.sends <- struct{}{}:
+		return func() { <-w.sends }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a send slot: %w", ctx.Err())
+	}
+}
 
 // waitForBudget waits for a token, or returns the snooze that gives the
 // job's slot back until one is due. A bulk send (of a run) yields to the

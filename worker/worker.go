@@ -74,6 +74,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	conf.Send.Observer = rep
 	sendWorker := newSendWorker(pool, c, &conf.Send)
 	sendWorker.queue = conf.Queue
+	sendWorker.sends = make(chan struct{}, conf.Concurrency)
 	sendWorker.tracer = conf.TracerProvider.Tracer(tracerName)
 	sendWorker.budget = budget.New(pool, c.KeyFingerprint(), budget.Config{
 		Rate: budgetRate(conf.RateLimits), Quotas: budgetQuotas(conf.RateLimits), QuotaZone: conf.QuotaZone,

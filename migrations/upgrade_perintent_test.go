@@ -315,9 +315,13 @@ func TestUpgradeFromPerIntentJobs(t *testing.T) {
 		time.Since(upgraded).Round(time.Millisecond), sent.Load(), replayed.Load())
 
 	// The release's jobs that the kill left running are run again, as
-	// River's rescuer would once RescueAfter passed (minutes): their
-	// intents are other jobs' now, so they send nothing.
-	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE id = ANY($1) AND state = 'running'`, leftRunning)
+	// River's rescuer would once RescueAfter passed (minutes), with the
+	// error it records: their intents are other jobs' now, so they send
+	// nothing.
+	pgtest.Exec(t, pool, `UPDATE river_job SET state = 'available', scheduled_at = now(),
+			errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt,
+				'error', 'Stuck job rescued by JobRescuer', 'trace', ''))
+		WHERE id = ANY($1) AND state = 'running'`, leftRunning)
 	settle("the killed worker's jobs run again", func() bool {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'sendonce_send'
@@ -328,6 +332,9 @@ func TestUpgradeFromPerIntentJobs(t *testing.T) {
 	})
 	if n := skipped.Load(); n != int64(len(leftRunning)) {
 		t.Errorf("the %d jobs the kill left running, run again, skipped %d times: want each to find its intent sent", len(leftRunning), n)
+	}
+	if strings.Contains(logs.String(), "run again by hand") {
+		t.Errorf("a job rescued after the crash was taken for a retry by hand")
 	}
 
 	// Exactly once: each key delivered once, before or after the

@@ -21,31 +21,35 @@ import (
 
 // releaseWorker is a `sendonce work` process of the release.
 type releaseWorker struct {
+	// bin is the release's sendonce binary, for its other subcommands
+	// (see run).
+	bin  string
+	env  []string
 	cmd  *exec.Cmd
 	out  *syncbuf.Buffer
 	done chan error
 }
 
-// startRelease builds the release's sendonce from releaseCommit (git
-// archive of this checkout's history, then go build) and starts `sendonce
-// work` on the pool's database against the fake API at apiURL. It returns
-// nil when the commit is not in the history (a shallow or exported copy).
-func startRelease(t *testing.T, ctx context.Context, pool *pgxpool.Pool, apiURL string) *releaseWorker {
+// buildRelease builds the sendonce of a release from its commit (git
+// archive of this checkout's history, then go build) and returns the
+// binary's path, or "" when the commit is not in the history (a shallow or
+// exported copy).
+func buildRelease(t *testing.T, ctx context.Context, commit string) string {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := exec.Command("git", "-C", root, "cat-file", "-e", releaseCommit+"^{commit}").Run(); err != nil {
-		return nil
+	if err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
+		return ""
 	}
 	src := t.TempDir()
-	archive := exec.CommandContext(ctx, "git", "-C", root, "archive", "--format=tar", releaseCommit)
+	archive := exec.CommandContext(ctx, "git", "-C", root, "archive", "--format=tar", commit)
 	var stderr bytes.Buffer
 	archive.Stderr = &stderr
 	tarball, err := archive.Output()
 	if err != nil {
-		t.Fatalf("git archive %s: %v: %s", releaseCommit, err, stderr.String())
+		t.Fatalf("git archive %s: %v: %s", commit, err, stderr.String())
 	}
 	if err := untar(tarball, src); err != nil {
 		t.Fatalf("unpack the release: %v", err)
@@ -54,14 +58,28 @@ func startRelease(t *testing.T, ctx context.Context, pool *pgxpool.Pool, apiURL 
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/sendonce")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the release's sendonce: %v\n%s", err, out)
+		t.Fatalf("build the release's sendonce (%s): %v\n%s", commit, err, out)
 	}
+	return bin
+}
 
-	w := &releaseWorker{out: &syncbuf.Buffer{}, done: make(chan error, 1)}
-	w.cmd = exec.Command(bin, "work", "--concurrency", "5", "--sweep-interval", "200ms",
-		"--fetch-poll-interval", "200ms", "--http-addr", "", "--log-format", "text")
-	w.cmd.Env = append(os.Environ(), "DATABASE_URL="+pool.Config().ConnString(),
+// startRelease builds the release's sendonce from commit (buildRelease)
+// and starts `sendonce work` on the pool's database against the fake API
+// at apiURL, with args after the test's own flags (a flag given again
+// takes the later value). It returns nil when the commit is not in the
+// history.
+func startRelease(t *testing.T, ctx context.Context, pool *pgxpool.Pool, apiURL, commit string, args ...string) *releaseWorker {
+	t.Helper()
+	bin := buildRelease(t, ctx, commit)
+	if bin == "" {
+		return nil
+	}
+	w := &releaseWorker{bin: bin, out: &syncbuf.Buffer{}, done: make(chan error, 1)}
+	w.env = append(os.Environ(), "DATABASE_URL="+pool.Config().ConnString(),
 		"OPENEMAIL_API_KEY="+upgradeAPIKey, "OPENEMAIL_BASE_URL="+apiURL)
+	w.cmd = exec.Command(bin, append([]string{"work", "--concurrency", "5", "--sweep-interval", "200ms",
+		"--fetch-poll-interval", "200ms", "--http-addr", "", "--log-format", "text"}, args...)...)
+	w.cmd.Env = w.env
 	w.cmd.Stdout, w.cmd.Stderr = w.out, w.out
 	if err := w.cmd.Start(); err != nil {
 		t.Fatalf("start the release's worker: %v", err)
@@ -77,6 +95,31 @@ func startRelease(t *testing.T, ctx context.Context, pool *pgxpool.Pool, apiURL 
 		}
 	})
 	return w
+}
+
+// run runs another subcommand of the release's sendonce (enqueue, say) on
+// the worker's database, with stdin as its input, and returns what it
+// printed; it fails the test when the command fails.
+func (w *releaseWorker) run(t *testing.T, ctx context.Context, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, w.bin, args...)
+	cmd.Env = w.env
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the release's sendonce %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// kill ends the release's worker with SIGKILL, as a crash does, and waits
+// for it: whatever it had in flight is cut off.
+func (w *releaseWorker) kill(t *testing.T) {
+	t.Helper()
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the release's worker: %v", err)
+	}
+	<-w.done
 }
 
 // stop ends the release's worker with SIGTERM, as a rollout does, and

@@ -109,7 +109,7 @@ func TestUpgradeWhileWorking(t *testing.T) {
 	// it: a worker of this code refuses a database with migrations pending,
 	// so an upgrade migrates first, with the old workers running, and rolls
 	// the workers after. Its binary is built from the release's commit.
-	old := startRelease(t, ctx, pool, fake.URL())
+	old := startRelease(t, ctx, pool, fake.URL(), releaseCommit)
 	if old == nil {
 		t.Log("the release's commit is not in this checkout's git history: migrating with no worker running " +
 			"(a weaker test: nothing checks the release's worker against the new schema)")

@@ -6,7 +6,7 @@ GO ?= go
 # cmd/go.mod, so vet and test name both.
 PKGS = ./... ./cmd/...
 
-.PHONY: demo test soak bench build tidy
+.PHONY: demo test check soak bench build tidy
 
 ## demo: the main job on its embedded default (throwaway PostgreSQL, fake API);
 ## installs PostgreSQL's server package first when it is missing
@@ -21,6 +21,15 @@ test:
 	$(GO) run ./internal/cmd/sysdeps postgresql chromium pgbouncer
 	$(GO) vet $(PKGS)
 	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## check: the fast suite for day-to-day work: vet, and the tests with the
+## race detector in -short mode (the integration suite, and the tests that
+## build a release or run the demo's processes, skip). `make test` is the
+## full suite, which CI runs.
+check:
+	$(GO) run ./internal/cmd/sysdeps postgresql chromium
+	$(GO) vet $(PKGS)
+	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -short -count=1 -timeout 10m $(PKGS)
 
 ## soak: the randomized whole-system test (integration.TestSystem) for 20
 ## minutes: seeds one after another from SOAK_SEED (default 1); a failing seed

@@ -49,6 +49,9 @@ const (
 // job. The killed worker's jobs, left running, are then run again as
 // River's rescuer would, and send nothing.
 func TestUpgradeFromPerIntentJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a release: make test runs it, make check (-short) does not")
+	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

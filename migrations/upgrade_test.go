@@ -39,6 +39,9 @@ const upgradeAPIKey = "oe_test_upgrade000000000"
 // code's worker: every intent to send is delivered once, every settled one keeps its
 // state and is not delivered, and the new schema's features work after.
 func TestUpgradeWhileWorking(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a release: make test runs it, make check (-short) does not")
+	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -39,7 +39,7 @@ func run() int {
 	var (
 		runs       = flag.Int("runs", 3, "runs of every scenario; each figure is the median")
 		quick      = flag.Bool("quick", false, "one smaller run of everything (a smoke test: figures are rougher)")
-		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory, ratelimit, coalesce, trouble, history); default all")
+		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory, ratelimit, coalesce, trouble, idle, history); default all")
 		out        = flag.String("out", "BENCHMARKS.md", "file to write the table to; empty writes none")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of this process (worker, fake API, enqueuers) to FILE")
 		poolConns  = flag.Int("pool", bench.DefaultPoolConns, "connections in the pool of each worker and of the River baselines")
@@ -84,6 +84,7 @@ func run() int {
 		bench.NewRateLimited(*quick, *sendonce),
 		bench.NewCoalesced(*quick, *sendonce),
 		bench.NewTrouble(*sendonce),
+		bench.NewIdle(),
 		bench.NewHistory(*quick, sizes),
 	}
 	scenarios := all

@@ -642,6 +642,7 @@ func (a *app) serveOps(ctx context.Context, o *workOptions, w *worker.Worker, ob
 		RiverUI:      httpserver.UIPrefix,
 		Logger:       log,
 		WebhookAddr:  o.webhookAddr,
+		MaxAttempts:  o.maxAttempts,
 	})
 	if err != nil {
 		return nil, nil, err

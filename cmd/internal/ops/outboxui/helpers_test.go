@@ -51,6 +51,10 @@ type setup struct {
 	faults  []fakeapi.Fault // the fake API's faults
 	// webhookAddr is where the page says this process takes webhooks.
 	webhookAddr string
+	// maxAttempts and retryBase are the worker's (0: its defaults); the
+	// page is told maxAttempts.
+	maxAttempts int
+	retryBase   time.Duration
 }
 
 func newHarness(t *testing.T, s setup) *harness {
@@ -61,7 +65,7 @@ func newHarness(t *testing.T, s setup) *harness {
 	h := &harness{t: t, ctx: ctx, pool: pool, ob: ob, logs: &syncbuf.Buffer{}, auth: s.auth}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(h.logs, t.Output()), nil))
 	page, err := outboxui.New(pool, ob, outboxui.Options{Actions: s.actions, RiverUI: httpserver.UIPrefix, Logger: log,
-		WebhookAddr: s.webhookAddr})
+		WebhookAddr: s.webhookAddr, MaxAttempts: s.maxAttempts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +78,8 @@ func newHarness(t *testing.T, s setup) *harness {
 			t.Fatal(err)
 		}
 		w, err := worker.New(pool, &worker.Config{Client: c, Concurrency: 10, Logger: log,
-			FetchPollInterval: 100 * time.Millisecond, FetchCooldown: 10 * time.Millisecond})
+			FetchPollInterval: 100 * time.Millisecond, FetchCooldown: 10 * time.Millisecond,
+			Send: worker.SendConfig{MaxAttempts: s.maxAttempts, RetryBase: s.retryBase}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,6 +46,9 @@ type Options struct {
 	// (sendonce work --webhook-addr); empty when it takes none. The
 	// overview says which, so that zeros under delivery status read right.
 	WebhookAddr string
+	// MaxAttempts is the workers' --max-attempts (worker.SendConfig's), for
+	// the attempts a retrying intent has left; 0 leaves them out.
+	MaxAttempts int
 }
 
 // Handler serves the outbox page. Make it with New.

@@ -15,6 +15,8 @@ import (
 
 // overviewData is the overview page.
 type overviewData struct {
+	// Health answers "is sending healthy?", at the top.
+	Health     health
 	States     []count
 	Deliveries []count
 	Oldest     time.Duration
@@ -108,6 +110,9 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 	}
 	for _, b := range budgets {
 		d.Budgets = append(d.Budgets, budgetRow{Key: b.KeyFingerprint, Line: b.Describe(), Paused: b.PausedFor > 0 || b.QuotaExhausted()})
+	}
+	if d.Health, err = h.readHealth(ctx, d.Due, budgets); err != nil {
+		return nil, err
 	}
 	runs, err := h.ob.Runs(ctx, &outbox.RunListParams{Limit: 10})
 	if err != nil {

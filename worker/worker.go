@@ -44,6 +44,11 @@ type Worker struct {
 // environment (OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL), and a nil
 // Config.Logger logs through slog.Default().
 //
+// New refuses a client whose base URL is plain http to a host off this
+// machine (an error wrapping client.ErrInsecureBaseURL), as `sendonce work`
+// does: the client would refuse every send, and every intent would be
+// parked as failed, one by one, after the worker started.
+//
 // New reads the database's migration versions (within newCheckTimeout): on a
 // database that was not migrated, or not to this code's schema, it returns
 // an error matching migrations.ErrPending (errors.Is), which says to run
@@ -51,9 +56,6 @@ type Worker struct {
 func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if pool == nil {
 		return nil, errors.New("worker: a database pool is required")
-	}
-	if err := checkMigrated(pool); err != nil {
-		return nil, err
 	}
 	if cfg == nil {
 		cfg = &Config{}
@@ -64,6 +66,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		if c, err = client.New(); err != nil {
 			return nil, fmt.Errorf("worker: no Config.Client, and none from the environment: %w", err)
 		}
+	}
+	if err := c.CheckBaseURL(); err != nil {
+		return nil, fmt.Errorf("worker: the client's base URL: %w: use https, or a loopback address for a local fake API", err)
+	}
+	if err := checkMigrated(pool); err != nil {
+		return nil, err
 	}
 	conf := cfg.withDefaults()
 	if err := conf.validate(); err != nil {

@@ -11,7 +11,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // versions is the number of sendonce migrations in sql/.
-const versions = 23
+const versions = 24
 
 func TestUpTwiceIsNoOp(t *testing.T) {
 	t.Parallel()

@@ -81,6 +81,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	rep := newReport(conf.Send.Observer, conf.Queue, conf.reportInterval)
 	conf.Send.Observer = rep
 	sendWorker := newSendWorker(pool, c, &conf.Send)
+	sendWorker.riverLog = newRiverLog(logger)
 	sendWorker.queue = conf.Queue
 	sendWorker.sends = make(chan struct{}, conf.Concurrency)
 	sendWorker.tracer = conf.TracerProvider.Tracer(tracerName)
@@ -149,7 +150,7 @@ func newRiverClient(pool *pgxpool.Pool, conf *Config, sendWorker *sendWorker, ba
 		FetchCooldown:        conf.FetchCooldown,
 		FetchPollInterval:    conf.FetchPollInterval,
 		PollOnly:             conf.PollOnly,
-		Logger:               conf.Logger,
+		Logger:               sendWorker.riverLog.logger, // conf.Logger, less what the worker logged already
 		// The job's span; the send's span is its child.
 		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
 			TracerProvider: conf.TracerProvider, EnableWorkSpanJobKindSuffix: true,

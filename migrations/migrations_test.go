@@ -2,6 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
@@ -11,7 +14,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // versions is the number of sendonce migrations in sql/.
-const versions = 23
+const versions = 24
 
 func TestUpTwiceIsNoOp(t *testing.T) {
 	t.Parallel()
@@ -56,5 +59,34 @@ func TestPendingOnEmptyDatabase(t *testing.T) {
 	}
 	if len(res.Sendonce) != versions {
 		t.Fatalf("Up applied %v, want the %d sendonce migrations", res.Sendonce, versions)
+	}
+}
+
+// TestRetiredVersionsAreTheGaps: the versions in sql/ and RetiredVersions
+// together are 1 to the newest, each once, so a gap in the numbers
+// (which `sendonce migrate` explains with RetiredVersions) is always one
+// the list names, and the list names no version in use.
+func TestRetiredVersionsAreTheGaps(t *testing.T) {
+	names, err := filepath.Glob("sql/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]int{}
+	var newest int64
+	for _, name := range names {
+		v, err := strconv.ParseInt(strings.SplitN(filepath.Base(name), "_", 2)[0], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		seen[v]++
+		newest = max(newest, v)
+	}
+	for _, v := range migrations.RetiredVersions {
+		seen[v]++
+	}
+	for v := int64(1); v <= newest; v++ {
+		if seen[v] != 1 {
+			t.Errorf("version %d: %d times in sql/ and RetiredVersions, want once", v, seen[v])
+		}
 	}
 }

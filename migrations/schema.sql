@@ -68,7 +68,7 @@ BEGIN
             'has a domain with a character other than a letter, digit, hyphen or dot'
         WHEN length(part) > 320 AND sendonce_address_spelled(a) THEN
             format('has an address of %s characters, over 320', length(part))
-        ELSE 'is not an email address of the form local@domain or Display Name <local@domain>'
+        ELSE 'is not an email address'
     END;
 END
 $_$;
@@ -422,6 +422,17 @@ BEGIN
     RETURN NEW;
 END
 $_$;
+
+-- FUNCTION sendonce_outbox_key_clock()
+CREATE FUNCTION public.sendonce_outbox_key_clock() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'check_violation', MESSAGE = format(
+        'sendonce: idempotency_key %s holds a clock reading (%s): derive the key from the cause of the send ("invoice:inv_4192"), never from a clock: a producer that runs again reads the clock again, gets another key, and sends a second time',
+        quote_literal(left(NEW.idempotency_key, 60)), substring(NEW.idempotency_key FROM '[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9][0-9]*(?:[Zz]|-[0-9]{2}:[0-9]{2})?'));
+END
+$$;
 
 -- FUNCTION sendonce_outbox_notify()
 CREATE FUNCTION public.sendonce_outbox_notify() RETURNS trigger
@@ -1054,6 +1065,9 @@ CREATE TRIGGER sendonce_outbox_check BEFORE INSERT ON public.sendonce_outbox FOR
 
 -- TRIGGER sendonce_outbox sendonce_outbox_check_update
 CREATE TRIGGER sendonce_outbox_check_update AFTER UPDATE OF idempotency_key, kind, payload, template_id ON public.sendonce_outbox FOR EACH ROW EXECUTE FUNCTION public.sendonce_outbox_check();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_key_clock
+CREATE TRIGGER sendonce_outbox_key_clock BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked) AND (new.idempotency_key ~ '[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]'::text))) EXECUTE FUNCTION public.sendonce_outbox_key_clock();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_notify
 CREATE TRIGGER sendonce_outbox_notify AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_notify();

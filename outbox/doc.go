@@ -27,8 +27,11 @@
 // The key is what the OpenEmail API deduplicates on: it claims the key
 // before it delivers, so a send retried after a crash is replayed, never
 // repeated. Keys follow the API's rule (1 to 255 characters of letters,
-// digits, "_", ".", ":" and "-"). An intent enqueued without a key gets one
-// generated and stored, so every attempt reuses it. Enqueueing a key that is
+// digits, "_", ".", ":" and "-"). Derive the key from the cause of the
+// send, never from a clock: Enqueue refuses an empty key, and a key holding
+// a clock reading (an RFC 3339 time with a fraction of a second; see
+// ClockPattern). RandomKey gives a random key for a send that has no cause
+// to name it by; it guards only that intent's own retries. Enqueueing a key that is
 // already there with the same kind, template and payload returns the
 // existing intent (Existing) and inserts no second job; with a different
 // payload it fails with a *KeyReuseError, the mirror of the API's 422

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/internal/base/schemaerr"
@@ -37,8 +36,10 @@ type EnqueueResult struct {
 // An intent whose key is already in the outbox with the same kind, template
 // and payload is not inserted again: Enqueue returns the existing one with
 // Existing set. With a different payload it returns a *KeyReuseError. An
-// invalid intent returns an *InvalidError. In both cases nothing is written
-// and the caller's transaction is left usable.
+// invalid intent returns an *InvalidError: an empty key is one (give
+// RandomKey() for a random key), and so is a key holding a clock reading
+// (ClockPattern). In both cases nothing is written and the caller's
+// transaction is left usable.
 //
 // In a REPEATABLE READ or SERIALIZABLE transaction, a key enqueued or
 // pruned by a transaction that committed after tx's snapshot was taken
@@ -101,9 +102,6 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 			return nil, err
 		}
 		in.Kind, in.raw = in.kind(), raw
-		if in.Key == "" {
-			in.Key = "oe-" + uuid.NewString()
-		}
 		if j, dup := byKey[in.Key]; !dup {
 			byKey[in.Key] = i
 		} else {

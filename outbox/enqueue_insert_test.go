@@ -287,7 +287,7 @@ func TestEnqueueManyLargeCall(t *testing.T) {
 	} {
 		intents := make([]outbox.Intent, 1000)
 		for i := range intents {
-			intents[i] = outbox.Intent{Payload: json.RawMessage(invoiceBody)}
+			intents[i] = outbox.Intent{Key: fmt.Sprintf("bad:%d", i), Payload: json.RawMessage(invoiceBody)}
 		}
 		for _, i := range tc.bad {
 			intents[i].Payload = bad
@@ -311,7 +311,7 @@ func TestEnqueueManyLargeCall(t *testing.T) {
 
 	intents := make([]outbox.Intent, 1000)
 	for i := range intents {
-		intents[i] = outbox.Intent{Payload: map[string]any{"from": "a@example.com", "to": fmt.Sprintf("c%d@example.com", i), "text": "x"}}
+		intents[i] = outbox.Intent{Key: outbox.RandomKey(), Payload: map[string]any{"from": "a@example.com", "to": fmt.Sprintf("c%d@example.com", i), "text": "x"}}
 	}
 	keys := map[string]bool{}
 	for i, r := range enqueueMany(t, pool, ob, intents) {
@@ -373,7 +373,7 @@ func TestEnqueueResultIsTheStoredIntent(t *testing.T) {
 			return err
 		}
 		got = res.Intents
-		more, err := ob.EnqueueMany(ctx, tx, []outbox.Intent{{Kind: outbox.KindTemplate, TemplateID: "welcome",
+		more, err := ob.EnqueueMany(ctx, tx, []outbox.Intent{{Key: "welcome:ada", Kind: outbox.KindTemplate, TemplateID: "welcome",
 			Payload: `{"from":"shop@example.test","to":"ada@example.test"}`}})
 		got = append(got, more...)
 		return err

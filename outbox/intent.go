@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/sendonce/sendonce/internal/base/suppress"
 )
 
@@ -76,8 +78,9 @@ func ValidateTopic(topic string) error {
 // four send calls, and the idempotency key that makes it happen once.
 type Intent struct {
 	// Key is the idempotency key, derived from the cause of the send
-	// ("invoice:inv_4192"), never from a clock. Empty: Enqueue generates one
-	// and stores it, so every attempt of this intent reuses it.
+	// ("invoice:inv_4192"), never from a clock: Enqueue refuses an empty
+	// key, and one that holds a clock reading (ClockPattern). RandomKey
+	// gives a random one, for a send with no cause to name it by.
 	Key string
 	// Kind selects the send call; empty means KindEmail.
 	Kind Kind
@@ -126,18 +129,95 @@ func (e *InvalidError) Error() string {
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 
-// ValidateKey checks an idempotency key against the API's rule.
+// keyRule is the seeds' first rule for a key, which the refusals below
+// quote.
+const keyRule = `derive the key from the cause of the send ("invoice:inv_4192"), never from a clock`
+
+// ValidateKey checks an idempotency key against the API's rule, and
+// refuses a key that holds a clock reading (see ClockPattern). An empty
+// key is refused: pass RandomKey() for a random one.
 func ValidateKey(key string) error {
+	if key == "" {
+		return invalid("key", "missing: "+keyRule+
+			"; for a random key, which guards only this intent's own retries, pass outbox.RandomKey()")
+	}
 	if !validKey(key) {
 		return invalid("key", fmt.Sprintf(
 			"%q: want 1 to 255 characters of letters, digits, \"_\", \".\", \":\" and \"-\" (invalid_idempotency_key)", shorten(key)))
 	}
+	if at := clockReading(key); at != "" {
+		return invalid("key", fmt.Sprintf(
+			"%q holds a clock reading (%s): %s: a producer that runs again reads the clock again, gets another key, and sends a second time (sendonce_outbox_key_clock)",
+			shorten(key), at, keyRule))
+	}
 	return nil
 }
 
+// ClockPattern is what makes a key a clock reading, in Go as in the
+// table's trigger (sendonce_outbox_key_clock): an RFC 3339 date and time
+// with a fraction of a second (2026-12-06T00:12:42.005523823Z, what
+// time.Now().Format(time.RFC3339Nano) gives). No cause of a send names its
+// time to the fraction of a second. A time to the second is taken: it is
+// how causes name their time, a schedule's occurrence above all (its run's
+// key, which its members' keys are derived from, ends in one), or an
+// appointment's start.
+const ClockPattern = `[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]`
+
+// clockReading returns the clock reading (ClockPattern, with all its
+// fraction's digits and its zone) key holds, or "". A scan rather than a regular
+// expression: it runs for every intent enqueued.
+func clockReading(key string) string {
+	for i := 10; i+10 < len(key); i++ {
+		if key[i] != 'T' && key[i] != 't' {
+			continue
+		}
+		if !digitsAt(key, i-10, "dddd-dd-dd") || !digitsAt(key, i+1, "dd:dd:dd.d") {
+			continue
+		}
+		end := i + 10
+		for end < len(key) && '0' <= key[end] && key[end] <= '9' {
+			end++
+		}
+		switch {
+		case end < len(key) && (key[end] == 'Z' || key[end] == 'z'):
+			end++
+		case digitsAt(key, end, "-dd:dd"):
+			end += 6
+		}
+		return key[i-10 : end]
+	}
+	return ""
+}
+
+// digitsAt reports whether s holds, from i on, the shape: 'd' a digit,
+// any other byte itself.
+func digitsAt(s string, i int, shape string) bool {
+	if i < 0 || i+len(shape) > len(s) {
+		return false
+	}
+	for j := 0; j < len(shape); j++ {
+		c := s[i+j]
+		if shape[j] == 'd' {
+			if c < '0' || c > '9' {
+				return false
+			}
+		} else if c != shape[j] {
+			return false
+		}
+	}
+	return true
+}
+
+// RandomKey returns a new random key, "oe-" and a UUID, the shape the
+// OpenEmail SDKs give a call without a key of its own. Enqueue stores it,
+// so every attempt of the intent reuses it: it guards the intent's own
+// retries, and nothing more. A producer that runs again (a retried job, a
+// request sent twice) makes another key and a second send; a key derived
+// from the cause (Intent.Key) finds the first intent instead.
+func RandomKey() string { return "oe-" + uuid.NewString() }
+
 // Validate checks an intent the way the table's trigger does, so the Go API
-// refuses bad input before it touches the caller's transaction. An empty key
-// is valid here: Enqueue generates one.
+// refuses bad input before it touches the caller's transaction.
 func (in *Intent) Validate() error {
 	_, err := in.validate()
 	return err
@@ -173,10 +253,8 @@ func (in *Intent) validate() (json.RawMessage, error) {
 }
 
 func (in *Intent) check(payload json.RawMessage) error {
-	if in.Key != "" {
-		if err := ValidateKey(in.Key); err != nil {
-			return err
-		}
+	if err := ValidateKey(in.Key); err != nil {
+		return err
 	}
 	kind := in.kind()
 	if !kind.Valid() {

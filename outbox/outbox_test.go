@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -161,20 +162,55 @@ func TestEnqueueSameKey(t *testing.T) {
 	}
 }
 
-func TestEnqueueGeneratesAndStoresKey(t *testing.T) {
+// TestEnqueueRefusesEmptyKey: an intent without a key is refused, in
+// Enqueue and EnqueueMany alike, with an *InvalidError that gives the
+// seeds' rule and names RandomKey, and nothing is written (the key used to
+// be generated in silence); a random key is there only when asked for by
+// name, and is stored, so Get finds it. A key holding a clock reading is
+// refused the same way.
+func TestEnqueueRefusesEmptyKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, ob := setup(t)
-	res, err := enqueue(t, pool, ob, outbox.Intent{Payload: json.RawMessage(invoiceBody)})
+	for name, intents := range map[string][]outbox.Intent{
+		"Enqueue":     {{Payload: json.RawMessage(invoiceBody)}},
+		"EnqueueMany": {{Key: "invoice:ok", Payload: json.RawMessage(invoiceBody)}, {Payload: json.RawMessage(invoiceBody)}},
+		"a clock":     {{Key: "invoice:" + time.Now().UTC().Format(time.RFC3339Nano), Payload: json.RawMessage(invoiceBody)}},
+	} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if name == "EnqueueMany" {
+				_, err := ob.EnqueueMany(ctx, tx, intents)
+				return err
+			}
+			_, err := ob.Enqueue(ctx, tx, intents[0])
+			return err
+		})
+		var inv *outbox.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "key" || !strings.Contains(err.Error(), "never from a clock") {
+			t.Errorf("%s: %v, want an *InvalidError for the key giving the rule", name, err)
+		}
+		if name != "a clock" && !strings.Contains(fmt.Sprint(err), "outbox.RandomKey()") {
+			t.Errorf("%s: %q, want RandomKey named", name, err)
+		}
+		if name == "EnqueueMany" && inv != nil && inv.Index != 1 {
+			t.Errorf("EnqueueMany: index %d, want 1", inv.Index)
+		}
+	}
+	if n := countRows(t, pool); n != 0 {
+		t.Fatalf("refused intents left %d rows", n)
+	}
+
+	key := outbox.RandomKey()
+	if !regexp.MustCompile(`^oe-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`).MatchString(key) || key == outbox.RandomKey() {
+		t.Fatalf("RandomKey() = %q, want oe-<uuid>, another each call", key)
+	}
+	res, err := enqueue(t, pool, ob, outbox.Intent{Key: key, Payload: json.RawMessage(invoiceBody)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(res.Record.Key, "oe-") || len(res.Record.Key) != 39 {
-		t.Fatalf("generated key %q, want oe-<uuid>", res.Record.Key)
-	}
-	stored, err := ob.Get(ctx, res.Record.Key)
+	stored, err := ob.Get(ctx, key)
 	if err != nil || stored.ID != res.Record.ID {
-		t.Fatalf("Get(generated key) = %v, %v", stored, err)
+		t.Fatalf("Get(random key) = %v, %v", stored, err)
 	}
 }
 

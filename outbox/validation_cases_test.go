@@ -63,6 +63,13 @@ func TestIntentValidationGoAndSQL(t *testing.T) {
 
 		{"a key with a space", "v:a key", "", "", email(nil), "key", "invalid idempotency_key"},
 		{"a key of 256 characters", strings.Repeat("k", 256), "", "", email(nil), "key", "invalid idempotency_key"},
+		{"no key", "", "", "", email(nil), "key", "invalid idempotency_key"},
+		{"a key that is a clock reading", "invoice:2026-12-06T00:12:42.005523823Z", "", "", email(nil), "key", "holds a clock reading (2026-12-06T00:12:42.005523823Z): derive the key from the cause of the send"},
+		{"a clock reading in lower case, to the millisecond", "k:2026-12-06t00:12:42.005z:ada", "", "", email(nil), "key", "clock reading"},
+		{"a clock reading west of UTC", "k:2026-12-06T00:12:42.5-05:00", "", "", email(nil), "key", "clock reading"},
+		{"a schedule's occurrence, to the second", "digest:2026-12-06T09:00:00Z:user_42", "", "", email(nil), "", ""},
+		{"a day", "digest:2026-12-06:user_42", "", "", email(nil), "", ""},
+		{"a version number after a time", "k:2026-12-06T09:00:00.v2", "", "", email(nil), "", ""},
 		{"an unknown kind", "v:sms", "sms", "", email(nil), "kind", "unknown kind 'sms'"},
 		{"a template send without a template id", "v:no-template", outbox.KindTemplate, "", email(nil), "template_id", "template_id"},
 		{"an email with a template id", "v:stray-template", "", "welcome", email(nil), "template_id", "template_id"},
@@ -157,6 +164,25 @@ func TestTopicValidationGoAndSQL(t *testing.T) {
 			t.Errorf("topic %q: SQL refuses it: %v", tt.topic, sqlErr)
 		case !tt.ok && (sqlErr == nil || !strings.Contains(sqlErr.Error(), "sendonce_outbox_topic_check")):
 			t.Errorf("topic %q: SQL says %v, want it refused naming sendonce_outbox_topic_check", tt.topic, sqlErr)
+		}
+	}
+}
+
+// TestAddressErrorSaysTheRuleOnce: a recipient that is no address at all
+// is refused, in Go and in SQL, with the forms taken said once (it said
+// "is not an email address of the form local@domain or Display Name
+// <local@domain>; sendonce takes only local@domain and Display Name
+// <local@domain>, …").
+func TestAddressErrorSaysTheRuleOnce(t *testing.T) {
+	t.Parallel()
+	pool, _ := outboxtest.New(t)
+	payload := `{"from":"shop@example.test","to":["nope"],"subject":"Hello","text":"Hi."}`
+	goErr := (&outbox.Intent{Key: "v:nope", Payload: payload}).Validate()
+	sqlErr := insertSQL(context.Background(), pool, "v:nope", "", "", payload)
+	for name, err := range map[string]error{"Go": goErr, "SQL": sqlErr} {
+		if err == nil || !strings.Contains(err.Error(), `"nope" is not an email address; sendonce takes only local@domain and Display Name <local@domain>`) ||
+			strings.Count(err.Error(), "local@domain") != 2 {
+			t.Errorf("%s: %v, want the forms taken said once", name, err)
 		}
 	}
 }

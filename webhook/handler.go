@@ -87,8 +87,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "could not store the event", http.StatusInternalServerError)
 		return
 	}
-	h.log.Info("webhook event", "type", ev.Type, "event_id", ev.ID, "delivery_id", ev.DeliveryID, "email_id", deref(ev.EmailID),
-		"intent_id", stored.intentID, "duplicate", stored.duplicate, "suppression_changes", stored.suppressed)
+	attrs := []any{"type", ev.Type, "event_id", ev.ID, "delivery_id", ev.DeliveryID, "email_id", deref(ev.EmailID)}
+	if stored.intentID != nil { // the intent the event matched, by its key (the id's pointer printed as 0x…)
+		attrs = append(attrs, "key", stored.intentKey, "intent_id", *stored.intentID)
+	}
+	h.log.Info("webhook event", append(attrs, "duplicate", stored.duplicate, "suppression_changes", stored.suppressed)...)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]bool{"received": true, "duplicate": stored.duplicate})
 }
@@ -104,7 +107,8 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, code int, reaso
 type stored struct {
 	duplicate  bool
 	intentID   *int64
-	suppressed int // addresses the event put on (or took off) the suppression list
+	intentKey  string // the matched intent's key, when intentID is set
+	suppressed int    // addresses the event put on (or took off) the suppression list
 }
 
 // store writes the event and applies it, in one transaction: the event is
@@ -134,10 +138,13 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 		}
 		// Match first: an event without addresses of its own suppresses
 		// the recipients of the intent it matched.
-		if err := tx.QueryRow(ctx, `SELECT m, sendonce_event_suppress($1) FROM sendonce_event_match($1) AS m`,
-			ev.ID).Scan(&st.intentID, &st.suppressed); err != nil {
+		var key *string
+		if err := tx.QueryRow(ctx, `SELECT m, (SELECT idempotency_key FROM sendonce_outbox WHERE id = m), sendonce_event_suppress($1)
+			FROM sendonce_event_match($1) AS m`,
+			ev.ID).Scan(&st.intentID, &key, &st.suppressed); err != nil {
 			return fmt.Errorf("match event: %w", err)
 		}
+		st.intentKey = deref(key)
 		return nil
 	})
 	if err != nil {

@@ -529,3 +529,36 @@ func TestVerifyBoundaries(t *testing.T) {
 		t.Error("New with no pool and no secret: no error")
 	}
 }
+
+// TestLogNamesTheIntent: the "webhook event" line names the intent the
+// event matched by its key and id (it printed the id's pointer,
+// intent_id=0x3af36c622470), and an unmatched event's line names none.
+func TestLogNamesTheIntent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue("invoice:logged")
+	e.send("invoice:logged", "m-logged")
+	id := outboxtest.Get(t, e.ob, "invoice:logged").ID
+	now := time.Now()
+	if got := e.post(evBody("e-logged", "email.delivered", "m-logged", now), ""); got != 200 {
+		t.Fatalf("matched event: %d", got)
+	}
+	if got := e.post(evBody("e-stray", "email.delivered", "m-unknown", now), ""); got != 200 {
+		t.Fatalf("unmatched event: %d", got)
+	}
+	var matched, stray string
+	for _, line := range strings.Split(e.log.String(), "\n") {
+		switch {
+		case strings.Contains(line, "event_id=e-logged"):
+			matched = line
+		case strings.Contains(line, "event_id=e-stray"):
+			stray = line
+		}
+	}
+	if want := fmt.Sprintf("key=invoice:logged intent_id=%d ", id); !strings.Contains(matched, want) {
+		t.Errorf("matched event's line %q, want %q in it", matched, want)
+	}
+	if stray == "" || strings.Contains(stray, "intent_id") || strings.Contains(stray, "key=") {
+		t.Errorf("unmatched event's line %q, want no intent named", stray)
+	}
+}

@@ -40,6 +40,9 @@ type sendWorker struct {
 	pool   *pgxpool.Pool
 	client *client.Client
 	cfg    SendConfig
+	// riverLog, when set (by New), is told of the errors a job's work
+	// logged itself, so River does not log them again.
+	riverLog *riverLog
 
 	// batch, when set (by Worker.Start), batches the claims and the
 	// records of sends running at the same time; without it each send

@@ -284,11 +284,14 @@ func (a *attempt) apply(ctx context.Context, v verdict, elapsed time.Duration) e
 		// The lease it was claimed under stopped being held: the
 		// intent may be another worker's now, whose record stands.
 		a.log.Warn("send cut off: this worker's lease was not renewed in time; nothing more is sent or recorded under it", "reason", v.reason, "epoch", a.owner)
+		w.riverLog.loggedError(ctx, a.jobID)
 		return fmt.Errorf("%s: %w", v.reason, context.Cause(ctx))
 	case v.action == actRequeue:
 		a.log.Info("send cut off by shutdown; it goes back to the queue", "reason", v.reason)
+		w.riverLog.loggedError(ctx, a.jobID)
 		return fmt.Errorf("%s: %w", v.reason, ctx.Err())
 	}
 	a.log.Warn("send failed, will retry", "reason", v.reason)
+	w.riverLog.loggedError(ctx, a.jobID) // River's "Job errored; retrying" would say it again
 	return errors.New(v.reason)
 }

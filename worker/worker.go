@@ -44,6 +44,11 @@ type Worker struct {
 // environment (OPENEMAIL_API_KEY, OPENEMAIL_BASE_URL), and a nil
 // Config.Logger logs through slog.Default().
 //
+// New refuses a client whose base URL is plain http to a host off this
+// machine (an error wrapping client.ErrInsecureBaseURL), as `sendonce work`
+// does: the client would refuse every send, and every intent would be
+// parked as failed, one by one, after the worker started.
+//
 // New reads the database's migration versions (within newCheckTimeout): on a
 // database that was not migrated, or not to this code's schema, it returns
 // an error matching migrations.ErrPending (errors.Is), which says to run
@@ -51,9 +56,6 @@ type Worker struct {
 func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	if pool == nil {
 		return nil, errors.New("worker: a database pool is required")
-	}
-	if err := checkMigrated(pool); err != nil {
-		return nil, err
 	}
 	if cfg == nil {
 		cfg = &Config{}
@@ -65,6 +67,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: no Config.Client, and none from the environment: %w", err)
 		}
 	}
+	if err := c.CheckBaseURL(); err != nil {
+		return nil, fmt.Errorf("worker: the client's base URL: %w: use https, or a loopback address for a local fake API", err)
+	}
+	if err := checkMigrated(pool); err != nil {
+		return nil, err
+	}
 	conf := cfg.withDefaults()
 	if err := conf.validate(); err != nil {
 		return nil, err
@@ -73,6 +81,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	rep := newReport(conf.Send.Observer, conf.Queue, conf.reportInterval)
 	conf.Send.Observer = rep
 	sendWorker := newSendWorker(pool, c, &conf.Send)
+	sendWorker.riverLog = newRiverLog(logger)
 	sendWorker.queue = conf.Queue
 	sendWorker.sends = make(chan struct{}, conf.Concurrency)
 	sendWorker.tracer = conf.TracerProvider.Tracer(tracerName)
@@ -141,7 +150,7 @@ func newRiverClient(pool *pgxpool.Pool, conf *Config, sendWorker *sendWorker, ba
 		FetchCooldown:        conf.FetchCooldown,
 		FetchPollInterval:    conf.FetchPollInterval,
 		PollOnly:             conf.PollOnly,
-		Logger:               conf.Logger,
+		Logger:               sendWorker.riverLog.logger, // conf.Logger, less what the worker logged already
 		// The job's span; the send's span is its child.
 		Middleware: []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
 			TracerProvider: conf.TracerProvider, EnableWorkSpanJobKindSuffix: true,

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -208,6 +209,39 @@ func TestNewRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
 	for _, lease := range []time.Duration{-time.Second, 100 * time.Millisecond} {
 		if _, err := worker.New(pool, &worker.Config{Client: c, Lease: lease}); err == nil || !strings.Contains(err.Error(), "Config.Lease") {
 			t.Errorf("New with lease %s: %v, want a refusal naming the lease", lease, err)
+		}
+	}
+}
+
+// TestNewRefusesPlainHTTPOffLoopback: New refuses what `sendonce work`
+// refuses, a client whose base URL is plain http to a host off this
+// machine (every send would be refused, each intent parked one by one
+// after the start), naming the host and the fix; https, and plain http to
+// loopback (a local fake API), are taken.
+func TestNewRefusesPlainHTTPOffLoopback(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewDB(t)
+	for base, refused := range map[string]bool{
+		"http://mail.example.com":  true,
+		"http://10.0.0.7:8025":     true,
+		"https://mail.example.com": false,
+		"http://127.0.0.1:1":       false,
+		"http://localhost:8025":    false,
+	} {
+		c, err := client.New(client.WithAPIKey("oe_test_LEAKCHECK00000000"), client.WithBaseURL(base))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = worker.New(pool, &worker.Config{Client: c})
+		switch {
+		case refused && !errors.Is(err, client.ErrInsecureBaseURL):
+			t.Errorf("New with base URL %s: %v, want an error matching client.ErrInsecureBaseURL", base, err)
+		case refused && (!strings.Contains(err.Error(), strings.TrimPrefix(base, "http://")) || !strings.Contains(err.Error(), "use https")):
+			t.Errorf("New with base URL %s: %q, want the host and the fix named", base, err)
+		case refused && strings.Contains(err.Error(), "LEAKCHECK"):
+			t.Errorf("the API key is in the error: %q", err)
+		case !refused && err != nil:
+			t.Errorf("New with base URL %s: %v", base, err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -44,7 +45,7 @@ transaction of its own, and it needs two server connections at once.`,
 				parts = append(parts, "River migrations "+joinInts(res.River))
 			}
 			if len(res.Sendonce) > 0 {
-				parts = append(parts, "sendonce migrations "+joinInts(res.Sendonce))
+				parts = append(parts, "sendonce migrations "+versionRanges(res.Sendonce))
 			}
 			fmt.Fprintf(a.stdout, "applied %s\n", strings.Join(parts, ", "))
 			return nil
@@ -58,4 +59,41 @@ func joinInts[T int | int64](vs []T) string {
 		s[i] = fmt.Sprint(v)
 	}
 	return strings.Join(s, " ")
+}
+
+// versionRanges writes sendonce's versions applied as runs ("1-11, 13-20,
+// 22-26"), and says of the numbers they skip that were never used
+// (migrations.RetiredVersions) that nothing is missing: a list that went
+// 11, 13 with no word read as a migration lost.
+func versionRanges(vs []int64) string {
+	var runs, skipped []string
+	for i := 0; i < len(vs); {
+		j := i
+		for j+1 < len(vs) && vs[j+1] == vs[j]+1 {
+			j++
+		}
+		if j > i {
+			runs = append(runs, fmt.Sprintf("%d-%d", vs[i], vs[j]))
+		} else {
+			runs = append(runs, fmt.Sprint(vs[i]))
+		}
+		if j+1 < len(vs) {
+			for v := vs[j] + 1; v < vs[j+1]; v++ {
+				if slices.Contains(migrations.RetiredVersions, v) {
+					skipped = append(skipped, fmt.Sprint(v))
+				}
+			}
+		}
+		i = j + 1
+	}
+	s := strings.Join(runs, ", ")
+	switch len(skipped) {
+	case 0:
+	case 1:
+		s += fmt.Sprintf(" (no %s: a number retired, never used; nothing is missing)", skipped[0])
+	default:
+		s += fmt.Sprintf(" (no %s or %s: numbers retired, never used; nothing is missing)",
+			strings.Join(skipped[:len(skipped)-1], ", "), skipped[len(skipped)-1])
+	}
+	return s
 }

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -328,5 +329,25 @@ func TestRefusedCountsTheFleetsRecentRequests(t *testing.T) {
 	}
 	if signal, cut := b.refused(0, -1, DefaultMaxPause); !signal || !cut || b.rate >= 20 {
 		t.Fatalf("a first 429 at 20/s: signal %v, cut %v, rate %v; want a cut", signal, cut, b.rate)
+	}
+}
+
+// TestDescribeRatesPlainly: a rate is written as a number a reader reads
+// at a glance, never in exponent form (a fleet at 26450/s showed
+// "2.645e+04/s").
+func TestDescribeRatesPlainly(t *testing.T) {
+	for _, c := range []struct {
+		st   Status
+		want string
+	}{
+		{Status{Rate: 26450, Ceiling: 30000}, "26450/s of the configured 30000/s"},
+		{Status{Rate: 26449.6, Throttles: 2}, "26450/s, found from 429s, lowered 2 times by 429s"},
+		{Status{Rate: 12.54}, "12.5/s and rising"},
+		{Status{Rate: 0.5787, Ceiling: 0.5787}, "0.579/s of the configured 0.579/s"},
+		{Status{Rate: 3, Ceiling: 10}, "3/s of the configured 10/s"},
+	} {
+		if got := c.st.Describe(); !strings.HasPrefix(got, c.want) || strings.Contains(got, "e+") {
+			t.Errorf("Describe(%+v) = %q, want it to start %q", c.st, got, c.want)
+		}
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -234,11 +237,11 @@ func (b Status) Describe() string {
 	case b.Rate == 0:
 		s = "no send yet"
 	case b.Ceiling > 0:
-		s = fmt.Sprintf("%.4g/s of the configured %.4g/s", b.Rate, b.Ceiling)
+		s = fmt.Sprintf("%s/s of the configured %s/s", rateText(b.Rate), rateText(b.Ceiling))
 	case b.Throttles == 0:
-		s = fmt.Sprintf("%.4g/s and rising: slow start, no limit configured and none met yet", b.Rate)
+		s = fmt.Sprintf("%s/s and rising: slow start, no limit configured and none met yet", rateText(b.Rate))
 	default:
-		s = fmt.Sprintf("%.4g/s, found from 429s", b.Rate)
+		s = fmt.Sprintf("%s/s, found from 429s", rateText(b.Rate))
 	}
 	if b.Throttles > 0 {
 		s += fmt.Sprintf(", lowered %d times by 429s", b.Throttles)
@@ -253,6 +256,17 @@ func (b Status) Describe() string {
 		s += "; " + q.Describe()
 	}
 	return s
+}
+
+// rateText writes a rate plainly, never in exponent form (%.4g wrote
+// 26450 as 2.645e+04): a whole number from 100 on, else with three
+// significant digits at most ("26450", "12.5", "0.579").
+func rateText(r float64) string {
+	if r >= 100 || r <= 0 {
+		return strconv.FormatFloat(math.Round(max(r, 0)), 'f', -1, 64)
+	}
+	s := strconv.FormatFloat(r, 'f', 2-int(math.Floor(math.Log10(r))), 64)
+	return strings.TrimSuffix(strings.TrimRight(s, "0"), ".")
 }
 
 // Read returns the budget of every API key that has one.

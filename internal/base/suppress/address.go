@@ -253,7 +253,7 @@ func problem(a string) string {
 	case len(inner) > MaxAddress && isSpelled(a):
 		return fmt.Sprintf("has an address of %d characters, over %d", len(inner), MaxAddress)
 	}
-	return "is not an email address of the form local@domain or Display Name <local@domain>"
+	return "is not an email address" // Why gives the forms taken
 }
 
 func isNonASCII(r rune) bool { return r >= utf8.RuneSelf }

@@ -1,8 +1,10 @@
 package readme_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
@@ -128,12 +132,13 @@ func TestQuickStart(t *testing.T) {
 
 	fake := fakeapi.NewTest(t, fakeapi.Config{})
 	dbURL := pgtest.CreateDB(t, pgtest.ServerURL(t), "quickstart") // empty: not migrated
+	api := fake.URL()
 	run := func() (string, string) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, bin)
 		cmd.Dir = mod
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL,
-			"OPENEMAIL_API_KEY=oe_test_quickstart", "OPENEMAIL_BASE_URL="+fake.URL())
+			"OPENEMAIL_API_KEY=oe_test_quickstart", "OPENEMAIL_BASE_URL="+api)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
@@ -158,6 +163,49 @@ func TestQuickStart(t *testing.T) {
 	}
 	if n := len(fake.Deliveries()); n != 1 {
 		t.Errorf("after a second run the fake API delivered %d emails, want still 1", n)
+	}
+
+	// A first run that failed (the API unreachable: it was stopped after
+	// the worker's first retry), then a run with the API up: the second
+	// sends what the first left and says so; it printed "pending" with no
+	// message id, and exited 0.
+	failedURL := pgtest.CreateDB(t, pgtest.ServerURL(t), "quickstart_failed")
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+failedURL,
+		"OPENEMAIL_API_KEY=oe_test_quickstart", "OPENEMAIL_BASE_URL=http://127.0.0.1:1") // nothing listens there
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() && !strings.Contains(sc.Text(), `msg="send failed, will retry" key=welcome:user_17`) {
+	}
+	_ = cmd.Process.Kill()
+	_, _ = io.Copy(io.Discard, stderr)
+	_ = cmd.Wait()
+	pool, err := pgxpool.New(ctx, failedURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// Its next attempt is due in 3 s, as a later retry's backoff leaves it:
+	// the next run reads its state before any worker could send it.
+	if tag, err := pool.Exec(ctx, `UPDATE sendonce_outbox SET next_attempt_at = now() + interval '3 seconds'
+		WHERE idempotency_key = 'welcome:user_17' AND state <> 'sent'`); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("the failed run left no unsent intent: %v, %v", tag, err)
+	}
+	up := fakeapi.NewTest(t, fakeapi.Config{}) // an API of its own: the first one holds the key delivered
+	dbURL, api = failedURL, up.URL()
+	out, _ = run()
+	if !regexp.MustCompile(`^welcome:user_17 sent em_\S+\n$`).MatchString(out) {
+		t.Errorf("the run after a failed one printed %q, want \"welcome:user_17 sent em_…\"", out)
+	}
+	if d := up.Deliveries(); len(d) != 1 || d[0].IdempotencyKey != "welcome:user_17" {
+		t.Errorf("after the failed run, the fake API delivered %v, want 1 email under welcome:user_17", d)
 	}
 	t.Logf("quick start: %d snippets, 1 email delivered", len(code))
 }

@@ -1,17 +1,21 @@
 // Package unsubscribe serves the one-click unsubscribe endpoint of RFC
 // 8058 on sendonce work's public listener (--webhook-addr): POST /u/TOKEN
-// with the body List-Unsubscribe=One-Click unsubscribes the token's
+// with the field List-Unsubscribe=One-Click (urlencoded, or
+// multipart/form-data as RFC 8058 recommends) unsubscribes the token's
 // address from its topic at once; GET /u/TOKEN shows a page with a button
 // that makes the same POST, and changes nothing by itself (mail scanners
 // follow links).
 package unsubscribe
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"html/template"
 	"io"
 	"log/slog"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strings"
@@ -99,9 +103,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "this unsubscribe link is not valid; nothing was changed", http.StatusBadRequest)
 			return
 		}
-		form, ferr := url.ParseQuery(string(body))
+		form, ferr := parseForm(r.Header.Get("Content-Type"), body)
 		if ferr != nil || form.Get("List-Unsubscribe") != "One-Click" {
-			http.Error(w, "want the body List-Unsubscribe=One-Click (RFC 8058)", http.StatusBadRequest)
+			http.Error(w, "want the field List-Unsubscribe=One-Click, urlencoded or multipart/form-data (RFC 8058)", http.StatusBadRequest)
 			return
 		}
 		source := outbox.UnsubscribeOneClick
@@ -132,6 +136,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+// parseForm reads a POST's fields: multipart/form-data, which RFC 8058
+// (section 3.2) says a mail client SHOULD send, or
+// application/x-www-form-urlencoded, what the page's button and most
+// clients send (and what a body of any other type is read as).
+func parseForm(contentType string, body []byte) (url.Values, error) {
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mediaType != "multipart/form-data" {
+		return url.ParseQuery(string(body))
+	}
+	if params["boundary"] == "" {
+		return nil, errors.New("multipart/form-data without a boundary")
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	form := url.Values{}
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return form, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if part.FormName() == "" || part.FileName() != "" {
+			continue // not a field: a file, or a part without a name
+		}
+		v, err := io.ReadAll(part) // bounded by the body, at most MaxBody
+		if err != nil {
+			return nil, err
+		}
+		form.Add(part.FormName(), strings.TrimRight(string(v), "\r\n"))
 	}
 }
 

@@ -9,19 +9,23 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Cancel cancels an intent whose send has not started: it is pending and no
-// attempt has been made, so nothing can have reached the API. The drain
+// Cancel cancels an intent that nothing of can have reached the API: it is
+// pending, in no batch, and either no attempt has been made or none of its
+// attempts may have been delivered (it is not uncertain: each attempt
+// failed before any byte of the request left, a refused connection or a
+// DNS failure, or was answered with a 429). An intent retrying after an
+// attempt whose outcome is unknown (a timeout, a 5xx, a lost answer) is
+// refused: canceling it would not unsend what the API may hold. The drain
 // claims only pending intents; the River job of an intent from a release
 // before the drain is cancelled in the same transaction. Any other intent
-// returns a
-// *StateError and is left as it was.
+// returns a *StateError and is left as it was.
 func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 	var rec *Record
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
 			SET state = 'canceled', updated_at = now()
-			WHERE idempotency_key = $1 AND state = 'pending' AND attempts = 0 AND batch_key IS NULL
+			WHERE idempotency_key = $1 AND state = 'pending' AND (attempts = 0 OR NOT uncertain) AND batch_key IS NULL
 			RETURNING `+columns, key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			cur, gerr := get(ctx, tx, key)
@@ -50,17 +54,25 @@ func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 	return rec, nil
 }
 
+// Cancelable reports whether Cancel would cancel the intent as read: it is
+// pending, in no batch, and no attempt of it may have reached the API (none
+// was made, or it is not uncertain).
+func (r *Record) Cancelable() bool {
+	return r.State == StatePending && r.BatchKey == "" && (r.Attempts == 0 || !r.Uncertain)
+}
+
 func cancelRefusal(r *Record) string {
 	switch {
-	case r.State == StatePending && r.BatchKey != "" && r.Attempts == 0:
+	case r.State == StatePending && r.BatchKey != "":
 		return fmt.Sprintf("it is frozen into batch %s with other intents, and a frozen batch's request never changes", r.BatchKey)
 	case r.State == StatePending:
-		return fmt.Sprintf("%d send attempt(s) already made; one may have reached the API", r.Attempts)
+		return fmt.Sprintf("%d send attempt(s) already made, and one may have reached the API (it is uncertain: a timeout, "+
+			"a 5xx or a lost answer); it is retried under its key, which the API replays if it took it", r.Attempts)
 	case r.State == StateSending:
 		return "a worker is sending it now"
 	case r.State == StateCanceled:
 		return "it is already canceled"
 	default:
-		return "only a pending intent whose send has not started can be canceled"
+		return "only a pending intent none of whose attempts may have reached the API can be canceled"
 	}
 }

@@ -423,6 +423,22 @@ func TestCancelRetrying(t *testing.T) {
 	if rec := outboxtest.Get(t, ob, "c:uncertain"); rec.State != outbox.StatePending {
 		t.Fatalf("after the refused cancel: %s, want pending", rec.State)
 	}
+
+	// Parked uncertain, then retried with force: the force clears
+	// uncertain (a new window), but the attempt before it may still have
+	// reached the API.
+	attempted(t, pool, ob, "c:uncertain", outbox.StateFailed, true)
+	if _, err := ob.Retry(ctx, "c:uncertain", &outbox.RetryOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := outboxtest.Get(t, ob, "c:uncertain"); rec.State != outbox.StatePending || rec.Uncertain || rec.Cancelable() {
+		t.Fatalf("after a forced retry: %s, uncertain %v, cancelable %v; want pending, not uncertain, not cancelable",
+			rec.State, rec.Uncertain, rec.Cancelable())
+	}
+	_, err = ob.Cancel(ctx, "c:uncertain")
+	if !errors.As(err, &se) || !strings.Contains(se.Reason, "3 send attempt(s) already made, and one before its forced retry at") {
+		t.Fatalf("Cancel after a forced retry = %v, want a StateError naming the forced retry", err)
+	}
 }
 
 func TestRetry(t *testing.T) {

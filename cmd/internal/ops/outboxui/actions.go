@@ -76,11 +76,8 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, action string,
 	case "cancel":
 		d.CanGo = rec.Cancelable()
 		switch {
-		case !d.CanGo && rec.State == outbox.StatePending && rec.BatchKey == "":
-			d.Refusal = fmt.Sprintf("%d send attempt(s) already made, and one may have reached the API (it is uncertain: "+
-				"a timeout, a 5xx or a lost answer): it is retried under its key, which the API replays if it took it.", rec.Attempts)
 		case !d.CanGo:
-			d.Refusal = "Only a pending intent in no batch, none of whose attempts may have reached the API, can be canceled."
+			d.Refusal = rec.CancelRefusal() + "."
 		case rec.Attempts > 0:
 			d.Notes = append(d.Notes, fmt.Sprintf("%d send attempt(s) already made, none of which can have reached the API "+
 				"(each failed before the request left, as a refused connection does, or was answered with a 429).", rec.Attempts))

@@ -152,6 +152,12 @@ type NetworkError struct {
 	URL string
 	// Err is the underlying failure; for cancellation it wraps ctx.Err().
 	Err error
+	// Uncertain reports that an earlier attempt of the same call ended
+	// without a known outcome (a network failure after the connection was
+	// made, a 5xx), so the request may have been delivered even when this
+	// failure came before any byte of it left (a refused connection, a DNS
+	// failure). See [MayHaveBeenDelivered].
+	Uncertain bool
 
 	// msg, when set, is Err's text with the API key removed: errors from
 	// http.RoundTrippers are not ours, so the transport scrubs them.
@@ -382,18 +388,21 @@ func truncateRunes(s string, n int) string {
 
 // MayHaveBeenDelivered reports whether a send that returned err may
 // nevertheless have been delivered: a network failure or a timeout (the
-// request may have reached the API), a 5xx, or any refusal that followed
-// such an attempt of the same call ([APIError.Uncertain]). A caller must
-// not send such a request again under another idempotency key; the same
-// key replays it if it was delivered. Any other error means the API took
-// nothing.
+// request may have reached the API), a 5xx, or any refusal or failure that
+// followed such an attempt of the same call ([APIError.Uncertain],
+// [NetworkError.Uncertain]). A network failure that came before any byte of
+// the request left (the connection was refused or never made, a DNS
+// failure) did not deliver it, unless an earlier attempt of the call may
+// have. A caller must not send such a request again under another
+// idempotency key; the same key replays it if it was delivered. Any other
+// error means the API took nothing.
 func MayHaveBeenDelivered(err error) bool {
 	var apiErr *APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.Uncertain || apiErr.Status >= 500 || (apiErr.Status >= 200 && apiErr.Status <= 299)
 	}
 	var netErr *NetworkError
-	return errors.As(err, &netErr) && !neverSent(netErr.Err)
+	return errors.As(err, &netErr) && (netErr.Uncertain || !neverSent(netErr.Err))
 }
 
 // neverSent reports a network failure that happened before any byte of the

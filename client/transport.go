@@ -91,9 +91,17 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 	// refusal of a later attempt then says nothing of that one, which may
 	// have been delivered (APIError.Uncertain).
 	unsure := false
+	// fail ends the call with a network failure, which carries whether an
+	// earlier attempt may have been delivered (NetworkError.Uncertain): a
+	// refused connection after a lost answer proves nothing of the request
+	// the API may have taken before it.
+	fail := func(nerr *NetworkError) (*response, error) {
+		nerr.Uncertain = unsure
+		return nil, nerr
+	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return nil, c.networkError(p.method, p.logURL, err)
+			return fail(c.networkError(p.method, p.logURL, err))
 		}
 		p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: attempt", slog.Int("attempt", attempt+1), slog.Bool("repeatable", p.repeatable))
 		started := time.Now()
@@ -105,21 +113,21 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 				// The caller's cancellation or deadline: never retried.
 				nerr := c.canceled(ctx, p, err)
 				endAttempt(span, 0, nerr, false, 0)
-				return nil, nerr
+				return fail(nerr)
 			}
 			nerr := c.networkError(p.method, p.logURL, err)
 			v := shouldRetry(networkFailure, noRetryAfter, attempt, c.cfg.maxRetries, p.repeatable)
 			if !v.retry {
 				endAttempt(span, 0, nerr, false, 0)
 				p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, giving up", slog.Int("attempt", attempt+1), slog.String("error", nerr.Error()))
-				return nil, nerr
+				return fail(nerr)
 			}
 			unsure = unsure || !neverSent(err)
 			wait := backoff(attempt + 1)
 			endAttempt(span, 0, nerr, true, wait)
 			p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: network failure, retrying", slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.String("error", nerr.Error()))
 			if err := c.wait(ctx, wait); err != nil {
-				return nil, c.networkError(p.method, p.logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, nerr.Error()))
+				return fail(c.networkError(p.method, p.logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, nerr.Error())))
 			}
 			continue
 		}
@@ -157,7 +165,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		endAttempt(span, resp.status, apiErr, true, wait)
 		p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: retrying", slog.Int("attempt", attempt+1), slog.Int("status", resp.status), slog.Duration("wait", wait), slog.Bool("retry_after", hasWait))
 		if err := c.wait(ctx, wait); err != nil {
-			return nil, c.networkError(p.method, p.logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, apiErr.Error()))
+			return fail(c.networkError(p.method, p.logURL, fmt.Errorf("%w (while waiting to retry after: %s)", err, apiErr.Error())))
 		}
 	}
 }

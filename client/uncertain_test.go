@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -52,4 +53,52 @@ func TestUncertainRefusal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRefusedConnection: a connection refused happens before any byte of
+// the request leaves, so a send whose every attempt was refused cannot have
+// been delivered. A refusal after an attempt whose answer was lost (a 503
+// here) proves nothing of that attempt: the request may have been taken.
+func TestRefusedConnection(t *testing.T) {
+	t.Parallel()
+	t.Run("every attempt refused", func(t *testing.T) {
+		t.Parallel()
+		api := newFakeAPI(t, respond(200, `{"id":"em_1"}`))
+		url := api.URL
+		api.Close() // nothing listens on the port any more
+		c, _ := newTestClient(t, url)
+		_, err := c.Emails.Send(context.Background(), sampleEmail())
+		var netErr *NetworkError
+		if !errors.As(err, &netErr) || !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("err = %v, want a *NetworkError, connection refused", err)
+		}
+		if netErr.Uncertain || MayHaveBeenDelivered(err) {
+			t.Errorf("Uncertain = %v, MayHaveBeenDelivered = %v; want false, false: no connection was made (%v)",
+				netErr.Uncertain, MayHaveBeenDelivered(err), err)
+		}
+	})
+	t.Run("503, then refused", func(t *testing.T) {
+		t.Parallel()
+		var api *fakeAPI
+		api = newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
+			// The API goes away after this answer: the listener is closed
+			// and this connection is not kept, so the retry is refused.
+			api.Listener.Close()
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})
+		c, _ := newTestClient(t, api.URL)
+		_, err := c.Emails.Send(context.Background(), sampleEmail())
+		var netErr *NetworkError
+		if !errors.As(err, &netErr) || !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("err = %v, want a *NetworkError, connection refused", err)
+		}
+		if !netErr.Uncertain || !MayHaveBeenDelivered(err) {
+			t.Errorf("Uncertain = %v, MayHaveBeenDelivered = %v; want true, true: the 503's request may have been taken (%v)",
+				netErr.Uncertain, MayHaveBeenDelivered(err), err)
+		}
+		if n := api.count(); n != 1 {
+			t.Errorf("the API saw %d requests, want 1", n)
+		}
+	})
 }

@@ -4,31 +4,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Cancel cancels an intent whose send has not started: it is pending and no
-// attempt has been made, so nothing can have reached the API. The drain
+// Cancel cancels an intent that nothing of can have reached the API: it is
+// pending, in no batch, and either no attempt has been made or none of its
+// attempts may have been delivered (it is not uncertain: each attempt
+// failed before any byte of the request left, a refused connection or a
+// DNS failure, or was answered with a 429). An intent retrying after an
+// attempt whose outcome is unknown (a timeout, a 5xx, a lost answer), or
+// retried with force after one (the force clears uncertain), is refused: canceling it would not unsend what the API may hold. The drain
 // claims only pending intents; the River job of an intent from a release
 // before the drain is cancelled in the same transaction. Any other intent
-// returns a
-// *StateError and is left as it was.
+// returns a *StateError and is left as it was.
 func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 	var rec *Record
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
 			SET state = 'canceled', updated_at = now()
-			WHERE idempotency_key = $1 AND state = 'pending' AND attempts = 0 AND batch_key IS NULL
+			WHERE idempotency_key = $1 AND state = 'pending' AND batch_key IS NULL
+				AND (attempts = 0 OR (NOT uncertain AND forced_retry_at IS NULL))
 			RETURNING `+columns, key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			cur, gerr := get(ctx, tx, key)
 			if gerr != nil {
 				return gerr
 			}
-			return &StateError{Key: key, Op: "cancel", State: cur.State, Reason: cancelRefusal(cur)}
+			return &StateError{Key: key, Op: "cancel", State: cur.State, Reason: cur.CancelRefusal()}
 		}
 		if err != nil {
 			return err
@@ -50,17 +56,31 @@ func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 	return rec, nil
 }
 
-func cancelRefusal(r *Record) string {
+// Cancelable reports whether Cancel would cancel the intent as read (see
+// CancelRefusal).
+func (r *Record) Cancelable() bool { return r.CancelRefusal() == "" }
+
+// CancelRefusal is why Cancel would refuse the intent as read, "" when it
+// would cancel it: it is pending, in no batch, and no attempt of it may have
+// reached the API (none was made; or it is not uncertain, and no forced
+// retry set an uncertain attempt aside).
+func (r *Record) CancelRefusal() string {
 	switch {
-	case r.State == StatePending && r.BatchKey != "" && r.Attempts == 0:
+	case r.State == StatePending && r.BatchKey != "":
 		return fmt.Sprintf("it is frozen into batch %s with other intents, and a frozen batch's request never changes", r.BatchKey)
+	case r.State == StatePending && r.Attempts > 0 && r.ForcedRetryAt != nil:
+		return fmt.Sprintf("%d send attempt(s) already made, and one before its forced retry at %s may have reached the API",
+			r.Attempts, r.ForcedRetryAt.UTC().Format(time.RFC3339))
+	case r.State == StatePending && r.Attempts > 0 && r.Uncertain:
+		return fmt.Sprintf("%d send attempt(s) already made, and one may have reached the API (it is uncertain: a timeout, "+
+			"a 5xx or a lost answer); it is retried under its key, which the API replays if it took it", r.Attempts)
 	case r.State == StatePending:
-		return fmt.Sprintf("%d send attempt(s) already made; one may have reached the API", r.Attempts)
+		return ""
 	case r.State == StateSending:
 		return "a worker is sending it now"
 	case r.State == StateCanceled:
 		return "it is already canceled"
 	default:
-		return "only a pending intent whose send has not started can be canceled"
+		return "only a pending intent none of whose attempts may have reached the API can be canceled"
 	}
 }

@@ -419,6 +419,64 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// TestCancelRetrying: an intent retrying after attempts none of which may
+// have reached the API (each refused before the request left: no
+// connection, no DNS) can be canceled; one whose attempt may have reached
+// it (uncertain) cannot, and the refusal says why.
+func TestCancelRetrying(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob := setup(t)
+	for _, k := range []string{"c:never-connected", "c:uncertain"} {
+		if _, err := enqueue(t, pool, ob, outbox.Intent{Key: k, Payload: json.RawMessage(invoiceBody)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 7 {
+		attempted(t, pool, ob, "c:never-connected", outbox.StatePending, false)
+	}
+	if rec := outboxtest.Get(t, ob, "c:never-connected"); !rec.Cancelable() {
+		t.Errorf("Cancelable() = false for %s, %d attempts, uncertain %v; want true", rec.State, rec.Attempts, rec.Uncertain)
+	}
+	rec, err := ob.Cancel(ctx, "c:never-connected")
+	if err != nil || rec.State != outbox.StateCanceled || rec.Attempts != 7 {
+		t.Fatalf("Cancel after 7 attempts that reached nothing = %v; want canceled", err)
+	}
+	if got := drainKeys(t, pool, ""); len(got) != 1 || got[0] != "c:uncertain" {
+		t.Fatalf("the drain would claim %v, want only c:uncertain", got)
+	}
+
+	attempted(t, pool, ob, "c:uncertain", outbox.StatePending, false)
+	attempted(t, pool, ob, "c:uncertain", outbox.StatePending, true)
+	if rec := outboxtest.Get(t, ob, "c:uncertain"); rec.Cancelable() {
+		t.Errorf("Cancelable() = true for %s, %d attempts, uncertain %v; want false", rec.State, rec.Attempts, rec.Uncertain)
+	}
+	_, err = ob.Cancel(ctx, "c:uncertain")
+	var se *outbox.StateError
+	if !errors.As(err, &se) || se.State != outbox.StatePending || !strings.Contains(se.Reason, "2 send attempt(s) already made, and one may have reached the API") {
+		t.Fatalf("Cancel of an uncertain intent = %v, want a StateError saying an attempt may have reached the API", err)
+	}
+	if rec := outboxtest.Get(t, ob, "c:uncertain"); rec.State != outbox.StatePending {
+		t.Fatalf("after the refused cancel: %s, want pending", rec.State)
+	}
+
+	// Parked uncertain, then retried with force: the force clears
+	// uncertain (a new window), but the attempt before it may still have
+	// reached the API.
+	attempted(t, pool, ob, "c:uncertain", outbox.StateFailed, true)
+	if _, err := ob.Retry(ctx, "c:uncertain", &outbox.RetryOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := outboxtest.Get(t, ob, "c:uncertain"); rec.State != outbox.StatePending || rec.Uncertain || rec.Cancelable() {
+		t.Fatalf("after a forced retry: %s, uncertain %v, cancelable %v; want pending, not uncertain, not cancelable",
+			rec.State, rec.Uncertain, rec.Cancelable())
+	}
+	_, err = ob.Cancel(ctx, "c:uncertain")
+	if !errors.As(err, &se) || !strings.Contains(se.Reason, "3 send attempt(s) already made, and one before its forced retry at") {
+		t.Fatalf("Cancel after a forced retry = %v, want a StateError naming the forced retry", err)
+	}
+}
+
 func TestRetry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

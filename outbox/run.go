@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,18 +38,28 @@ type Run struct {
 // RunState is where a run stands.
 type RunState string
 
-// The states of a run. Whether it is done is counted from its members.
+// The states of a run. Active, paused and canceled are the run's row
+// (sendonce_run.state); done is counted from its members.
 const (
 	RunActive   RunState = "active"
 	RunPaused   RunState = "paused"   // no member is claimed; sends in flight finish
 	RunCanceled RunState = "canceled" // every member not yet attempted was canceled
+	// RunDone is an active run that has members and none of them is
+	// waiting or being sent: every one is settled (sent, failed, canceled
+	// or suppressed). It is RunStatus's, never the row's: a member
+	// enqueued into it later makes it active again.
+	RunDone RunState = "done"
 )
 
 var runKeyPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
 
 // RunStatus is a run and its members' progress.
 type RunStatus struct {
-	Key        string     `json:"key"`
+	Key string `json:"key"`
+	// State is the run's state: its row's (active, paused, canceled), or
+	// done for an active run whose members are all settled (Settled).
+	// Every reader (sendonce runs and run show, the outbox page, the
+	// metrics) shows this one.
 	State      RunState   `json:"state"`
 	SendAt     *time.Time `json:"sendAt,omitempty"`
 	Schedule   string     `json:"schedule,omitempty"`
@@ -70,6 +81,12 @@ type RunStatus struct {
 // Done reports whether no member is waiting or being sent.
 func (s *RunStatus) Done() bool {
 	return s.Counts[StatePending] == 0 && s.Counts[StateSending] == 0
+}
+
+// Settled reports whether the run has members and every one of them is
+// settled: nothing is left to send, nor to cancel.
+func (s *RunStatus) Settled() bool {
+	return s.Total > 0 && s.Done()
 }
 
 // Left is how long the members still to send take at the pace of the last
@@ -249,7 +266,15 @@ func runStatuses(ctx context.Context, db querier, rest string, args ...any) ([]*
 			st.Deliveries[d] += n
 		}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, st := range out {
+		if st.State == RunActive && st.Settled() {
+			st.State = RunDone
+		}
+	}
+	return out, nil
 }
 
 // querier is a pool, a connection or a transaction.
@@ -394,6 +419,17 @@ func (o *Outbox) CancelRun(ctx context.Context, key string) (*RunCancel, error) 
 		if _, err := lockRun(ctx, tx, key, "cancel", RunActive, RunPaused); err != nil {
 			return err
 		}
+		// A run whose members are all settled has nothing left to cancel:
+		// marking it canceled would say its sent members were not. Read
+		// under the run's lock, which an enqueue into it waits for.
+		cur, err := runStatus(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		if cur.Settled() {
+			return &RunStateError{Key: key, Op: "cancel", State: cur.State, Reason: fmt.Sprintf(
+				"every one of its %d members is settled (%s): nothing is left to cancel", cur.Total, settledCounts(cur))}
+		}
 		if err := setRunState(ctx, tx, key, RunCanceled); err != nil {
 			return err
 		}
@@ -422,12 +458,32 @@ func (o *Outbox) CancelRun(ctx context.Context, key string) (*RunCancel, error) 
 	return res, nil
 }
 
+// settledCounts is "40 sent" or "38 sent, 2 failed": a settled run's
+// members by state.
+func settledCounts(st *RunStatus) string {
+	var parts []string
+	for _, s := range States {
+		if n := st.Counts[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, s))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// RescheduleSlack is how far before the database's clock a time given to
+// RescheduleRun may be and still be taken as now.
+const RescheduleSlack = time.Minute
+
 // RescheduleRun moves a run's members whose send has not started to at:
 // each is held on its row until then, for the workers' drains (frozen
 // batches not yet attempted are undone, their members rescheduled with the
 // others; a member that had a River job of its own, from a release before
 // the drain, goes to the drain too, and its old job ends without sending).
-// It returns how many it moved.
+// It returns how many it moved. A time in the past is refused
+// (*InvalidError), so that a mistyped date never releases a run at once:
+// at must be ahead, or now. To allow for a caller's clock a little behind
+// the database's, a time up to RescheduleSlack before the database's clock
+// is taken as now (the members go at once).
 func (o *Outbox) RescheduleRun(ctx context.Context, key string, at time.Time) (int64, error) {
 	if at.IsZero() {
 		return 0, invalid("time", "zero time")
@@ -436,6 +492,16 @@ func (o *Outbox) RescheduleRun(ctx context.Context, key string, at time.Time) (i
 	_, err := o.runOp(ctx, key, "reschedule", func(tx pgx.Tx) error {
 		if _, err := lockRun(ctx, tx, key, "reschedule", RunActive, RunPaused); err != nil {
 			return err
+		}
+		// The database's clock, the one the drain compares send_at with.
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		if at.Before(now.Add(-RescheduleSlack)) {
+			return invalid("time", fmt.Sprintf("%s is in the past (the database's clock says %s): a run is rescheduled "+
+				"to a time ahead, or now (sendonce run reschedule KEY now)",
+				at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
 		}
 		if _, err := tx.Exec(ctx, `UPDATE sendonce_run SET send_at = $2, updated_at = now() WHERE key = $1`, key, at); err != nil {
 			return err
@@ -478,7 +544,8 @@ func (o *Outbox) runOp(ctx context.Context, key, op string, fn func(pgx.Tx) erro
 	})
 	if err != nil {
 		var rse *RunStateError
-		if errors.As(err, &rse) || errors.Is(err, ErrNotFound) {
+		var inv *InvalidError
+		if errors.As(err, &rse) || errors.As(err, &inv) || errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("outbox: %s run %q: %w", op, key, err)

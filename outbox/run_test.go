@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,9 +233,22 @@ func TestRescheduleRun(t *testing.T) {
 	if got := drainKeys(t, pool, ""); len(got) != 0 {
 		t.Fatalf("the drain would claim %v before the run's new time, want nothing", got)
 	}
-	// Rescheduled to a time already come: the drain claims them.
-	if n, err = ob.RescheduleRun(ctx, "digest:w49", time.Now().Add(-time.Minute)); err != nil || n != 2 {
-		t.Fatalf("RescheduleRun to the past = %d, %v; want 2", n, err)
+	// Rescheduled to a time in the past: refused, nothing moved (a
+	// mistyped date must not release a run at once).
+	past := time.Date(2025, 12, 8, 9, 0, 0, 0, time.UTC)
+	_, err = ob.RescheduleRun(ctx, "digest:w49", past)
+	var inv *outbox.InvalidError
+	if !errors.As(err, &inv) || !strings.Contains(err.Error(), "2025-12-08T09:00:00Z is in the past") {
+		t.Fatalf("RescheduleRun to the past = %v; want an InvalidError saying the time is in the past", err)
+	}
+	if got := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox
+		WHERE run_key = 'digest:w49' AND state = 'pending' AND send_at = $1`, at); got != 2 {
+		t.Fatalf("%d members still held until %s after the refused reschedule, want 2", got, at)
+	}
+	// Rescheduled to now (a caller's now, a little behind the database's
+	// clock): the drain claims them.
+	if n, err = ob.RescheduleRun(ctx, "digest:w49", time.Now().Add(-time.Second)); err != nil || n != 2 {
+		t.Fatalf("RescheduleRun to now = %d, %v; want 2", n, err)
 	}
 	if got := drainKeys(t, pool, ""); !slices.Equal(got, []string{"digest:w49:1", "digest:w49:2"}) {
 		t.Fatalf("the drain would claim %v once the run's time has come, want the 2 members not yet sent", got)
@@ -271,10 +286,80 @@ func TestRescheduleRunGivesJobsToTheDrain(t *testing.T) {
 	if got := drainKeys(t, pool, ""); len(got) != 0 {
 		t.Fatalf("the drain would claim %v before the run's new time, want nothing", got)
 	}
-	if n, err = ob.RescheduleRun(ctx, "digest:w49", time.Now().Add(-time.Minute)); err != nil || n != 2 {
-		t.Fatalf("RescheduleRun to the past = %d, %v; want 2", n, err)
+	if n, err = ob.RescheduleRun(ctx, "digest:w49", time.Now()); err != nil || n != 2 {
+		t.Fatalf("RescheduleRun to now = %d, %v; want 2", n, err)
 	}
 	if got := drainKeys(t, pool, ""); len(got) != 2 {
 		t.Fatalf("the drain would claim %v once the run's time has come, want the 2 unsent members", got)
+	}
+}
+
+// TestSettledRun: a run whose members are all settled reads done (every
+// reader shows RunStatus.State), and a cancel of it is refused, with the
+// run left as it was: all 40 were sent, and "canceled" would say
+// otherwise. A paused run all settled stays paused, and its cancel is
+// refused too. A new member makes a done run active again, and a cancel
+// then goes through. A run with no members yet is active, and cancelable.
+func TestSettledRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob := setup(t)
+	for _, k := range []string{"billing:done", "billing:paused"} {
+		if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: k, Intents: members(k, 40)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "billing:empty"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.PauseRun(ctx, "billing:paused"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1, sent_at = now(), message_id = 'msg_' || id
+		WHERE run_key IN ('billing:done', 'billing:paused')`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'failed', last_error = '422' WHERE idempotency_key = 'billing:done:7'`)
+
+	st, err := ob.RunStatus(ctx, "billing:done")
+	if err != nil || st.State != outbox.RunDone || !st.Settled() {
+		t.Fatalf("RunStatus of a run all settled = %+v, %v; want done", st, err)
+	}
+	runs, err := ob.Runs(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]outbox.RunState{}
+	for _, r := range runs {
+		states[r.Key] = r.State
+	}
+	if want := map[string]outbox.RunState{"billing:done": outbox.RunDone, "billing:paused": outbox.RunPaused, "billing:empty": outbox.RunActive}; !maps.Equal(states, want) {
+		t.Fatalf("Runs states %v, want %v", states, want)
+	}
+
+	_, err = ob.CancelRun(ctx, "billing:done")
+	var rse *outbox.RunStateError
+	if !errors.As(err, &rse) || rse.State != outbox.RunDone ||
+		!strings.Contains(err.Error(), `cannot cancel run "billing:done": it is done: every one of its 40 members is settled (39 sent, 1 failed): nothing is left to cancel`) {
+		t.Fatalf("CancelRun of a done run = %v; want a RunStateError: nothing is left to cancel", err)
+	}
+	_, err = ob.CancelRun(ctx, "billing:paused")
+	if !errors.As(err, &rse) || !strings.Contains(err.Error(), "it is paused: every one of its 40 members is settled (40 sent)") {
+		t.Fatalf("CancelRun of a paused run all settled = %v; want a RunStateError", err)
+	}
+	if got := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_run WHERE state = 'canceled'`); got != 0 {
+		t.Fatalf("%d runs canceled after the refused cancels, want none", got)
+	}
+
+	// A member more: active again, and canceled with it.
+	if _, err := enqueueRun(t, pool, ob, outbox.Run{Key: "billing:done", Intents: members("billing:done", 41)}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = ob.RunStatus(ctx, "billing:done"); err != nil || st.State != outbox.RunActive {
+		t.Fatalf("RunStatus after a new member = %+v, %v; want active", st, err)
+	}
+	if res, err := ob.CancelRun(ctx, "billing:done"); err != nil || res.Canceled != 1 || res.Status.State != outbox.RunCanceled {
+		t.Fatalf("CancelRun with a member to send = %+v, %v; want 1 canceled", res, err)
+	}
+	if res, err := ob.CancelRun(ctx, "billing:empty"); err != nil || res.Canceled != 0 || res.Status.State != outbox.RunCanceled {
+		t.Fatalf("CancelRun of a run with no members = %+v, %v; want canceled (it takes no members from now on)", res, err)
 	}
 }

@@ -103,7 +103,7 @@ func decide(e attemptEnd, cfg *SendConfig) verdict {
 		// may have reached the API. Returning the context's error lets River
 		// put the job back without counting an attempt, so a deploy never
 		// burns an intent's attempts or parks it.
-		return verdict{action: actRequeue, result: ResultRetry, withLatency: true, uncertain: true, reason: reason, rateLimited: keep}
+		return verdict{action: actRequeue, result: ResultRetry, withLatency: true, uncertain: mayHaveReached(e.err), reason: reason, rateLimited: keep}
 
 	case e.windowEnded && client.IsRateLimited(e.err):
 		// The replay window ended while the send waited for the fleet's
@@ -113,7 +113,7 @@ func decide(e attemptEnd, cfg *SendConfig) verdict {
 
 	case e.windowEnded:
 		// The replay window ended during the attempt.
-		return verdict{action: actPark, result: ResultExpired, uncertain: true, rateLimited: keep, reason: fmt.Sprintf(
+		return verdict{action: actPark, result: ResultExpired, uncertain: mayHaveReached(e.err), rateLimited: keep, reason: fmt.Sprintf(
 			"%s; the %s replay window ended during the attempt, parked rather than risk a second delivery", reason, cfg.ReplayWindow)}
 
 	case errors.Is(e.err, errUnsendable), errors.Is(e.err, client.ErrInsecureBaseURL), client.IsPermanent(e.err):
@@ -135,20 +135,35 @@ func decide(e attemptEnd, cfg *SendConfig) verdict {
 	default:
 		// A network error, a timeout or a 5xx after the client's own
 		// retries: the send may or may not have reached the API. Try again
-		// later with the same key, which replays it if it did.
+		// later with the same key, which replays it if it did. A connection
+		// that was never made (refused, a DNS failure, with no earlier
+		// attempt of the call in doubt) delivered nothing: the intent is
+		// not marked uncertain, so an operator may cancel it.
+		uncertain := mayHaveReached(e.err)
 		if e.jobAttempt >= cfg.MaxAttempts {
-			return verdict{action: actPark, result: ResultFailed, uncertain: true, rateLimited: keep,
+			return verdict{action: actPark, result: ResultFailed, uncertain: uncertain, rateLimited: keep,
 				reason: fmt.Sprintf("%s; gave up after %d attempts", reason, e.jobAttempt)}
 		}
 		if cfg.retryDelay(e.jobAttempt) >= e.left {
-			return verdict{action: actPark, result: ResultExpired, uncertain: true, rateLimited: keep, reason: fmt.Sprintf(
+			return verdict{action: actPark, result: ResultExpired, uncertain: uncertain, rateLimited: keep, reason: fmt.Sprintf(
 				"%s; the next attempt would pass the %s replay window, parked rather than risk a second delivery", reason, cfg.ReplayWindow)}
 		}
 		if e.rateLimited > 0 {
 			keep = 0 // the 429s in a row are over
 		}
-		return verdict{action: actRetry, result: ResultRetry, withLatency: true, uncertain: true, reason: reason, rateLimited: keep}
+		return verdict{action: actRetry, result: ResultRetry, withLatency: true, uncertain: uncertain, reason: reason, rateLimited: keep}
 	}
+}
+
+// mayHaveReached reports whether an attempt that ended in err, not an
+// answer of the API, may have reached it: anything but a network failure
+// the client shows came before any byte of the request left (the
+// connection refused or never made, a DNS failure) after no attempt of the
+// same call whose outcome is unknown (client.MayHaveBeenDelivered). An
+// error that is not the client's is taken as possibly delivered.
+func mayHaveReached(err error) bool {
+	var netErr *client.NetworkError
+	return !errors.As(err, &netErr) || client.MayHaveBeenDelivered(err)
 }
 
 // decideWait is decide for an answer that names a wait: a 429, or another

@@ -3,7 +3,11 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +34,15 @@ func TestDecide(t *testing.T) {
 	retryAfter := func(d time.Duration) func(*client.APIError) { return func(e *client.APIError) { e.RetryAfter = d } }
 	lostAnswer := func(e *client.APIError) { e.Uncertain = true }
 	network := &client.NetworkError{Op: "POST", URL: "https://api.example/emails", Err: errors.New("connection reset by peer")}
+	// netErr is a network failure as net/http returns it.
+	netErr := func(err error, uncertain bool) error {
+		return &client.NetworkError{Op: "POST", URL: "https://api.example/emails", Uncertain: uncertain,
+			Err: &url.Error{Op: "Post", URL: "https://api.example/emails", Err: err}}
+	}
+	refused := netErr(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false)
+	noSuchHost := netErr(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "api.example", IsNotFound: true}}, false)
+	reset := netErr(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, false)
+	refusedAfterLost := netErr(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true)
 	// end is an attempt whose error was err, with an hour of its window left,
 	// River's first try, no snoozes.
 	end := func(err error, mod ...func(*attemptEnd)) attemptEnd {
@@ -80,12 +93,19 @@ func TestDecide(t *testing.T) {
 			"waiting 2h0m0s would pass the 23h0m0s replay window"},
 
 		{"network error: pending, uncertain, retried", end(network), pending, true, "retried", ResultRetry, "connection reset by peer"},
+		{"connection refused: nothing reached the API, not uncertain", end(refused), pending, false, "retried", ResultRetry, "connection refused"},
+		{"DNS failure: nothing reached the API, not uncertain", end(noSuchHost), pending, false, "retried", ResultRetry, "no such host"},
+		{"... failed after --max-attempts, not uncertain", end(refused, tries(10)), failed, false, "cancelled", ResultFailed, "gave up after 10 attempts"},
+		{"... past the window, not uncertain", end(noSuchHost, left(time.Second)), failed, false, "cancelled", ResultExpired, "would pass the 23h0m0s replay window"},
+		{"refused after an attempt of the call whose answer was lost: uncertain", end(refusedAfterLost), pending, true, "retried", ResultRetry, "connection refused"},
+		{"a reset once connected: uncertain", end(reset), pending, true, "retried", ResultRetry, "connection reset"},
 		{"408 after the client's own retries", end(api(408)), pending, true, "retried", ResultRetry, "408 code: message"},
 		{"5xx after the client's own retries", end(api(503)), pending, true, "retried", ResultRetry, "503 code: message"},
 		{"... failed after --max-attempts", end(api(503), tries(10)), failed, true, "cancelled", ResultFailed, "gave up after 10 attempts"},
 		{"... one short of --max-attempts", end(network, tries(9), left(24*time.Hour)), pending, true, "retried", ResultRetry, "connection reset"},
 
 		{"nothing yet: cut off by shutdown", end(network, shutdown), pending, true, "back to the queue", ResultRetry, "connection reset"},
+		{"cut off by shutdown while connecting: not uncertain", end(refused, shutdown), pending, false, "back to the queue", ResultRetry, "connection refused"},
 		{"cut off by shutdown at the last attempt: the attempt does not count", end(network, shutdown, tries(10)), pending, true, "back to the queue", ResultRetry, ""},
 
 		{"anything, when the next try would pass the window", end(network, left(time.Second)), failed, true, "cancelled", ResultExpired,

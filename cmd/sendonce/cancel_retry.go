@@ -22,11 +22,14 @@ func (a *app) cancelCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "cancel KEY",
-		Short: "Cancel an intent whose send has not started",
-		Long: `cancel cancels a pending intent on which no send attempt has been made, so
-nothing can have reached the API (an intent enqueued by a release before the
-drain has its own River job canceled with it). Any other intent (being sent,
-sent, failed, or pending after an attempt that may have reached the API) is
+		Short: "Cancel a pending intent nothing of which can have reached the API",
+		Long: `cancel cancels a pending intent nothing of which can have reached the API:
+no send attempt has been made, or it is retrying after attempts that are
+certain to have delivered nothing (the connection was refused or never made,
+a DNS failure, a 429), so it is not marked uncertain. An intent enqueued by a
+release before the drain has its own River job canceled with it. Any other
+intent (being sent, sent, failed, frozen into a batch, or pending after an
+attempt that may have reached the API: a timeout, a 5xx, a lost answer) is
 refused and left as it was.`,
 		Example: `  sendonce cancel welcome:user_17`,
 		Args:    keyArg,

@@ -26,8 +26,15 @@ schedule. A run's members are the intents enqueued with it (sendonce enqueue
   pause KEY             no member is claimed until resume; sends in flight finish
   resume KEY            members wait no longer
   cancel KEY            cancels every member whose send has not started, at once;
-                        members attempted already are left as they are, and counted
-  reschedule KEY TIME   holds the members whose send has not started until TIME (RFC 3339)`
+                        members attempted already are left as they are, and counted;
+                        a run whose members are all settled (done) is refused
+  reschedule KEY TIME   holds the members whose send has not started until TIME
+                        (RFC 3339, ahead: a time in the past is refused), or
+                        lets them go at once (TIME "now")
+
+A run's state is active, paused or canceled, or done: active, with members,
+every one of them settled (sent, failed, canceled or suppressed). The outbox
+page shows the same state.`
 
 func (a *app) runsCommand() *cobra.Command {
 	var asJSON bool
@@ -51,7 +58,7 @@ first: their state and their members by state.`,
 				return err
 			}
 			return printList(a.stdout, asJSON, runs, "KEY\tSTATE\tMEMBERS\tSENT\tFAILED\tCANCELED\tTO SEND\tCREATED", func(r *outbox.RunStatus) string {
-				return fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", r.Key, runStateText(r), r.Total, r.Counts[outbox.StateSent],
+				return fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", r.Key, r.State, r.Total, r.Counts[outbox.StateSent],
 					r.Counts[outbox.StateFailed], r.Counts[outbox.StateCanceled],
 					r.Counts[outbox.StatePending]+r.Counts[outbox.StateSending], stamp(r.CreatedAt))
 			})
@@ -60,14 +67,6 @@ first: their state and their members by state.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the runs as a JSON array")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs (1 to 1000)")
 	return cmd
-}
-
-// runStateText is a run's state, "done" when nothing is left to send.
-func runStateText(r *outbox.RunStatus) string {
-	if r.State == outbox.RunActive && r.Done() {
-		return "done"
-	}
-	return string(r.State)
 }
 
 // runCommand declares `sendonce run` and its five subcommands. It is long
@@ -134,7 +133,7 @@ func (a *app) runCommand() *cobra.Command {
 	var queue string
 	reschedule := &cobra.Command{
 		Use:   "reschedule KEY TIME",
-		Short: "Hold the members whose send has not started until TIME (RFC 3339)",
+		Short: "Hold the members whose send has not started until TIME (RFC 3339, ahead; or now)",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 2 {
 				return usagef("want a run's key and an RFC 3339 time, as in: sendonce run reschedule billing:2026-12 2026-12-08T09:00:00Z")
@@ -143,17 +142,28 @@ func (a *app) runCommand() *cobra.Command {
 		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			at, err := time.Parse(time.RFC3339, args[1])
+			if args[1] == "now" {
+				at, err = time.Now(), nil
+			}
 			if err != nil {
-				return usagef("%q is not an RFC 3339 time (like 2026-12-08T09:00:00Z)", args[1])
+				return usagef("%q is not an RFC 3339 time (like 2026-12-08T09:00:00Z) nor now", args[1])
 			}
 			n, err := fromOutbox(cmd.Context(), a, queue, func(ob *outbox.Outbox, ctx context.Context) (int64, error) {
 				return ob.RescheduleRun(ctx, args[0], at)
 			})
+			var inv *outbox.InvalidError
+			if errors.As(err, &inv) {
+				return usageError{err}
+			}
 			if err != nil {
 				return noSuch("run", args[0], err)
 			}
 			if asJSON {
 				return printJSON(a.stdout, map[string]any{"key": args[0], "sendAt": at, "rescheduled": n})
+			}
+			if args[1] == "now" {
+				fmt.Fprintf(a.stdout, "rescheduled run %s: %d members due now\n", args[0], n)
+				return nil
 			}
 			fmt.Fprintf(a.stdout, "rescheduled run %s: %d members held until %s\n", args[0], n, stamp(at))
 			return nil
@@ -184,7 +194,7 @@ func runKeyArg(cmd *cobra.Command, args []string) error {
 func printRun(w io.Writer, r *outbox.RunStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "key:\t%s\n", r.Key)
-	fmt.Fprintf(tw, "state:\t%s\n", runStateText(r))
+	fmt.Fprintf(tw, "state:\t%s\n", r.State)
 	if r.SendAt != nil {
 		fmt.Fprintf(tw, "send at:\t%s\n", stamp(*r.SendAt))
 	}
@@ -202,8 +212,17 @@ func printRun(w io.Writer, r *outbox.RunStatus) {
 	}
 	fmt.Fprintf(tw, "sent in the last minute:\t%d\n", r.SentLastMinute)
 	switch left := r.Left(); {
-	case r.Done():
+	case r.Settled():
 		fmt.Fprintf(tw, "time left:\tnone, done\n")
+	case r.Total == 0:
+		fmt.Fprintf(tw, "time left:\tnone: no members yet\n")
+	case r.Done():
+		fmt.Fprintf(tw, "time left:\tnone, nothing left to send\n")
+	case r.State == outbox.RunPaused:
+		fmt.Fprintf(tw, "time left:\tpaused: %d members wait until sendonce run resume %s\n",
+			r.Counts[outbox.StatePending]+r.Counts[outbox.StateSending], r.Key)
+	case r.SendAt != nil && r.SendAt.After(time.Now()):
+		fmt.Fprintf(tw, "time left:\tnot started: the run's send time is %s\n", stamp(*r.SendAt))
 	case left > 0:
 		fmt.Fprintf(tw, "time left:\tabout %s at that pace\n", left.Round(time.Second))
 	default:

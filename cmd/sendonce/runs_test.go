@@ -107,3 +107,64 @@ func TestScheduleCommands(t *testing.T) {
 	wantOK(t, sendonce(t, env, "", "schedule", "remove", "digest"))
 	wantError(t, sendonce(t, env, "", "schedule", "remove", "digest"), 1, "digest")
 }
+
+// TestRunCommandsFitTheState: `run cancel` of a run whose members are all
+// sent is refused (it used to turn the run "canceled"), with the run left
+// done; `runs` and `run show` say done; a reschedule into the past is
+// refused, naming the time, and "now" lets the members go; a paused run's
+// `run show` says it is paused, not that nothing was sent lately.
+func TestRunCommandsFitTheState(t *testing.T) {
+	t.Parallel()
+	dbURL, env := newDBEnv(t)
+	pool := poolFor(t, dbURL)
+	enqueue := func(run string, n int) {
+		var lines []string
+		for i := range n {
+			lines = append(lines, fmt.Sprintf(`{"key":"%s:%d","payload":{"from":"billing@example.com","to":["c%d@example.com"],"subject":"Invoice","text":"x"}}`, run, i, i))
+		}
+		wantOK(t, sendonce(t, env, strings.Join(lines, "\n")+"\n", "enqueue", "--run", run))
+	}
+	enqueue("billing:done", 40)
+	enqueue("billing:later", 3)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'sent', attempts = 1, sent_at = now(), message_id = 'msg_' || id
+		WHERE run_key = 'billing:done'`)
+
+	r := sendonce(t, env, "", "runs")
+	wantOK(t, r)
+	if !regexp.MustCompile(`billing:done +done +40 +40 `).MatchString(r.stdout) {
+		t.Errorf("runs does not say billing:done is done:\n%s", r.stdout)
+	}
+	wantError(t, sendonce(t, env, "", "run", "cancel", "billing:done"), 1,
+		"it is done", "every one of its 40 members is settled (40 sent)", "nothing is left to cancel")
+	r = sendonce(t, env, "", "run", "show", "billing:done")
+	wantOK(t, r)
+	if !regexp.MustCompile(`state: +done\n`).MatchString(r.stdout) || !strings.Contains(r.stdout, "none, done") {
+		t.Errorf("run show after the refused cancel:\n%s", r.stdout)
+	}
+
+	wantError(t, sendonce(t, env, "", "run", "reschedule", "billing:later", "2025-12-08T09:00:00Z"), 2,
+		"2025-12-08T09:00:00Z is in the past")
+	r = sendonce(t, env, "", "run", "reschedule", "billing:later", "2030-01-02T08:00:00Z")
+	wantOK(t, r)
+	r = sendonce(t, env, "", "run", "show", "billing:later")
+	wantOK(t, r)
+	if !regexp.MustCompile(`time left: +not started: the run's send time is 2030-01-02`).MatchString(r.stdout) {
+		t.Errorf("run show of a run held until 2030:\n%s", r.stdout)
+	}
+	r = sendonce(t, env, "", "run", "reschedule", "billing:later", "now")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "3 members due now") {
+		t.Errorf("run reschedule now: %q", r.stdout)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE run_key = 'billing:later' AND send_at <= now()`); n != 3 {
+		t.Errorf("%d members due after reschedule now, want 3", n)
+	}
+
+	wantOK(t, sendonce(t, env, "", "run", "pause", "billing:later"))
+	r = sendonce(t, env, "", "run", "show", "billing:later")
+	wantOK(t, r)
+	if !regexp.MustCompile(`time left: +paused: 3 members wait until sendonce run resume billing:later`).MatchString(r.stdout) ||
+		strings.Contains(r.stdout, "nothing sent in the last minute") {
+		t.Errorf("run show of a paused run:\n%s", r.stdout)
+	}
+}

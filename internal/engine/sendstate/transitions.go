@@ -170,8 +170,10 @@ var Transitions = []Transition{
 
 	{From: outbox.StatePending, To: outbox.StateCanceled, Statement: "outbox.Cancel",
 		By: "an operator: Cancel, sendonce cancel, the outbox page",
-		Rule: "never attempted (attempts 0) and not frozen into a batch: nothing can have reached the API. Its " +
-			"River job is cancelled in the same transaction"},
+		Rule: "never attempted (attempts 0), or retrying after attempts none of which may have reached the API " +
+			"(not uncertain: each refused before the request left, or answered with a 429; and never retried with " +
+			"force, which clears uncertain), and not frozen into a batch: nothing can have reached the API. Its River " +
+			"job is cancelled in the same transaction"},
 	{From: outbox.StatePending, To: outbox.StateCanceled, Statement: "outbox.CancelRun",
 		By: "an operator canceling a run: CancelRun, sendonce run cancel",
 		Rule: "a member of the run never attempted (attempts 0) or released by a split (first_attempt_at NULL), in " +

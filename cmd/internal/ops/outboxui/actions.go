@@ -74,9 +74,13 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, action string,
 				"a retry sends it, with the same key. Fix the cause first.")
 		}
 	case "cancel":
-		d.CanGo = rec.State == outbox.StatePending && rec.Attempts == 0 && rec.BatchKey == ""
-		if !d.CanGo {
-			d.Refusal = "Only a pending intent whose send has not started can be canceled."
+		d.CanGo = rec.Cancelable()
+		switch {
+		case !d.CanGo:
+			d.Refusal = rec.CancelRefusal() + "."
+		case rec.Attempts > 0:
+			d.Notes = append(d.Notes, fmt.Sprintf("%d send attempt(s) already made, none of which can have reached the API "+
+				"(each failed before the request left, as a refused connection does, or was answered with a 429).", rec.Attempts))
 		}
 	}
 	var se *outbox.StateError

@@ -35,6 +35,9 @@ type intentData struct {
 	RetryHint bool
 	// Scheduled: pending and not due yet (its send time is ahead).
 	Scheduled bool
+	// MaxAttempts is the workers' --max-attempts, the tries shown against
+	// (0: not known, shown alone).
+	MaxAttempts int
 }
 
 // emailSummary is what an email's payload says of where it goes; its body
@@ -110,7 +113,7 @@ func (h *Handler) readIntent(ctx context.Context, key string) (*intentData, erro
 		return nil, err
 	}
 	d := &intentData{Rec: rec, Emails: summarize(rec), Payload: indent(rec.Payload),
-		CanRetry: rec.State == outbox.StateFailed || rec.State == outbox.StateSuppressed, CanCancel: rec.State == outbox.StatePending && rec.Attempts == 0 && rec.BatchKey == ""}
+		CanRetry: rec.State == outbox.StateFailed || rec.State == outbox.StateSuppressed, CanCancel: rec.Cancelable(), MaxAttempts: h.opts.MaxAttempts}
 	d.RetryHint = d.CanRetry && !h.opts.Actions
 	drain := &drainInfo{}
 	if err := h.pool.QueryRow(ctx, `SELECT coalesce(run_key, ''), coalesce(state = 'pending' AND send_at > now(), false),

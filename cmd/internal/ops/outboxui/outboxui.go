@@ -47,7 +47,9 @@ type Options struct {
 	// overview says which, so that zeros under delivery status read right.
 	WebhookAddr string
 	// MaxAttempts is the workers' --max-attempts (worker.SendConfig's), for
-	// the attempts a retrying intent has left; 0 leaves them out.
+	// the attempts a retrying intent has left, and the maximum an intent's
+	// tries are shown against (never a River job's own max_attempts, a
+	// ceiling above it the worker never reaches); 0 leaves them out.
 	MaxAttempts int
 }
 

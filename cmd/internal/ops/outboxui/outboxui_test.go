@@ -215,7 +215,7 @@ func TestIntentDrainOrJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, body := h.do("GET", "/outbox/intent?key=invoice:drained", nil); !strings.Contains(body,
-		`<td id="drain">queue <code>sendonce</code>, try 1, next attempt 2031-05-06 07:08:09Z ·`) {
+		`<td id="drain">queue <code>sendonce</code>, <span id="tries">try 1</span>, next attempt 2031-05-06 07:08:09Z ·`) {
 		t.Errorf("a drained intent waiting for its retry: want try 1 and its next attempt:\n%.3000s", body)
 	}
 
@@ -224,7 +224,7 @@ func TestIntentDrainOrJob(t *testing.T) {
 		t.Fatal("GiveJobs gave no job")
 	}
 	code, body = h.do("GET", "/outbox/intent?key=invoice:upgraded", nil)
-	want := fmt.Sprintf(`<a id="job" href="/riverui/jobs/%d">%d</a> sendonce_send, scheduled, attempt 0 of`, *rec.JobID, *rec.JobID)
+	want := fmt.Sprintf(`<a id="job" href="/riverui/jobs/%d">%d</a> sendonce_send, scheduled, <span id="tries">attempt 0</span>`, *rec.JobID, *rec.JobID)
 	if code != 200 || !strings.Contains(body, want) || strings.Contains(body, `id="drain"`) {
 		t.Errorf("an intent with a River job of its own: %d, want %q and no drain:\n%.3000s", code, want, body)
 	}

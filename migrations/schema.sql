@@ -1039,6 +1039,9 @@ CREATE INDEX sendonce_outbox_due_idx ON public.sendonce_outbox USING btree (((ru
 -- INDEX sendonce_outbox_failed_idx
 CREATE INDEX sendonce_outbox_failed_idx ON public.sendonce_outbox USING btree (updated_at) WHERE (state = 'failed'::text);
 
+-- INDEX sendonce_outbox_jobbed_idx
+CREATE INDEX sendonce_outbox_jobbed_idx ON public.sendonce_outbox USING btree (state, id) WHERE ((state = ANY (ARRAY['pending'::text, 'sending'::text])) AND (job_id IS NOT NULL) AND (batch_key IS NULL));
+
 -- INDEX sendonce_outbox_message_id_idx
 CREATE INDEX sendonce_outbox_message_id_idx ON public.sendonce_outbox USING btree (message_id) WHERE (message_id IS NOT NULL);
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,6 +45,10 @@ type batcher struct {
 	// flying are the drained intents claimed and handed out whose attempt
 	// has not ended: what the worker has in flight (see orphans).
 	flying flights
+	// claimFailedAt is when a claim of due intents last failed (unix
+	// nanoseconds; 0: never): its answer may have been lost after the
+	// database committed it, leaving orphans (see drain.releaseOrphans).
+	claimFailedAt atomic.Int64
 }
 
 // flights is a set of the keys of drained intents in flight: added when
@@ -339,6 +345,9 @@ func (b *batcher) claimDues(ctx context.Context, dues []dueRequest) {
 // handOut gives one claimed intent to each due request, in order; the
 // requests left over get none (nothing more is due), and all get err.
 func (b *batcher) handOut(dues []dueRequest, claimed []*sendstate.DrainClaim, err error) {
+	if err != nil {
+		b.claimFailedAt.Store(time.Now().UnixNano())
+	}
 	if err == nil {
 		for _, c := range claimed {
 			b.flying.add(c.Record.Key)

@@ -260,6 +260,17 @@ func (d *drain) release(key string, owner int32) {
 // from its commit to its hand-out.
 const orphanAge = 10 * time.Second
 
+// claimFailedWithin reports whether a claim of the drain's failed within
+// the last d: the only way an orphan comes to be (see releaseOrphans).
+func (d *drain) claimFailedWithin(dur time.Duration) bool {
+	b := d.w.batch
+	if b == nil {
+		return false
+	}
+	at := b.claimFailedAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < dur
+}
+
 // releaseOrphans gives back the drained intents sending under this
 // worker's claim that it does not have in flight: claims the database
 // committed whose answer was lost with the connection (a database crash

@@ -56,7 +56,19 @@ type sweeper struct {
 
 	restartGrace time.Duration
 	pollOnly     bool
+	// lastEnded is when the last lease of the fleet ended, as the last
+	// sweep saw it: a later one means a worker ended since.
+	lastEnded time.Time
 }
+
+// sweepNetEvery is how many sweeps pass between two runs of the rescues
+// (and of the orphans' look) that nothing called for: the net under the
+// signals that call for them, and the pace of the tally's compaction.
+const sweepNetEvery = 10
+
+// orphanLookFor is how long after a failed claim the worker looks for its
+// orphans at every sweep: past orphanAge, with room for a slow sweep.
+const orphanLookFor = 3 * orphanAge
 
 // reconcileEvery is how many sweeps pass between two calls of Reconcile:
 // each reads one window of the unsent intents (sendstate's
@@ -143,13 +155,18 @@ func (s *sweeper) poll(ctx context.Context) {
 // sweep is the work of one interval: all of it on the fleet's sweeper, the
 // schedules of this worker's producers on the others.
 func (s *sweeper) sweep(ctx context.Context) {
+	defer func() { s.sweeps++ }()
 	// Retries and send times that came due since, and rows whose
 	// notification was missed.
 	s.drain.wake()
 	// Every worker, not only the fleet's sweeper: only this one knows
-	// what it has in flight.
-	s.do(ctx, s.drain.releaseOrphans, "release orphans", "gave back drained intents this worker claimed "+
-		"but never took up (the claim's answer was lost with the connection); they are sent again with the same key")
+	// what it has in flight. An orphan comes only of a claim whose answer
+	// was lost, so the look is made after a failed claim (for a while:
+	// the orphan must be orphanAge old), and every sweepNetEvery sweeps.
+	if s.drain.claimFailedWithin(orphanLookFor) || s.sweeps%sweepNetEvery == 0 {
+		s.do(ctx, s.drain.releaseOrphans, "release orphans", "gave back drained intents this worker claimed "+
+			"but never took up (the claim's answer was lost with the connection); they are sent again with the same key")
+	}
 	if s.role != nil && !s.role.sweeps() {
 		if len(s.schedules.producers) > 0 {
 			s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
@@ -159,8 +176,45 @@ func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
 	matchEvents := func(ctx context.Context) (int, error) { return sendstate.MatchEvents(ctx, s.pool) }
 	s.do(ctx, matchEvents, "match events", "applied delivery events that came before their send was recorded")
-	expire := func(ctx context.Context) (int, error) { return s.jobs.ExpireLeases(ctx, s.restartGrace) }
+	// The rescues hand on what ended leases left: they run in a sweep
+	// in which a lease ended (lapsed here, or stopped by its worker: the
+	// last end moved), and every sweepNetEvery sweeps besides (a rescue
+	// held back by the restart grace, or one that failed). A quiet fleet
+	// makes one statement a sweep for all of them.
+	var ended bool
+	expire := func(ctx context.Context) (int, error) {
+		n, last, err := s.jobs.ExpireLeasesAndLook(ctx, s.restartGrace)
+		if err == nil {
+			ended = n > 0 || last.After(s.lastEnded)
+			s.lastEnded = last
+		}
+		return n, err
+	}
 	s.do(ctx, expire, "expire leases", "ended the leases of workers that stopped renewing them; their intents go to other jobs")
+	net := s.sweeps%sweepNetEvery == 0
+	if ended || net {
+		s.rescue(ctx)
+	}
+	if net {
+		compact := func(ctx context.Context) (int, error) {
+			_, err := sendstate.CompactTally(ctx, s.pool)
+			return 0, err
+		}
+		s.do(ctx, compact, "compact tally", "")
+		forget := func(ctx context.Context) (int, error) { return 0, s.jobs.ForgetEndedLeases(ctx) }
+		s.do(ctx, forget, "forget leases", "")
+	}
+	if s.sweeps%reconcileEvery == 0 {
+		s.do(ctx, s.jobs.Reconcile, "reconcile", "gave a new job to intents whose job ended without sending them")
+	}
+	if s.sweeps%reconcileBatchesEvery == 0 {
+		s.do(ctx, s.jobs.ReconcileBatches, "reconcile batches", "gave a new job to batches whose job ended without sending them")
+	}
+}
+
+// rescue hands on what workers whose leases ended left: intents and
+// batches left sending, and jobs left running.
+func (s *sweeper) rescue(ctx context.Context) {
 	rescue := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandoned(ctx, s.restartGrace) }
 	s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key")
 	drained := func(ctx context.Context) (int, error) {
@@ -176,18 +230,6 @@ func (s *sweeper) sweep(ctx context.Context) {
 	s.do(ctx, func(ctx context.Context) (int, error) { return s.jobs.RescueStrandedBatches(ctx, s.restartGrace) }, "rescue stranded batches", "gave new jobs to pending batches whose jobs a crashed worker was running; they are sent at once, whole, with the same key")
 	rescueBatches := func(ctx context.Context) (int, error) { return s.jobs.RescueAbandonedBatches(ctx, s.restartGrace) }
 	s.do(ctx, rescueBatches, "rescue batches", "rescued batches a crashed worker left sending; they are sent again whole, with the same key")
-	compact := func(ctx context.Context) (int, error) {
-		_, err := sendstate.CompactTally(ctx, s.pool)
-		return 0, err
-	}
-	s.do(ctx, compact, "compact tally", "")
-	if s.sweeps%reconcileEvery == 0 {
-		s.do(ctx, s.jobs.Reconcile, "reconcile", "gave a new job to intents whose job ended without sending them")
-	}
-	if s.sweeps%reconcileBatchesEvery == 0 {
-		s.do(ctx, s.jobs.ReconcileBatches, "reconcile batches", "gave a new job to batches whose job ended without sending them")
-	}
-	s.sweeps++
 }
 
 func (s *sweeper) do(ctx context.Context, fn func(context.Context) (int, error), op, done string) {

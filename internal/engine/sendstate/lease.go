@@ -144,6 +144,38 @@ func (o *Scheduler) ExpireLeases(ctx context.Context, restartGrace time.Duration
 	return int(tag.RowsAffected()), nil
 }
 
+// ForgetEndedLeases deletes the leases that ended a day ago: nothing
+// reads them after that (ExpireLeases does it too).
+func (o *Scheduler) ForgetEndedLeases(ctx context.Context) error {
+	if _, err := o.Pool.Exec(ctx, `DELETE FROM sendonce_worker WHERE ended_at < now() - interval '1 day'`); err != nil {
+		return fmt.Errorf("sendstate: forget ended worker leases: %w", err)
+	}
+	return nil
+}
+
+// ExpireLeasesAndLook is ExpireLeases for the fleet's sweeper, which
+// rescues only when a lease has ended: in one statement it ends the leases
+// whose end has passed (as ExpireLeases, without forgetting the old ones)
+// and returns how many it ended and when the last lease of all ended (zero
+// when none has): a later time than the sweeper saw before means some
+// worker ended, lapsed or stopped, since.
+func (o *Scheduler) ExpireLeasesAndLook(ctx context.Context, restartGrace time.Duration) (expired int, lastEnded time.Time, err error) {
+	var last *time.Time
+	err = o.Pool.QueryRow(ctx, `WITH e AS (
+			UPDATE sendonce_worker SET ended_at = now(), end_reason = 'lapsed'
+			WHERE ended_at IS NULL AND lease_until < now() AND now() - pg_postmaster_start_time() > $1::float8 * interval '1 second'
+			RETURNING ended_at)
+		SELECT (SELECT count(*) FROM e)::int, greatest((SELECT max(ended_at) FROM e), (SELECT max(ended_at) FROM sendonce_worker))`,
+		restartGrace.Seconds()).Scan(&expired, &last)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("sendstate: expire worker leases: %w", err)
+	}
+	if last != nil {
+		lastEnded = *last
+	}
+	return expired, lastEnded, nil
+}
+
 // held is the SQL condition that the lease whose epoch is the int4
 // expression epoch is held. Leases are this database's rows, so a worker
 // of another database on the server proves nothing here.

@@ -246,8 +246,9 @@ const minReconcileWindow = 50
 // suspects and again under lock.
 const jobEndedSQL = `(j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))`
 
-// reconcileWindowSQL reads a window of unsettled intents after ($1, $2)
-// in (state, id) order, at most $3, each with whether its job is gone or
+// reconcileWindowSQL reads a window of unsettled intents with a River job
+// of their own (the only ones Reconcile acts on; sendonce_outbox_jobbed_idx
+// holds them) after ($1, $2) in (state, id) order, at most $3, each with whether its job is gone or
 // finished without it: one pass through the window's index entries and a
 // lookup of each job by its id (LIMIT 1 in a LATERAL keeps the planner from
 // hashing all of river_job for every window: 49 ms a window against 300,000
@@ -258,7 +259,8 @@ const jobEndedSQL = `(j.state IS NULL OR j.state IN ('completed', 'cancelled', '
 // 26), against 26–30 ms for this one, measured quiet.
 const reconcileWindowSQL = `WITH w AS MATERIALIZED (
 		SELECT state, id, job_id FROM sendonce_outbox
-		WHERE state IN ('pending', 'sending') AND (state, id) > ($1, $2) ORDER BY state, id LIMIT $3)
+		WHERE state IN ('pending', 'sending') AND job_id IS NOT NULL AND batch_key IS NULL
+			AND (state, id) > ($1, $2) ORDER BY state, id LIMIT $3)
 	SELECT w.state, w.id, w.job_id IS NOT NULL AND ` + jobEndedSQL + `
 	FROM w LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = w.job_id LIMIT 1) j ON true`
 

@@ -193,7 +193,21 @@ func (s *EndToEnd) offer(ctx context.Context, env *Env, ob *outbox.Outbox, appPo
 	}
 	// Where the time went, from each intent's row: the wait from its
 	// insert to its first claim, and the run from the claim to its record
-	// sent (the API call and the batched mark).
+	// sent (the API call and the batched mark). A delivery is recorded a
+	// moment after the fake made it: wait for the records.
+	for {
+		var sent int
+		if err := env.Admin.QueryRow(waitCtx, `SELECT count(*) FROM sendonce_outbox WHERE starts_with(idempotency_key, $1) AND state = 'sent'`,
+			prefix+":").Scan(&sent); err != nil {
+			return offered{}, fmt.Errorf("bench: count the intents sent: %w", err)
+		}
+		if sent == n {
+			break
+		}
+		if err := sleepCtx(waitCtx, 10*time.Millisecond); err != nil {
+			return offered{}, fmt.Errorf("bench: %d of %d intents recorded sent: %w", sent, n, err)
+		}
+	}
 	rows, err := env.Admin.Query(waitCtx, `SELECT first_attempt_at - created_at, sent_at - first_attempt_at
 		FROM sendonce_outbox WHERE starts_with(idempotency_key, $1) AND state = 'sent'`, prefix+":")
 	if err != nil {

@@ -124,6 +124,7 @@ func (r *sysRunner) opKill() {
 	op := r.begin("fault-kill", fmt.Sprintf("%s pid %d, restart after %s", w.name, w.p.pid(), down))
 	r.hooks.set(w.hookAddr, false)
 	w.p.kill()
+	w.pausedUntil = time.Time{}
 	w.restartAt = time.Now().Add(down)
 	r.end(op, outYes, nil)
 }

@@ -249,6 +249,7 @@ type sysFinal struct {
 	// quotaSameDay says its period began before the seed did.
 	quotaUsed    int64
 	quotaSameDay bool
+	fenced       []sysFenced // claims and records under an ended lease (rule 12)
 }
 
 // causeOf is the cause a delivery was made for: the key (and email index)
@@ -498,6 +499,7 @@ func (m *model) check(f sysFinal) {
 	m.checkOnce(f)
 	m.checkStatuses(f)
 	m.checkClaims(f)
+	m.checkFenced(f)
 
 	// Rule 4: a run's counts are its members' states.
 	for _, run := range m.runs {

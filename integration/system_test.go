@@ -133,16 +133,19 @@ func systemSettings(t *testing.T) (seeds []uint64, budget, ops time.Duration) {
 // sysWorker is one `sendonce work` process of the system test and how to
 // start it again.
 type sysWorker struct {
-	name      string
-	args      []string
-	hookAddr  string
-	coalesce  bool
-	conc      int // --concurrency
-	p         *proc
-	restartAt time.Time
-	restarts  int
-	desc      string
-	all       []*proc // every process it ran, for the logs
+	name     string
+	args     []string
+	hookAddr string
+	coalesce bool
+	conc     int // --concurrency
+	// pausedUntil is when a worker stopped by opPause is continued
+	// (zero: not paused).
+	pausedUntil time.Time
+	p           *proc
+	restartAt   time.Time
+	restarts    int
+	desc        string
+	all         []*proc // every process it ran, for the logs
 }
 
 // sysRunner runs one seed.
@@ -291,6 +294,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 		<-tick.C
 		r.expireFaults(time.Now())
 		r.syncDBFault()
+		r.continuePaused(false)
 		r.restartDead(false)
 		if time.Since(lastSnap) > time.Second {
 			// Workers prune too (--retain): keep what each row said last.
@@ -420,6 +424,11 @@ func (r *sysRunner) step() {
 		{2, r.opCancelAtFreeze},
 		{1, r.opKill},
 		{1, func() {
+			if r.rng.IntN(2) == 0 {
+				r.opPause()
+			}
+		}},
+		{1, func() {
 			if r.rng.IntN(3) == 0 {
 				r.opPGRestart()
 			}
@@ -454,6 +463,7 @@ func (r *sysRunner) quiesce() {
 	for end := time.Now().Add(time.Minute); r.dbFault != 0 && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		r.syncDBFault()
 	}
+	r.continuePaused(true)
 	r.restartDead(true)
 	ctx := context.Background()
 	for _, key := range r.runKeys {
@@ -604,6 +614,14 @@ func (r *sysRunner) readFinal() sysFinal {
 	}
 	if f.claims, err = readClaims(ctx, r.pool); err != nil {
 		r.t.Fatal(err)
+	}
+	if f.fenced, err = readFenced(ctx, r.pool); err != nil {
+		r.t.Fatal(err)
+	}
+	var ended, lapsed int
+	if err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM sys_lease_end),
+		(SELECT count(*) FROM sendonce_worker WHERE end_reason = 'lapsed')`).Scan(&ended, &lapsed); err == nil {
+		r.t.Logf("system: seed=%d leases: %d ended (%d lapsed); %d claims and records under an ended lease", r.seed, ended, lapsed, len(f.fenced))
 	}
 	if err = r.pool.QueryRow(ctx, `SELECT coalesce(sum(used), -1), coalesce(min(period_start) <= $1, true)
 		FROM sendonce_rate_quota WHERE period = 'd'`, r.start).Scan(&f.quotaUsed, &f.quotaSameDay); err != nil {

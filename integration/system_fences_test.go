@@ -28,8 +28,11 @@ import (
 // counts one attempt more) from a trigger, in the claim's own transaction:
 // a claim rolled back leaves no line. Each request of an intent under its
 // own key must then be paid for by a claim logged before it arrived, or be
-// a retry, within one attempt, of a request answered with a status the
-// client retries (a lost answer, 408, 429, 5xx).
+// a retry, within one attempt, of the request just before it, answered
+// with a status the client retries (a lost answer, 408, 429, 5xx). So the
+// rule also sees two attempts of one key at once (a claim taken from under
+// a send in flight, as a rescue of a claim whose lease is held would): the
+// old attempt's retry comes after the new attempt's request.
 //
 // The fault "claim-commit-fail" makes the commit of a drain's claims fail
 // (a deferred trigger raises at commit, with a probability set in
@@ -173,7 +176,8 @@ func (m *model) checkClaims(f sysFinal) {
 				for _, q := range reqs {
 					rq = append(rq, fmt.Sprintf("%s at %s status %d", q.RequestID, q.ReceivedAt.Format("15:04:05.000000"), q.Status))
 				}
-				m.violate("10", []string{key}, nil, "%s: request %s at %s was made with no committed claim to pay for it (committed claims at [%s]; requests [%s])",
+				m.violate("10", []string{key}, nil, "%s: request %s at %s was made with no committed claim to pay for it, nor as a retry of the request before it "+
+					"(a send whose claim did not commit, or two attempts at once; committed claims at [%s]; requests [%s])",
 					key, r.RequestID, r.ReceivedAt.Format("15:04:05.000000"), strings.Join(cl, " "), strings.Join(rq, "; "))
 			}
 			prev = r

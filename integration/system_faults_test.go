@@ -22,13 +22,16 @@ type sysEpisode struct {
 	until time.Time
 	next  *sysEpisode
 	hold  time.Duration // the next phase's length
+	// claimCommitFail is the probability that the commit of a drain's
+	// claim fails while the episode lasts (sys_fault, system_claims_test.go).
+	claimCommitFail float64
 }
 
 // opFaultEpisode starts a drawn episode of fault rules.
 func (r *sysRunner) opFaultEpisode() {
 	d := time.Duration(800+r.rng.IntN(2200)) * time.Millisecond
 	var ep *sysEpisode
-	switch x := r.rng.IntN(11); x {
+	switch x := r.rng.IntN(13); x {
 	case 0:
 		ep = &sysEpisode{name: "lost-answer", rules: []string{"drop_after;method=POST;p=0.3"}}
 	case 1:
@@ -43,6 +46,8 @@ func (r *sysRunner) opFaultEpisode() {
 		ep = &sysEpisode{name: "429-retry-after", rules: []string{"retry_after=1;method=POST;p=0.4"}}
 	case 9, 10:
 		ep = bouncesEpisode()
+	case 11, 12:
+		ep = &sysEpisode{name: "claim-commit-fail", claimCommitFail: 0.5}
 	case 6, 7:
 		// Hole 2's shape: a batch request delivered with its answer lost,
 		// then its retry refused whole with 400/422.
@@ -119,6 +124,7 @@ func (r *sysRunner) opKill() {
 	op := r.begin("fault-kill", fmt.Sprintf("%s pid %d, restart after %s", w.name, w.p.pid(), down))
 	r.hooks.set(w.hookAddr, false)
 	w.p.kill()
+	w.pausedUntil = time.Time{}
 	w.restartAt = time.Now().Add(down)
 	r.end(op, outYes, nil)
 }

@@ -244,6 +244,12 @@ type sysFinal struct {
 	statsRows  map[string]int64            // the same counted from rows
 	jobs       map[int64]string            // river job id → state
 	suppressed []string                    // the suppression list (ob.Suppressions)
+	claims     map[string][]time.Time      // each key's committed claims (sys_claim_log)
+	// quotaUsed is the fleet's count of its daily quota (-1: none), and
+	// quotaSameDay says its period began before the seed did.
+	quotaUsed    int64
+	quotaSameDay bool
+	fenced       []sysFenced // claims and records under an ended lease (rule 12)
 }
 
 // causeOf is the cause a delivery was made for: the key (and email index)
@@ -492,6 +498,8 @@ func (m *model) check(f sysFinal) {
 	m.checkList(f)
 	m.checkOnce(f)
 	m.checkStatuses(f)
+	m.checkClaims(f)
+	m.checkFenced(f)
 
 	// Rule 4: a run's counts are its members' states.
 	for _, run := range m.runs {

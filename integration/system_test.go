@@ -133,21 +133,26 @@ func systemSettings(t *testing.T) (seeds []uint64, budget, ops time.Duration) {
 // sysWorker is one `sendonce work` process of the system test and how to
 // start it again.
 type sysWorker struct {
-	name      string
-	args      []string
-	hookAddr  string
-	coalesce  bool
-	p         *proc
-	restartAt time.Time
-	restarts  int
-	desc      string
-	all       []*proc // every process it ran, for the logs
+	name     string
+	args     []string
+	hookAddr string
+	coalesce bool
+	conc     int // --concurrency
+	// pausedUntil is when a worker stopped by opPause is continued
+	// (zero: not paused).
+	pausedUntil time.Time
+	p           *proc
+	restartAt   time.Time
+	restarts    int
+	desc        string
+	all         []*proc // every process it ran, for the logs
 }
 
 // sysRunner runs one seed.
 type sysRunner struct {
 	t       *testing.T
 	seed    uint64
+	start   time.Time
 	rng     *rand.Rand
 	pool    *pgxpool.Pool
 	ob      *outbox.Outbox
@@ -164,6 +169,7 @@ type sysRunner struct {
 	n, nRuns int
 	nEvents  int // events the schedule made up (and delivery headers of replays)
 	episodes []*sysEpisode
+	dbFault  float64 // sys_fault's claim_commit_fail as last set
 	seq      int
 }
 
@@ -207,7 +213,7 @@ func oneLine(s string) string {
 func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor time.Duration) (int, int, int) {
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(seed, 0x5e4d0ce))
-	r := &sysRunner{t: t, seed: seed, rng: rng, cluster: cluster, m: newModel(seed), specs: map[string]*sysSpec{}}
+	r := &sysRunner{t: t, seed: seed, start: start, rng: rng, cluster: cluster, m: newModel(seed), specs: map[string]*sysSpec{}}
 
 	// The webhook proxy listens first, so the fake has its URL.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -228,17 +234,24 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	})
 	dbURL, pool := newDatabase(t, cluster.URL, fmt.Sprintf("system_%d", seed))
 	r.pool = pool
+	installClaimLog(t, pool)
 	r.e = processEnv(dbURL, r.srv)
 	r.e.Extra = append(r.e.Extra, "OPENEMAIL_WEBHOOK_SECRET="+webhookSecret)
 	if r.ob, err = outbox.New(pool, nil); err != nil {
 		t.Fatal(err)
 	}
 
-	// 2–3 workers of mixed flags.
+	// 2–3 workers of mixed flags; in two seeds of three, all of them
+	// count a daily quota too, one too large to bind (rule 11).
 	nw := 2 + rng.IntN(2)
+	quota := rng.IntN(3) != 0
 	for i := range nw {
 		o := workerOptions{Concurrency: 10, MaxAttempts: 50, RateLimitWait: time.Second}
 		var desc []string
+		if quota {
+			o.APIRate = sysQuota
+			desc = append(desc, "api-rate="+sysQuota)
+		}
 		if rng.IntN(2) == 0 {
 			o.Coalesce, o.Concurrency = 20, 30
 			desc = append(desc, "coalesce=20")
@@ -247,7 +260,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 			o.PollOnly = true
 			desc = append(desc, "poll-only")
 		}
-		w := &sysWorker{name: fmt.Sprintf("worker%d", i), hookAddr: freeLoopbackAddr(t), coalesce: o.Coalesce > 0}
+		w := &sysWorker{name: fmt.Sprintf("worker%d", i), hookAddr: freeLoopbackAddr(t), coalesce: o.Coalesce > 0, conc: o.Concurrency}
 		w.args = append(workerArgs(t, o), "--replay-window", sysReplayWindow.String(), "--webhook-addr", w.hookAddr)
 		if rng.IntN(3) == 0 {
 			w.args = append(w.args, "--retain", sysRetain.String())
@@ -280,6 +293,8 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	for steps := 0; time.Now().Before(deadline) && steps < 100_000; steps++ {
 		<-tick.C
 		r.expireFaults(time.Now())
+		r.syncDBFault()
+		r.continuePaused(false)
 		r.restartDead(false)
 		if time.Since(lastSnap) > time.Second {
 			// Workers prune too (--retain): keep what each row said last.
@@ -294,6 +309,9 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	r.awaitStatuses()
 	final := r.readFinal()
 	r.m.check(final)
+	if quota {
+		r.checkQuota(final)
+	}
 
 	ops, faults := r.m.opCounts()
 	nops, nfaults := 0, 0
@@ -406,6 +424,11 @@ func (r *sysRunner) step() {
 		{2, r.opCancelAtFreeze},
 		{1, r.opKill},
 		{1, func() {
+			if r.rng.IntN(2) == 0 {
+				r.opPause()
+			}
+		}},
+		{1, func() {
 			if r.rng.IntN(3) == 0 {
 				r.opPGRestart()
 			}
@@ -437,6 +460,10 @@ func (r *sysRunner) quiesce() {
 	op := r.begin("quiesce", "lift faults, restart workers, resume paused runs")
 	r.episodes = nil
 	_ = r.applyFaults()
+	for end := time.Now().Add(time.Minute); r.dbFault != 0 && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		r.syncDBFault()
+	}
+	r.continuePaused(true)
 	r.restartDead(true)
 	ctx := context.Background()
 	for _, key := range r.runKeys {
@@ -584,6 +611,21 @@ func (r *sysRunner) readFinal() sysFinal {
 			break
 		}
 		after = list[len(list)-1].Address
+	}
+	if f.claims, err = readClaims(ctx, r.pool); err != nil {
+		r.t.Fatal(err)
+	}
+	if f.fenced, err = readFenced(ctx, r.pool); err != nil {
+		r.t.Fatal(err)
+	}
+	var ended, lapsed int
+	if err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM sys_lease_end),
+		(SELECT count(*) FROM sendonce_worker WHERE end_reason = 'lapsed')`).Scan(&ended, &lapsed); err == nil {
+		r.t.Logf("system: seed=%d leases: %d ended (%d lapsed); %d claims and records under an ended lease", r.seed, ended, lapsed, len(f.fenced))
+	}
+	if err = r.pool.QueryRow(ctx, `SELECT coalesce(sum(used), -1), coalesce(min(period_start) <= $1, true)
+		FROM sendonce_rate_quota WHERE period = 'd'`, r.start).Scan(&f.quotaUsed, &f.quotaSameDay); err != nil {
+		r.t.Fatal(err)
 	}
 	f.deliveries = r.srv.Deliveries()
 	f.requests = r.srv.Requests()

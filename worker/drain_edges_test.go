@@ -39,6 +39,9 @@ func (r *results) settled(t *testing.T, ctx context.Context, n int) {
 // and then answers one 503 must be retried and delivered, as the same
 // intent sent by a River job is: the 429 snoozes are not attempts.
 func TestDrainedSnoozesDoNotCountAsAttempts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of real waiting: make test runs it, make check (-short) does not")
+	}
 	t.Parallel()
 	ctx, pool, ob, _, _ := e2eSetup(t)
 	fake, c := faultyAPI(t,
@@ -218,6 +221,9 @@ func TestDrainedStopMidSend(t *testing.T) {
 // flight at each step have ended, nothing more of it goes out while it is
 // paused, rescheduled or canceled; resumed, it goes on; no member twice.
 func TestDrainedRunPauseRescheduleCancel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of real waiting: make test runs it, make check (-short) does not")
+	}
 	t.Parallel()
 	ctx, pool, ob, fake, c := e2eSetup(t)
 	const members = 300

@@ -20,6 +20,9 @@ import (
 // must not LISTEN, and still sends every intent (Go API and plain SQL)
 // within a poll interval or so; the default one sends at once.
 func TestPollOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of real waiting: make test runs it, make check (-short) does not")
+	}
 	t.Parallel()
 	const n = 12
 	for _, pollOnly := range []bool{false, true} {

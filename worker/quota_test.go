@@ -43,6 +43,9 @@ func (c *testClock) Move(d time.Duration) { c.offset.Add(int64(d)) }
 // midnight UTC) with no intent failed, and sends the rest after midnight
 // (the test clock's).
 func TestDailyQuotaCountedByTheFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of real waiting: make test runs it, make check (-short) does not")
+	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -250,6 +250,9 @@ func TestNewRefusesPlainHTTPOffLoopback(t *testing.T) {
 // MaxSnoozes × RateLimitWait; nothing is parked failed, and everything is
 // sent once the limit lifts.
 func TestRateLimitLongerThanSnoozes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of real waiting: make test runs it, make check (-short) does not")
+	}
 	t.Parallel()
 	ctx, pool, ob, fake, c := e2eSetup(t)
 	if err := fake.SetFaults(fakeapi.Fault{Kind: fakeapi.FaultRateLimit}); err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/sendonce/sendonce/internal/base/sendjob"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -306,7 +306,7 @@ func (r *sysRunner) opEnqueueGo(specs []*sysSpec, variants []int, kind string) {
 		if err != nil {
 			return err
 		}
-		return giveJobs(ctx, tx, rc, fresh)
+		return outboxtest.GiveJobsTx(ctx, tx, rc, fresh)
 	})
 	r.end(op, o, err)
 	for i, s := range specs {
@@ -458,31 +458,6 @@ func (r *sysRunner) opCancel() {
 	if o != outNo && in.Canceled != outYes {
 		in.Canceled, in.CanceledAt = o, op.End
 	}
-}
-
-// giveJobs gives the intents under keys, enqueued in tx (pending, never
-// attempted, on the drain), River jobs of their own in tx, as releases
-// before the drain did at enqueue: see opEnqueueGo's kind enqueue-go-jobs.
-func giveJobs(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], keys []string) error {
-	n, err := sendjob.Give(ctx, tx, rc, `SELECT id, idempotency_key, kind, coalesce(run_key, ''), send_at, queue
-		FROM sendonce_outbox WHERE idempotency_key = ANY($1) AND state = 'pending' AND job_id IS NULL AND attempts = 0
-		ORDER BY id FOR UPDATE`, []any{keys},
-		func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
-			var id int64
-			var key, kind, run, queue string
-			var sendAt *time.Time
-			err := rows.Scan(&id, &key, &kind, &run, &sendAt, &queue)
-			var at time.Time
-			if sendAt != nil {
-				at = *sendAt
-			}
-			return id, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run},
-				InsertOpts: sendjob.InsertOpts(queue, at, sendjob.PriorityFor(run))}, err
-		}, `UPDATE sendonce_outbox o SET job_id = u.job_id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
-	if err == nil && n != len(keys) {
-		err = fmt.Errorf("%d of the %d intents enqueued were given a job", n, len(keys))
-	}
-	return err
 }
 
 // opRiverJob does to the River job of an unsent intent (one enqueued with

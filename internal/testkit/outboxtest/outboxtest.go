@@ -87,28 +87,33 @@ func GiveJobs(t testing.TB, pool *pgxpool.Pool, keys ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		n, err := sendjob.Give(ctx, tx, rc, `SELECT id, idempotency_key, kind, coalesce(run_key, ''), send_at, queue
-			FROM sendonce_outbox WHERE idempotency_key = ANY($1) AND state = 'pending' AND job_id IS NULL AND attempts = 0
-			ORDER BY id FOR UPDATE`, []any{keys},
-			func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
-				var id int64
-				var key, kind, run, queue string
-				var sendAt *time.Time
-				err := rows.Scan(&id, &key, &kind, &run, &sendAt, &queue)
-				var at time.Time
-				if sendAt != nil {
-					at = *sendAt
-				}
-				return id, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run},
-					InsertOpts: sendjob.InsertOpts(queue, at, sendjob.PriorityFor(run))}, err
-			}, `UPDATE sendonce_outbox o SET job_id = u.job_id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
-		if err == nil && n != len(keys) {
-			err = fmt.Errorf("%d of %d intents were given a job (want each pending, never attempted, with no job)", n, len(keys))
-		}
-		return err
-	})
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return GiveJobsTx(ctx, tx, rc, keys) })
 	if err != nil {
 		t.Fatalf("outboxtest: give jobs: %v", err)
 	}
+}
+
+// GiveJobsTx is GiveJobs in tx, with rc's inserts: the intents under keys
+// (pending, never attempted, with no River job) get River jobs of their
+// own when tx commits. It fails unless every key was given one.
+func GiveJobsTx(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], keys []string) error {
+	n, err := sendjob.Give(ctx, tx, rc, `SELECT id, idempotency_key, kind, coalesce(run_key, ''), send_at, queue
+		FROM sendonce_outbox WHERE idempotency_key = ANY($1) AND state = 'pending' AND job_id IS NULL AND attempts = 0
+		ORDER BY id FOR UPDATE`, []any{keys},
+		func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
+			var id int64
+			var key, kind, run, queue string
+			var sendAt *time.Time
+			err := rows.Scan(&id, &key, &kind, &run, &sendAt, &queue)
+			var at time.Time
+			if sendAt != nil {
+				at = *sendAt
+			}
+			return id, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run},
+				InsertOpts: sendjob.InsertOpts(queue, at, sendjob.PriorityFor(run))}, err
+		}, `UPDATE sendonce_outbox o SET job_id = u.job_id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
+	if err == nil && n != len(keys) {
+		err = fmt.Errorf("%d of %d intents were given a job (want each pending, never attempted, with no job)", n, len(keys))
+	}
+	return err
 }

@@ -14,7 +14,9 @@ import (
 // How EnqueueMany writes (issues 15 and 44). One statement inserts the
 // outbox rows, and tells the workers' drains of them: one round trip per
 // call however many intents it has. (A key already stored costs one lookup
-// more; a refused call one statement to take back what it wrote.)
+// more; a refused call one statement to take back what it wrote.) A large
+// call of new keys is written with COPY instead (enqueue_copy.go), and
+// comes here whenever COPY could not keep one of this statement's promises.
 //
 // An intent is its row alone: no River job per intent. The workers' drains
 // claim due rows of their queue (job_id NULL) in batches. The rows are
@@ -114,6 +116,9 @@ func (o *Outbox) insert(ctx context.Context, tx producerTx, in []Intent, idx []i
 	for n, i := range idx {
 		batch[n], keys[n], hashes[n] = in[i], in[i].Key, keyHash(in[i].Key)
 		available = available || in[i].SendAt.IsZero()
+	}
+	if done, err := o.copyIn(ctx, tx, idx, batch, keys, hashes, results); done || err != nil {
+		return err
 	}
 	kinds, payloads, templates, sendAts := columnsOf(batch)
 	topics := make([]string, len(batch))

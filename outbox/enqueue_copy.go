@@ -21,7 +21,7 @@ import (
 // savepoint, and answers from what it gave and what the pre-check
 // returned. With 1,000 new keys a call, insertSQL took about 16 ms of the
 // server's time; the pre-check takes about 3 and the COPY 12, and the
-// calls ran 1.2-1.4 times as fast (docs/performance.md).
+// calls ran about 1.2 times as fast (docs/performance.md).
 //
 // Anything else goes through insertSQL as before: a key found by the
 // pre-check, a transaction that reads one snapshot throughout (REPEATABLE

@@ -22,6 +22,11 @@ import (
 	"github.com/sendonce/sendonce/outbox"
 )
 
+// copySize is how many intents the tests give a call that takes the COPY
+// path: CopyMin, and enough for the tests' own picks when
+// SENDONCE_TEST_COPY_MIN lowers it.
+var copySize = max(outbox.CopyMin, 10)
+
 // batchOf returns n intents with keys prefix:0 … prefix:n-1.
 func batchOf(prefix string, n int) []outbox.Intent {
 	in := make([]outbox.Intent, n)
@@ -83,7 +88,7 @@ func TestEnqueueManyCopiesNewKeys(t *testing.T) {
 	ctx := context.Background()
 	pool, ob := outboxtest.New(t)
 	l := listen(t, pool)
-	in := batchOf("copy", outbox.CopyMin)
+	in := batchOf("copy", copySize)
 	at := outboxtest.Value[time.Time](t, pool, `SELECT date_trunc('second', now()) + interval '1 hour'`)
 	in[1].SendAt, in[1].Topic = at, "news"
 	in[2] = outbox.Intent{Key: "copy:template", Kind: outbox.KindTemplate, TemplateID: "welcome",
@@ -132,7 +137,7 @@ func TestEnqueueManyCopyGivesWay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, ob := outboxtest.New(t)
-	in := batchOf("give", outbox.CopyMin)
+	in := batchOf("give", copySize)
 	enqueueMany(t, pool, ob, in)
 
 	res, copied, direct := enqueueCounting(t, pool, ob, pgx.ReadCommitted, in)
@@ -146,7 +151,7 @@ func TestEnqueueManyCopyGivesWay(t *testing.T) {
 	}
 
 	rows := countRows(t, pool)
-	more := append(batchOf("give-more", outbox.CopyMin), outbox.Intent{Key: in[7].Key, Payload: otherInvoiceBody})
+	more := append(batchOf("give-more", copySize), outbox.Intent{Key: in[7].Key, Payload: otherInvoiceBody})
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := ob.EnqueueMany(ctx, tx, more)
 		var reuse *outbox.KeyReuseError
@@ -165,7 +170,7 @@ func TestEnqueueManyCopyGivesWay(t *testing.T) {
 
 	settleSent(t, pool, in[3].Key)
 	pruneAll(t, pool, in[3].Key)
-	again := append(batchOf("give-pruned", outbox.CopyMin), in[3])
+	again := append(batchOf("give-pruned", copySize), in[3])
 	res, copied, direct = enqueueCounting(t, pool, ob, pgx.ReadCommitted, again)
 	last := res[len(res)-1]
 	if !last.Existing || last.Record.PrunedAt == nil || last.Record.State != outbox.StateSent {
@@ -176,7 +181,7 @@ func TestEnqueueManyCopyGivesWay(t *testing.T) {
 	}
 
 	for n, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
-		batch := batchOf(fmt.Sprintf("give-iso%d", n), outbox.CopyMin)
+		batch := batchOf(fmt.Sprintf("give-iso%d", n), copySize)
 		if _, copied, direct := enqueueCounting(t, pool, ob, iso, batch); copied != 0 || direct != len(batch) {
 			t.Errorf("%s: %d rows copied, %d inserted by the statement; want all by the statement (snapshotCheck)", iso, copied, direct)
 		}
@@ -193,7 +198,7 @@ func TestEnqueueManyCopyWaitsForAnotherTransaction(t *testing.T) {
 	ctx := context.Background()
 	pool, ob := outboxtest.New(t)
 	for _, commit := range []bool{true, false} {
-		in := batchOf(fmt.Sprintf("wait-%v", commit), outbox.CopyMin)
+		in := batchOf(fmt.Sprintf("wait-%v", commit), copySize)
 		held := in[len(in)/2]
 		other, err := pool.Begin(ctx)
 		if err != nil {
@@ -253,7 +258,7 @@ func TestEnqueueManyCopiesAtMostMaxCopiesPerTransaction(t *testing.T) {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var keys []string
 		for c := range calls {
-			in := batchOf(fmt.Sprintf("cap%d", c), outbox.CopyMin)
+			in := batchOf(fmt.Sprintf("cap%d", c), copySize)
 			if _, err := ob.EnqueueMany(ctx, tx, in); err != nil {
 				return err
 			}
@@ -268,7 +273,7 @@ func TestEnqueueManyCopiesAtMostMaxCopiesPerTransaction(t *testing.T) {
 	if subtransactions != outbox.MaxCopies {
 		t.Fatalf("%d calls in one transaction wrote in %d subtransactions, want %d", calls, subtransactions, outbox.MaxCopies)
 	}
-	if n := countRows(t, pool); n != calls*outbox.CopyMin {
-		t.Fatalf("%d rows, want %d", n, calls*outbox.CopyMin)
+	if n := countRows(t, pool); n != calls*copySize {
+		t.Fatalf("%d rows, want %d", n, calls*copySize)
 	}
 }

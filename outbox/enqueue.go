@@ -83,11 +83,11 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, in Intent) (*EnqueueRes
 // EnqueueMany is Enqueue for many intents at once: one statement writes all
 // their rows, in one round trip to the database (see insertSQL). A call of
 // 200 new keys or more, in a READ COMMITTED transaction, writes them with
-// COPY instead, after a statement that checks none is stored or pruned:
-// the same rows and answers, faster. The COPY runs in a savepoint of tx
-// (a subtransaction, released before EnqueueMany returns); a transaction
-// makes at most 32 of them, and its later calls use the statement (see
-// copyIn).
+// COPY instead: the same rows and answers, faster. The COPY runs in a
+// savepoint of tx (a subtransaction, released before EnqueueMany returns,
+// or rolled back when a key turns out stored, and the statement answers);
+// a transaction makes at most 32 of them, and its later calls use the
+// statement (see copyIn).
 // The intents are all validated before anything is written; an error about
 // one names its index. All of them get the trace context of ctx's span. On
 // an unmigrated database it fails as Enqueue does, with migrations.ErrPending.

@@ -154,10 +154,12 @@ func (o *Outbox) copyIn(ctx context.Context, tx producerTx, idx []int, batch []I
 	}
 
 	parent, state := traceContext(ctx)
-	available := false
+	available := false // a row is due now
+	for n := range batch {
+		available = available || batch[n].SendAt.IsZero()
+	}
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{"sendonce_outbox"}, copyColumns, pgx.CopyFromSlice(len(batch), func(n int) ([]any, error) {
 		b := &batch[n]
-		available = available || b.SendAt.IsZero()
 		return []any{ids[n], b.Key, string(b.Kind), []byte(b.raw), nullText(b.TemplateID), nullTime(b.SendAt), nullText(run),
 			nullText(parent), nullText(state), nullText(b.Topic), o.queue, true}, nil
 	}))

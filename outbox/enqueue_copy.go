@@ -113,7 +113,10 @@ const postcheckSQL = `
 		WHERE (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = h LIMIT 1) IS NOT NULL) AS pruned) c`
 
 // copyColumns are the columns the COPY writes; the rest take their
-// defaults, as insertSQL's rows do.
+// defaults, as insertSQL's rows do. The id is the one precheckSQL drew:
+// COPY takes a value given for a GENERATED ALWAYS identity column, as
+// PostgreSQL documents (CREATE TABLE: "In the COPY command, user-specified
+// values are always used regardless of this setting").
 var copyColumns = []string{"id", "idempotency_key", "kind", "payload", "template_id", "send_at", "run_key",
 	"traceparent", "tracestate", "topic", "queue", "checked"}
 

@@ -64,7 +64,8 @@ BEGIN
 	RETURN NULL;
 END $$;
 CREATE TRIGGER sys_log_record AFTER UPDATE ON sendonce_outbox FOR EACH ROW
-	WHEN (OLD.state = 'sending' AND NEW.state IN ('sent', 'failed', 'suppressed') AND OLD.claimed_by IS NOT NULL AND OLD.claimed_by <> 0)
+	WHEN (OLD.state = 'sending' AND OLD.claimed_by IS NOT NULL AND OLD.claimed_by <> 0
+		AND (NEW.state IN ('sent', 'failed', 'suppressed') OR (NEW.state = 'pending' AND NEW.claimed_by IS NOT DISTINCT FROM OLD.claimed_by)))
 	EXECUTE FUNCTION sys_log_record();
 CREATE FUNCTION sys_log_lease_end() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -235,12 +236,12 @@ func (r *sysRunner) checkQuota(f sysFinal) {
 // (it was paused past it: the fault "pause", SIGSTOP then SIGCONT) must
 // not take an intent another worker may send, nor write over an intent
 // handed on. The claim log above holds each claim's owner, a second log
-// each record's (a row leaving sending for sent, failed or suppressed), a
-// third when each lease ended (sendonce_worker's ended_at set, or its epoch
-// replaced); a claim or record whose statement began more than
-// sysFenceMargin after its owner's lease ended was made under a lease its
-// statement saw ended. The margin covers the commit of the lease's end
-// after its trigger ran.
+// each record's (a row leaving sending for sent, failed or suppressed, or
+// for pending with its claim kept: a retry or a snooze), a third when each
+// lease ended (sendonce_worker's ended_at set, or its epoch replaced); a
+// claim or record whose statement began more than sysFenceMargin after its
+// owner's lease ended was made under a lease its statement saw ended. The
+// margin covers the commit of the lease's end after its trigger ran.
 //
 // The fence that stops a send when its lease ends (bindLease) is not held
 // here: what it stops is a request under the intent's key, which the API

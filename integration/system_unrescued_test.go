@@ -58,11 +58,21 @@ type sysUnrescued struct {
 }
 
 // sysHoldAnswers is how long the API holds each answer while the fault
-// looks for its victim; sysUnrescuedHold how long after the victim is
-// continued the database still refuses to hand its intents on.
+// looks for its victim, one with sysUnrescuedSending intents and batches
+// sending or more (any, when none has that many by the end of the hold);
+// sysUnrescuedHold is how long after the victim is continued the database
+// still refuses to hand its intents on.
+//
+// Each of the victim's sends is a record the fence must stop only when the
+// send's own end (its answer, or its replay window, which ends while it is
+// stopped) reaches it before the worker's watchdog does: a send cut off by
+// the lease records nothing, knowing the lease lost. Both are due when it
+// is continued, and which goes first is the Go scheduler's; several sends
+// make it near certain that some outcome is recorded.
 const (
-	sysHoldAnswers   = 2 * time.Second
-	sysUnrescuedHold = 1500 * time.Millisecond
+	sysHoldAnswers      = 2 * time.Second
+	sysUnrescuedSending = 4
+	sysUnrescuedHold    = 1500 * time.Millisecond
 )
 
 // newUnrescued draws when the seed's fault starts, from a stream of its
@@ -108,11 +118,12 @@ func (r *sysRunner) stepUnrescued(now time.Time) {
 		_ = r.applyFaults()
 	case "hold":
 		victim, epoch, keys := r.unrescuedVictim()
+		if len(keys) < sysUnrescuedSending && now.Before(u.next) {
+			return
+		}
 		if victim == nil {
-			if now.After(u.next) {
-				r.note(u.op, "no worker had a send in flight while the API held its answers")
-				r.endUnrescued(outNo, nil)
-			}
+			r.note(u.op, "no worker had a send in flight while the API held its answers")
+			r.endUnrescued(outNo, nil)
 			return
 		}
 		if err := r.refuseRescue(epoch); err != nil {

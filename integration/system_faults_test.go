@@ -110,12 +110,9 @@ func (r *sysRunner) expireFaults(now time.Time) {
 // opKill SIGKILLs a running worker; it is started again after a drawn
 // while (restartDead).
 func (r *sysRunner) opKill() {
-	if r.unrescuedActive() {
-		return
-	}
 	var live []*sysWorker
 	for _, w := range r.workers {
-		if w.p.running() {
+		if w.p.running() && !r.unrescuedVictim(w) {
 			live = append(live, w)
 		}
 	}

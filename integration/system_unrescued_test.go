@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -52,6 +53,7 @@ type sysUnrescued struct {
 	victim *sysWorker
 	epoch  int32
 	op     *sysOp
+	hold   *sysEpisode // the API's hold on answers, until a victim is stopped
 	// next is when the current phase gives up (hold, stopped) or moves on
 	// (ended, woken).
 	next time.Time
@@ -85,10 +87,16 @@ func newUnrescued(seed uint64, start time.Time, opsFor time.Duration) *sysUnresc
 }
 
 // unrescuedActive says the fault holds a worker stopped or its intents
-// unrescued, or looks for its victim: the faults pause and kill wait.
+// unrescued, or looks for its victim: the fault pause waits.
 func (r *sysRunner) unrescuedActive() bool {
 	u := r.unrescued
 	return u != nil && u.phase != "" && u.phase != "done"
+}
+
+// unrescuedVictim says w is the worker the fault holds: the fault kill
+// spares it.
+func (r *sysRunner) unrescuedVictim(w *sysWorker) bool {
+	return r.unrescuedActive() && r.unrescued.victim == w
 }
 
 // stepUnrescued moves the fault on, at each tick of the schedule.
@@ -113,11 +121,11 @@ func (r *sysRunner) stepUnrescued(now time.Time) {
 		}
 		u.phase, u.next = "hold", now.Add(sysHoldAnswers+2*time.Second)
 		u.op = r.begin("fault-pause-unrescued", "")
-		ep := &sysEpisode{name: "hold-answers", rules: []string{fmt.Sprintf("latency_after=%s;method=POST", sysHoldAnswers)}, until: u.next}
-		r.episodes = append(r.episodes, ep)
+		u.hold = &sysEpisode{name: "hold-answers", rules: []string{fmt.Sprintf("latency_after=%s;method=POST", sysHoldAnswers)}, until: u.next}
+		r.episodes = append(r.episodes, u.hold)
 		_ = r.applyFaults()
 	case "hold":
-		victim, epoch, keys := r.unrescuedVictim()
+		victim, epoch, keys := r.mostSending()
 		if len(keys) < sysUnrescuedSending && now.Before(u.next) {
 			return
 		}
@@ -136,6 +144,12 @@ func (r *sysRunner) stepUnrescued(now time.Time) {
 			return
 		}
 		r.hooks.set(victim.hookAddr, false)
+		// Its answers are held already: the hold ends, and with it the
+		// wait of the schedule's own episodes.
+		if i := slices.Index(r.episodes, u.hold); i >= 0 {
+			r.episodes = slices.Delete(r.episodes, i, i+1)
+			_ = r.applyFaults()
+		}
 		u.phase, u.next = "stopped", now.Add(20*time.Second)
 		u.op.Detail = fmt.Sprintf("%s pid %d stopped with %d sending under epoch %d, whose rescue is refused: %v",
 			victim.name, victim.p.pid(), len(keys), epoch, keys)
@@ -221,10 +235,10 @@ func (r *sysRunner) settleUnrescued() {
 	}
 }
 
-// unrescuedVictim is the running worker with the most intents and batches
+// mostSending is the running worker with the most intents and batches
 // sending under its held lease, its epoch and their keys; nil when there
 // is none.
-func (r *sysRunner) unrescuedVictim() (*sysWorker, int32, []string) {
+func (r *sysRunner) mostSending() (*sysWorker, int32, []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	rows, err := r.pool.Query(ctx, `SELECT w.pid, w.epoch, array_agg(s.key ORDER BY s.key) FROM sendonce_worker w

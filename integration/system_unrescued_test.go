@@ -87,7 +87,8 @@ func newUnrescued(seed uint64, start time.Time, opsFor time.Duration) *sysUnresc
 }
 
 // unrescuedActive says the fault holds a worker stopped or its intents
-// unrescued, or looks for its victim: the fault pause waits.
+// unrescued, or looks for its victim: the faults pause and pg-restart
+// wait (no lease ends within a restart's grace).
 func (r *sysRunner) unrescuedActive() bool {
 	u := r.unrescued
 	return u != nil && u.phase != "" && u.phase != "done"

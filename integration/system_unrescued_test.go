@@ -28,7 +28,7 @@ import (
 // (every ten sweeps) tries again. This fault makes that window:
 //
 //  1. The API holds every POST's answer for sysHoldAnswers, so that the
-//     workers soon have sends in flight.
+//     workers soon have sends in flight, until the victim is stopped.
 //  2. The worker with the most intents and batches sending under its lease
 //     is stopped, and the database refuses to hand on the intents claimed
 //     under that lease (sys_fault.rescue_refused: a trigger fails the
@@ -44,8 +44,14 @@ import (
 //
 // With the lease's check dropped from owned, so that a record checks only
 // that the claim is the owner's (a lost lease not fenced), rule 12 reports
-// the records (failed, as the replay window cut the sends off) the worker
-// made under its ended lease, in seeds 1, 2 and 3.
+// the records the worker made under its ended lease (failed where the
+// replay window cut a send off, sent where its answer came first) in seeds
+// 1, 2 and 3: all four of the victim's sends in each, in two runs.
+//
+// The fault also found a retry that a worker stopped in the client's wait
+// sent when continued, past its replay window, and so past the API's memory
+// of the key (rule 1: delivered twice); the client now checks the
+// deadline itself before each attempt (client's ctxDone).
 type sysUnrescued struct {
 	at    time.Time // when it starts
 	phase string    // "", "hold", "stopped", "ended", "woken", "lift", "done"
@@ -78,8 +84,8 @@ const (
 )
 
 // newUnrescued draws when the seed's fault starts, from a stream of its
-// own (the schedule's draws stay as they were): early enough that its
-// 10 s or so end before the schedule does (15 s by default).
+// own (so that it shifts none of the schedule's draws): early enough that
+// its 10 s or so end before the schedule does (15 s by default).
 func newUnrescued(seed uint64, start time.Time, opsFor time.Duration) *sysUnrescued {
 	rng := rand.New(rand.NewPCG(seed, 0x4e5c0ed))
 	lead := min(opsFor/5, 3*time.Second)

@@ -100,7 +100,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request) (*response, error) {
 		return nil, nerr
 	}
 	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
+		if err := ctxDone(ctx); err != nil {
 			return fail(c.networkError(p.method, p.logURL, err))
 		}
 		p.log.LogAttrs(ctx, slog.LevelDebug, "openemail: attempt", slog.Int("attempt", attempt+1), slog.Bool("repeatable", p.repeatable))
@@ -321,6 +321,23 @@ func (c *Client) explainTimeout(ctx, actx context.Context, err error) error {
 		return &attemptTimeoutError{timeout: c.cfg.timeout, err: err}
 	}
 	return err
+}
+
+// ctxDone is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
+// has passed though its timer has not fired yet. A process stopped past the
+// deadline (SIGSTOP, a frozen VM) runs on when it is continued with both
+// its retry's wait and the deadline's timer due, and the retry may go
+// first: without this it would make a request past the deadline, such as
+// a worker's replay window, after which the API may have forgotten the
+// idempotency key and deliver the email again.
+func ctxDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // wait sleeps d with the configured sleep and reports the caller's

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -326,6 +327,13 @@ func TestContextEndsCallAtOnce(t *testing.T) {
 			t.Cleanup(cancel)
 			return unavailable, ctx, func(ctx context.Context, d time.Duration) error { return sleepContext(ctx, time.Hour) }
 		}, 1, context.DeadlineExceeded, true, 1},
+		{"deadline passed during a wait, its timer not yet fired", func(t *testing.T) (http.HandlerFunc, context.Context, func(context.Context, time.Duration) error) {
+			ctx := &stoppedCtx{Context: context.Background(), deadline: time.Now().Add(time.Hour)}
+			return unavailable, ctx, func(context.Context, time.Duration) error {
+				ctx.stop()
+				return nil
+			}
+		}, 1, context.DeadlineExceeded, true, 1},
 		{"already cancelled", func(t *testing.T) (http.HandlerFunc, context.Context, func(context.Context, time.Duration) error) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
@@ -366,6 +374,29 @@ func TestContextEndsCallAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stoppedCtx is a context whose deadline can pass before its timer fires:
+// what a process stopped (SIGSTOP, a frozen VM) across a deadline sees when
+// it is continued, until the runtime runs the deadline's timer. Err stays
+// nil.
+type stoppedCtx struct {
+	context.Context
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func (c *stoppedCtx) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline, true
+}
+
+// stop moves the deadline into the past, as a stop across it does.
+func (c *stoppedCtx) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = time.Now().Add(-time.Millisecond)
 }
 
 func TestSleepContext(t *testing.T) {

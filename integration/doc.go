@@ -141,7 +141,9 @@
 //     recipient of a coalesced batch suppressed just after the batch is
 //     frozen, a run canceled while a batch of it is being frozen, a
 //     plain-SQL member inserted into a run just canceled. Faults among them:
-//     SIGKILL (and restart) of a worker, `pg_ctl stop -m immediate` and
+//     SIGKILL (and restart) of a worker, a worker stopped (SIGSTOP) past its
+//     lease and continued, once a seed while the database refuses to hand
+//     its intents on (pause-unrescued), `pg_ctl stop -m immediate` and
 //     start, and episodes of the fake's rules: lost answers, slow answers,
 //     5xx, 429 with and without Retry-After, a 400/422 on the retry of an
 //     attempt whose answer was lost (single sends and batches), and

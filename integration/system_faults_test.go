@@ -112,7 +112,7 @@ func (r *sysRunner) expireFaults(now time.Time) {
 func (r *sysRunner) opKill() {
 	var live []*sysWorker
 	for _, w := range r.workers {
-		if w.p.running() {
+		if w.p.running() && !r.unrescuedVictim(w) {
 			live = append(live, w)
 		}
 	}
@@ -146,6 +146,9 @@ func (r *sysRunner) restartDead(force bool) {
 // opPGRestart stops PostgreSQL with `pg_ctl stop -m immediate` and starts
 // it again after a drawn outage.
 func (r *sysRunner) opPGRestart() {
+	if r.unrescuedActive() {
+		return // no lease ends in the restart's grace: the fault would not end
+	}
 	down := time.Duration(200+r.rng.IntN(1300)) * time.Millisecond
 	op := r.begin("fault-pg-restart", fmt.Sprintf("down %s", down))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -41,15 +41,16 @@ import (
 // of them.
 
 // sysClaimSQL installs the logs of rules 10 and 12 (claims, records, the
-// ends of leases) and the commit fault in a seed's database, after its
-// migrations.
+// ends of leases), the commit fault and the rescue fault of
+// pause-unrescued (system_unrescued_test.go) in a seed's database, after
+// its migrations.
 const sysClaimSQL = `
 CREATE TABLE sys_claim_log (id bigserial PRIMARY KEY, key text NOT NULL, attempts int NOT NULL, owner int4, at timestamptz NOT NULL,
 	stmt timestamptz NOT NULL);
 CREATE TABLE sys_record_log (id bigserial PRIMARY KEY, key text NOT NULL, state text NOT NULL, owner int4 NOT NULL, stmt timestamptz NOT NULL);
 CREATE TABLE sys_lease_end (epoch int4 NOT NULL, at timestamptz NOT NULL);
-CREATE TABLE sys_fault (id int PRIMARY KEY, claim_commit_fail float8 NOT NULL);
-INSERT INTO sys_fault VALUES (1, 0);
+CREATE TABLE sys_fault (id int PRIMARY KEY, claim_commit_fail float8 NOT NULL, rescue_refused int4);
+INSERT INTO sys_fault VALUES (1, 0, NULL);
 CREATE FUNCTION sys_log_claim() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	INSERT INTO sys_claim_log (key, attempts, owner, at, stmt)
@@ -64,7 +65,8 @@ BEGIN
 	RETURN NULL;
 END $$;
 CREATE TRIGGER sys_log_record AFTER UPDATE ON sendonce_outbox FOR EACH ROW
-	WHEN (OLD.state = 'sending' AND NEW.state IN ('sent', 'failed', 'suppressed') AND OLD.claimed_by IS NOT NULL AND OLD.claimed_by <> 0)
+	WHEN (OLD.state = 'sending' AND OLD.claimed_by IS NOT NULL AND OLD.claimed_by <> 0
+		AND (NEW.state IN ('sent', 'failed', 'suppressed') OR (NEW.state = 'pending' AND NEW.claimed_by IS NOT DISTINCT FROM OLD.claimed_by)))
 	EXECUTE FUNCTION sys_log_record();
 CREATE FUNCTION sys_log_lease_end() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -80,6 +82,17 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END $$;
+CREATE FUNCTION sys_refuse_rescue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF OLD.claimed_by = (SELECT rescue_refused FROM sys_fault WHERE id = 1) THEN
+		RAISE EXCEPTION 'sys: injected failure of the hand-on of %, claimed under the lease of epoch %', OLD.idempotency_key, OLD.claimed_by;
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER sys_refuse_rescue BEFORE UPDATE ON sendonce_outbox FOR EACH ROW
+	WHEN (OLD.state = 'sending' AND OLD.claimed_by IS NOT NULL AND NEW.state IN ('pending', 'sending')
+		AND (NEW.claimed_by IS NULL OR NEW.job_id IS DISTINCT FROM OLD.job_id))
+	EXECUTE FUNCTION sys_refuse_rescue();
 CREATE CONSTRAINT TRIGGER sys_fail_claim_commit AFTER UPDATE ON sendonce_outbox DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
 	WHEN (NEW.attempts > OLD.attempts AND NEW.job_id IS NULL AND NEW.batch_key IS NULL) EXECUTE FUNCTION sys_fail_claim_commit();
 `
@@ -235,12 +248,18 @@ func (r *sysRunner) checkQuota(f sysFinal) {
 // (it was paused past it: the fault "pause", SIGSTOP then SIGCONT) must
 // not take an intent another worker may send, nor write over an intent
 // handed on. The claim log above holds each claim's owner, a second log
-// each record's (a row leaving sending for sent, failed or suppressed), a
-// third when each lease ended (sendonce_worker's ended_at set, or its epoch
-// replaced); a claim or record whose statement began more than
-// sysFenceMargin after its owner's lease ended was made under a lease its
-// statement saw ended. The margin covers the commit of the lease's end
-// after its trigger ran.
+// each record's (a row leaving sending for sent, failed or suppressed, or
+// for pending with its claim kept: a retry or a snooze), a third when each
+// lease ended (sendonce_worker's ended_at set, or its epoch replaced); a
+// claim or record whose statement began more than sysFenceMargin after its
+// owner's lease ended was made under a lease its statement saw ended. The
+// margin covers the commit of the lease's end after its trigger ran.
+//
+// A record under an ended lease that still names the row's claim is seen
+// only when the rescue has not handed the row on: the fault
+// "pause-unrescued" (system_unrescued_test.go) makes it so, and with the
+// lease's check dropped from a record's condition (a lost lease not
+// fenced) this rule reports it in seeds 1, 2 and 3.
 //
 // The fence that stops a send when its lease ends (bindLease) is not held
 // here: what it stops is a request under the intent's key, which the API
@@ -290,6 +309,9 @@ func (m *model) checkFenced(f sysFinal) {
 // runs: the fleet's sweeper ends its lease and hands its intents on.
 // continuePaused continues it (SIGCONT) when its time is up.
 func (r *sysRunner) opPause() {
+	if r.unrescuedActive() {
+		return
+	}
 	var live []*sysWorker
 	for _, w := range r.workers {
 		if !w.pausedUntil.IsZero() {

@@ -46,9 +46,10 @@ const (
 // level, by SQL and by the CLI, re-enqueues, key reuse, runs and their
 // steering, cancels, retries, suppressions, prunes) against 2–3 real
 // workers of mixed flags, interleaved with faults (SIGKILLs, PostgreSQL
-// restarts, lost answers, 5xx, 429s, 400/422 after an uncertain attempt),
-// quiesces, and holds the fake's ledger to a model of what each
-// operation's answer proved (system_model_test.go).
+// restarts, lost answers, 5xx, 429s, 400/422 after an uncertain attempt,
+// workers stopped past their leases, one of them while the rescue of its
+// intents fails), quiesces, and holds the fake's ledger to a model of what
+// each operation's answer proved (system_model_test.go).
 func TestSystem(t *testing.T) {
 	setup(t)
 	seeds, budget, opsFor := systemSettings(t)
@@ -171,6 +172,8 @@ type sysRunner struct {
 	episodes []*sysEpisode
 	dbFault  float64 // sys_fault's claim_commit_fail as last set
 	seq      int
+
+	unrescued *sysUnrescued // the seed's fault pause-unrescued
 }
 
 func (r *sysRunner) begin(kind, detail string) *sysOp {
@@ -286,6 +289,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	t.Logf("system: seed=%d workers %s; operations for %s", seed, strings.Join(descs, " "), opsFor)
 
 	// The schedule.
+	r.unrescued = newUnrescued(seed, time.Now(), opsFor)
 	tick := time.NewTicker(40 * time.Millisecond) // pacing of the schedule, not a synchronisation
 	defer tick.Stop()
 	deadline := time.Now().Add(opsFor)
@@ -296,6 +300,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 		r.syncDBFault()
 		r.continuePaused(false)
 		r.restartDead(false)
+		r.stepUnrescued(time.Now())
 		if time.Since(lastSnap) > time.Second {
 			// Workers prune too (--retain): keep what each row said last.
 			r.snapshot()
@@ -457,6 +462,7 @@ func (r *sysRunner) step() {
 // waits (polling the outbox, with a deadline) until no intent is pending
 // or sending.
 func (r *sysRunner) quiesce() {
+	r.settleUnrescued()
 	op := r.begin("quiesce", "lift faults, restart workers, resume paused runs")
 	r.episodes = nil
 	_ = r.applyFaults()

@@ -159,8 +159,12 @@ func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 	// counts pending and sending intents together, as pending (migration
 	// 00028: the drain's claim appends nothing); the sending ones, few,
 	// are counted from the table in the same statement, so as of the same
-	// snapshot, and taken from them.
+	// snapshot, and taken from them. The sending ones and the oldest due
+	// one are read through the partial index of unsettled intents,
+	// whatever the statistics say: taken while a large run was pending,
+	// they make a scan of the whole table look cheaper (see planguard.Run).
 	var sending int64
+	var age float64
 	err := planguard.Run(ctx, db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT state, delivery_status, sum(n)::bigint, false FROM sendonce_outbox_tally GROUP BY 1, 2
 			UNION ALL
@@ -189,24 +193,17 @@ func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 				st.Deliveries[d] += n
 			}
 		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox: stats: %w", err)
-	}
-	st.Counts[StatePending] -= sending
-	st.Counts[StateSending] = sending
-	var age float64
-	// Read through the partial index of unsettled intents, whatever the
-	// statistics say: taken while a large run was pending, they make a
-	// scan of the whole table look cheaper (see planguard.Run).
-	err = planguard.Run(ctx, db, func(tx pgx.Tx) error {
+		if err := rows.Err(); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, coalesce(send_at, created_at)))), 0)
 			FROM sendonce_outbox WHERE state IN ('pending', 'sending') AND coalesce(send_at, created_at) <= now()`).Scan(&age)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: stats: %w", err)
 	}
+	st.Counts[StatePending] -= sending
+	st.Counts[StateSending] = sending
 	st.OldestPending = time.Duration(age * float64(time.Second))
 	return st, nil
 }

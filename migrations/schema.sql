@@ -444,14 +444,13 @@ BEGIN
 END
 $$;
 
--- FUNCTION sendonce_outbox_run_key_fixed()
-CREATE FUNCTION public.sendonce_outbox_run_key_fixed() RETURNS trigger
+-- FUNCTION sendonce_outbox_run_key_moved()
+CREATE FUNCTION public.sendonce_outbox_run_key_moved() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    RAISE EXCEPTION 'sendonce: the run of intent % cannot change (from % to %)',
-        quote_literal(NEW.idempotency_key), quote_nullable(OLD.run_key), quote_nullable(NEW.run_key)
-        USING ERRCODE = 'check_violation';
+    PERFORM set_config('sendonce.run_key_moved', 'on', true);
+    RETURN NULL;
 END
 $$;
 
@@ -526,10 +525,11 @@ BEGIN
     ELSE
         -- The drain's claim, and any move between pending and sending:
         -- every row unsettled with no delivery status, before and after,
-        -- and the run keys unchanged (sendonce_outbox_run_key_fixed), so
-        -- no tallied count changed. Two scans that stop at the first row
-        -- of any other kind.
-        IF NOT EXISTS (SELECT 1 FROM new_rows WHERE state NOT IN ('pending', 'sending') OR delivery_status IS NOT NULL)
+        -- and no run key moved in this transaction (see
+        -- sendonce_outbox_run_key_moved), so no tallied count changed. Two
+        -- scans that stop at the first row of any other kind.
+        IF current_setting('sendonce.run_key_moved', true) IS DISTINCT FROM 'on'
+            AND NOT EXISTS (SELECT 1 FROM new_rows WHERE state NOT IN ('pending', 'sending') OR delivery_status IS NOT NULL)
             AND NOT EXISTS (SELECT 1 FROM old_rows WHERE state NOT IN ('pending', 'sending') OR delivery_status IS NOT NULL) THEN
             RETURN NULL;
         END IF;
@@ -1103,8 +1103,8 @@ CREATE TRIGGER sendonce_outbox_key_clock BEFORE INSERT ON public.sendonce_outbox
 -- TRIGGER sendonce_outbox sendonce_outbox_notify
 CREATE TRIGGER sendonce_outbox_notify AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_notify();
 
--- TRIGGER sendonce_outbox sendonce_outbox_run_key_fixed
-CREATE TRIGGER sendonce_outbox_run_key_fixed AFTER UPDATE OF run_key ON public.sendonce_outbox FOR EACH ROW WHEN ((old.run_key IS DISTINCT FROM new.run_key)) EXECUTE FUNCTION public.sendonce_outbox_run_key_fixed();
+-- TRIGGER sendonce_outbox sendonce_outbox_run_key_moved
+CREATE TRIGGER sendonce_outbox_run_key_moved AFTER UPDATE OF run_key ON public.sendonce_outbox FOR EACH ROW WHEN ((old.run_key IS DISTINCT FROM new.run_key)) EXECUTE FUNCTION public.sendonce_outbox_run_key_moved();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_run_member
 CREATE TRIGGER sendonce_outbox_run_member BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_outbox_run_member();

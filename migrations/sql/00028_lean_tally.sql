@@ -16,10 +16,12 @@
 -- in the same statement, a few rows through the partial index of unsettled
 -- intents, and take them from the unsettled count: as exact as before.
 --
--- The early return also needs every row's run key to stay the same: no
--- statement changes it, and sendonce_outbox_run_key_fixed refuses one that
--- would (a trigger named in no hot statement's SET list, so it costs them
--- nothing).
+-- The early return also needs every row's run key to stay the same, which
+-- the statement trigger cannot see without matching old and new rows: a
+-- row trigger on UPDATE OF run_key, which no hot statement's SET list
+-- names (so it costs them nothing), notes a moved run key for the rest of
+-- the transaction (sendonce.run_key_moved), and the trigger then counts
+-- in full.
 --
 -- The mark (sending to sent) still appends its two rows per statement: the
 -- sent intents and their minutes are counted nowhere else. Neither the
@@ -50,10 +52,11 @@ BEGIN
     ELSE
         -- The drain's claim, and any move between pending and sending:
         -- every row unsettled with no delivery status, before and after,
-        -- and the run keys unchanged (sendonce_outbox_run_key_fixed), so
-        -- no tallied count changed. Two scans that stop at the first row
-        -- of any other kind.
-        IF NOT EXISTS (SELECT 1 FROM new_rows WHERE state NOT IN ('pending', 'sending') OR delivery_status IS NOT NULL)
+        -- and no run key moved in this transaction (see
+        -- sendonce_outbox_run_key_moved), so no tallied count changed. Two
+        -- scans that stop at the first row of any other kind.
+        IF current_setting('sendonce.run_key_moved', true) IS DISTINCT FROM 'on'
+            AND NOT EXISTS (SELECT 1 FROM new_rows WHERE state NOT IN ('pending', 'sending') OR delivery_status IS NOT NULL)
             AND NOT EXISTS (SELECT 1 FROM old_rows WHERE state NOT IN ('pending', 'sending') OR delivery_status IS NOT NULL) THEN
             RETURN NULL;
         END IF;
@@ -111,26 +114,26 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION sendonce_outbox_run_key_fixed() RETURNS trigger
+CREATE FUNCTION sendonce_outbox_run_key_moved() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'sendonce: the run of intent % cannot change (from % to %)',
-        quote_literal(NEW.idempotency_key), quote_nullable(OLD.run_key), quote_nullable(NEW.run_key)
-        USING ERRCODE = 'check_violation';
+    PERFORM set_config('sendonce.run_key_moved', 'on', true);
+    RETURN NULL;
 END
 $$;
 -- +goose StatementEnd
 
-CREATE TRIGGER sendonce_outbox_run_key_fixed AFTER UPDATE OF run_key ON sendonce_outbox
-    FOR EACH ROW WHEN (OLD.run_key IS DISTINCT FROM NEW.run_key) EXECUTE FUNCTION sendonce_outbox_run_key_fixed();
+-- A row trigger's event fires before the statement trigger's.
+CREATE TRIGGER sendonce_outbox_run_key_moved AFTER UPDATE OF run_key ON sendonce_outbox
+    FOR EACH ROW WHEN (OLD.run_key IS DISTINCT FROM NEW.run_key) EXECUTE FUNCTION sendonce_outbox_run_key_moved();
 
 -- +goose Down
 -- The old function counts pending and sending apart again: the unsettled
 -- rows of the tallies are counted afresh from the table, with writers held
 -- off meanwhile.
 LOCK TABLE sendonce_outbox IN SHARE ROW EXCLUSIVE MODE;
-DROP TRIGGER sendonce_outbox_run_key_fixed ON sendonce_outbox;
-DROP FUNCTION sendonce_outbox_run_key_fixed();
+DROP TRIGGER sendonce_outbox_run_key_moved ON sendonce_outbox;
+DROP FUNCTION sendonce_outbox_run_key_moved();
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION sendonce_outbox_tally() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -444,6 +444,16 @@ BEGIN
 END
 $$;
 
+-- FUNCTION sendonce_outbox_run_key_moved()
+CREATE FUNCTION public.sendonce_outbox_run_key_moved() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM set_config('sendonce.run_key_moved', 'on', true);
+    RETURN NULL;
+END
+$$;
+
 -- FUNCTION sendonce_outbox_run_member()
 CREATE FUNCTION public.sendonce_outbox_run_member() RETURNS trigger
     LANGUAGE plpgsql
@@ -496,36 +506,52 @@ CREATE FUNCTION public.sendonce_outbox_tally() RETURNS trigger
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
-        SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END, state, coalesce(delivery_status, ''), count(*)
+        SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END,
+            CASE WHEN state = 'sending' THEN 'pending' ELSE state END, coalesce(delivery_status, ''), count(*)
         FROM new_rows GROUP BY 1, 2, 3;
         INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
-        SELECT run_key, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END, state, coalesce(delivery_status, ''), count(*)
+        SELECT run_key, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END,
+            CASE WHEN state = 'sending' THEN 'pending' ELSE state END, coalesce(delivery_status, ''), count(*)
         FROM new_rows WHERE run_key IS NOT NULL GROUP BY 1, 2, 3, 4;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
         SELECT CASE WHEN state = 'sent' AND sent_at > now() - interval '2 hours' THEN date_trunc('minute', sent_at) END,
-            state, coalesce(delivery_status, ''), -count(*)
+            CASE WHEN state = 'sending' THEN 'pending' ELSE state END, coalesce(delivery_status, ''), -count(*)
         FROM old_rows GROUP BY 1, 2, 3;
         INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
         SELECT run_key, CASE WHEN state = 'sent' AND sent_at > now() - interval '2 minutes' THEN date_trunc('second', sent_at) END,
-            state, coalesce(delivery_status, ''), -count(*)
+            CASE WHEN state = 'sending' THEN 'pending' ELSE state END, coalesce(delivery_status, ''), -count(*)
         FROM old_rows WHERE run_key IS NOT NULL GROUP BY 1, 2, 3, 4;
     ELSE
-        -- Most updates change no state (a job id given, a trace written):
-        -- rows whose (state, delivery status, sent_at, run key) did not
-        -- change cancel out and append nothing.
+        -- The drain's claim, and any move between pending and sending:
+        -- every row unsettled with no delivery status, before and after,
+        -- and no run key moved in this transaction (see
+        -- sendonce_outbox_run_key_moved), so no tallied count changed. Two
+        -- scans that stop at the first row of any other kind.
+        IF current_setting('sendonce.run_key_moved', true) IS DISTINCT FROM 'on'
+            AND NOT EXISTS (SELECT 1 FROM new_rows WHERE state NOT IN ('pending', 'sending') OR delivery_status IS NOT NULL)
+            AND NOT EXISTS (SELECT 1 FROM old_rows WHERE state NOT IN ('pending', 'sending') OR delivery_status IS NOT NULL) THEN
+            RETURN NULL;
+        END IF;
+        -- Most other updates change no state either (a job id given, a
+        -- trace written): rows whose (state, delivery status, sent_at, run
+        -- key) did not change cancel out and append nothing.
         INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
         SELECT m, s, d, sum(k) FROM (
-            SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END AS m, state AS s, coalesce(delivery_status, '') AS d, 1 AS k FROM new_rows
+            SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END AS m,
+                CASE WHEN state = 'sending' THEN 'pending' ELSE state END AS s, coalesce(delivery_status, '') AS d, 1 AS k FROM new_rows
             UNION ALL
-            SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END, state, coalesce(delivery_status, ''), -1 FROM old_rows) c
+            SELECT CASE WHEN state = 'sent' THEN date_trunc('minute', sent_at) END,
+                CASE WHEN state = 'sending' THEN 'pending' ELSE state END, coalesce(delivery_status, ''), -1 FROM old_rows) c
         GROUP BY 1, 2, 3 HAVING sum(k) <> 0;
         INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
         SELECT r, a, s, d, sum(k) FROM (
-            SELECT run_key AS r, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END AS a, state AS s, coalesce(delivery_status, '') AS d, 1 AS k
+            SELECT run_key AS r, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END AS a,
+                CASE WHEN state = 'sending' THEN 'pending' ELSE state END AS s, coalesce(delivery_status, '') AS d, 1 AS k
             FROM new_rows WHERE run_key IS NOT NULL
             UNION ALL
-            SELECT run_key, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END, state, coalesce(delivery_status, ''), -1
+            SELECT run_key, CASE WHEN state = 'sent' THEN date_trunc('second', sent_at) END,
+                CASE WHEN state = 'sending' THEN 'pending' ELSE state END, coalesce(delivery_status, ''), -1
             FROM old_rows WHERE run_key IS NOT NULL) c
         GROUP BY 1, 2, 3, 4 HAVING sum(k) <> 0;
     END IF;
@@ -667,12 +693,14 @@ DECLARE
 BEGIN
     WITH d AS (DELETE FROM sendonce_outbox_tally RETURNING *),
     i AS (INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
-        SELECT CASE WHEN minute > now() - interval '2 hours' THEN minute END, state, delivery_status, sum(n)
+        SELECT CASE WHEN minute > now() - interval '2 hours' THEN minute END,
+            CASE WHEN state = 'sending' THEN 'pending' ELSE state END, delivery_status, sum(n)
         FROM d GROUP BY 1, 2, 3 HAVING sum(n) <> 0)
     SELECT count(*) INTO a FROM d;
     WITH d AS (DELETE FROM sendonce_run_tally RETURNING *),
     i AS (INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
-        SELECT run_key, CASE WHEN at > now() - interval '2 minutes' THEN at END, state, delivery_status, sum(n)
+        SELECT run_key, CASE WHEN at > now() - interval '2 minutes' THEN at END,
+            CASE WHEN state = 'sending' THEN 'pending' ELSE state END, delivery_status, sum(n)
         FROM d GROUP BY 1, 2, 3, 4 HAVING sum(n) <> 0)
     SELECT count(*) INTO b FROM d;
     RETURN a + b;
@@ -1074,6 +1102,9 @@ CREATE TRIGGER sendonce_outbox_key_clock BEFORE INSERT ON public.sendonce_outbox
 
 -- TRIGGER sendonce_outbox sendonce_outbox_notify
 CREATE TRIGGER sendonce_outbox_notify AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_notify();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_run_key_moved
+CREATE TRIGGER sendonce_outbox_run_key_moved AFTER UPDATE OF run_key ON public.sendonce_outbox FOR EACH ROW WHEN ((old.run_key IS DISTINCT FROM new.run_key)) EXECUTE FUNCTION public.sendonce_outbox_run_key_moved();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_run_member
 CREATE TRIGGER sendonce_outbox_run_member BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_outbox_run_member();

@@ -155,39 +155,55 @@ func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 	}
 	// Both counts from the tally the outbox's triggers keep (see
 	// migration 00022): exact, as a count(*) of the table would be, at the
-	// cost of summing its few rows, whatever the table's size.
-	rows, err := db.Query(ctx, `SELECT state, delivery_status, sum(n)::bigint FROM sendonce_outbox_tally GROUP BY 1, 2`)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: stats: %w", err)
-	}
-	for rows.Next() {
-		var s State
-		var d DeliveryStatus
-		var n int64
-		if err := rows.Scan(&s, &d, &n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("outbox: stats: %w", err)
-		}
-		st.Counts[s] += n
-		if d != "" {
-			st.Deliveries[d] += n
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: stats: %w", err)
-	}
+	// cost of summing its few rows, whatever the table's size. The tally
+	// counts pending and sending intents together, as pending (migration
+	// 00028: the drain's claim appends nothing); the sending ones, few,
+	// are counted from the table in the same statement, so as of the same
+	// snapshot, and taken from them. The sending ones and the oldest due
+	// one are read through the partial index of unsettled intents,
+	// whatever the statistics say: taken while a large run was pending,
+	// they make a scan of the whole table look cheaper (see planguard.Run).
+	var sending int64
 	var age float64
-	// Read through the partial index of unsettled intents, whatever the
-	// statistics say: taken while a large run was pending, they make a
-	// scan of the whole table look cheaper (see planguard.Run).
-	err = planguard.Run(ctx, db, func(tx pgx.Tx) error {
+	err := planguard.Run(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT state, delivery_status, sum(n)::bigint, false FROM sendonce_outbox_tally GROUP BY 1, 2
+			UNION ALL
+			SELECT 'sending', '', count(*), true FROM sendonce_outbox WHERE state = 'sending'`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s State
+			var d DeliveryStatus
+			var n int64
+			var live bool
+			if err := rows.Scan(&s, &d, &n, &live); err != nil {
+				return err
+			}
+			switch {
+			case live:
+				sending = n
+			case s == StateSending:
+				st.Counts[StatePending] += n
+			default:
+				st.Counts[s] += n
+			}
+			if d != "" {
+				st.Deliveries[d] += n
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, coalesce(send_at, created_at)))), 0)
 			FROM sendonce_outbox WHERE state IN ('pending', 'sending') AND coalesce(send_at, created_at) <= now()`).Scan(&age)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: stats: %w", err)
 	}
+	st.Counts[StatePending] -= sending
+	st.Counts[StateSending] = sending
 	st.OldestPending = time.Duration(age * float64(time.Second))
 	return st, nil
 }

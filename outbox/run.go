@@ -242,10 +242,16 @@ func runStatuses(ctx context.Context, db querier, rest string, args ...any) ([]*
 	}
 	// The counts come from the runs' tally (see migration 00022), a few
 	// rows a run whatever its size; the sends of the last minute from its
-	// per-second buckets of sent_at.
+	// per-second buckets of sent_at. The tally counts pending and sending
+	// members together, as pending (migration 00028); the sending ones,
+	// few, are counted from the table in the same statement, so as of the
+	// same snapshot, and taken from them.
 	rows, err = db.Query(ctx, `SELECT run_key, state, delivery_status, sum(n)::bigint,
-			coalesce(sum(n) FILTER (WHERE at > now() - interval '1 minute'), 0)::bigint
-		FROM sendonce_run_tally WHERE run_key = ANY($1) GROUP BY run_key, state, delivery_status`, keys)
+			coalesce(sum(n) FILTER (WHERE at > now() - interval '1 minute'), 0)::bigint, false
+		FROM sendonce_run_tally WHERE run_key = ANY($1) GROUP BY run_key, state, delivery_status
+		UNION ALL
+		SELECT run_key, 'sending', '', count(*), 0, true
+		FROM sendonce_outbox WHERE state = 'sending' AND run_key = ANY($1) GROUP BY run_key`, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -255,11 +261,21 @@ func runStatuses(ctx context.Context, db querier, rest string, args ...any) ([]*
 		var s State
 		var d DeliveryStatus
 		var n, recent int64
-		if err := rows.Scan(&key, &s, &d, &n, &recent); err != nil {
+		var live bool
+		if err := rows.Scan(&key, &s, &d, &n, &recent, &live); err != nil {
 			return nil, err
 		}
 		st := byKey[key]
-		st.Counts[s] += n
+		switch {
+		case live:
+			st.Counts[StatePending] -= n
+			st.Counts[StateSending] += n
+			continue
+		case s == StateSending:
+			st.Counts[StatePending] += n
+		default:
+			st.Counts[s] += n
+		}
 		st.Total += n
 		st.SentLastMinute += recent
 		if d != "" {

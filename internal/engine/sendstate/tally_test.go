@@ -265,3 +265,77 @@ func checkTally(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, step int) {
 		t.Fatalf("step %d: the chart's last hour holds %d sends, count(*) %d", step, chart, sent)
 	}
 }
+
+// Issue 44: the drain's claim appends nothing to the tallies (migration
+// 00028), nor does any other move between pending and sending (a retry
+// recorded, an orphan released), and the counts stay exact while intents
+// are sending: Stats and the runs count the sending ones from the table.
+// The mark appends its deltas as before.
+func TestClaimAppendsNoTally(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob, _ := setup(t, "lean:1", "lean:2")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "run-0", Intents: []outbox.Intent{
+		{Key: "lean:3", Payload: json.RawMessage(outboxtest.InvoiceBody)},
+		{Key: "lean:4", Payload: json.RawMessage(outboxtest.InvoiceBody)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	appended := func() int {
+		return count(t, pool, `SELECT (SELECT count(*) FROM sendonce_outbox_tally) + (SELECT count(*) FROM sendonce_run_tally)`)
+	}
+	lease := takeLease(t, pool, "lean")
+	opts := claimOpts
+	opts.Owner = lease.Epoch
+	before := appended()
+	claimed, err := sendstate.ClaimDue(ctx, pool, 4, opts)
+	if err != nil || len(claimed) != 4 {
+		t.Fatalf("ClaimDue = %d claims, %v; want 4", len(claimed), err)
+	}
+	if n := appended() - before; n != 0 {
+		t.Errorf("the claim appended %d tally rows, want none", n)
+	}
+	checkTally(t, pool, ob, 0)
+	if err := sendstate.MarkPending(ctx, pool, sendstate.Outcome{Key: "lean:4", Reason: "503", Owner: lease.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	if n := appended() - before; n != 0 {
+		t.Errorf("the claim and a retry recorded appended %d tally rows, want none", n)
+	}
+	checkTally(t, pool, ob, 1)
+	var sent []sendstate.Sent
+	for _, k := range []string{"lean:1", "lean:2", "lean:3"} {
+		sent = append(sent, sendstate.Sent{Key: k, MessageID: "m-" + k, Owner: lease.Epoch})
+	}
+	if _, _, err := sendstate.MarkSentMany(ctx, pool, sent); err != nil {
+		t.Fatal(err)
+	}
+	if n := appended() - before; n == 0 {
+		t.Errorf("the mark appended no tally rows")
+	}
+	checkTally(t, pool, ob, 2)
+	if _, err := sendstate.CompactTally(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	checkTally(t, pool, ob, 3)
+}
+
+// The trigger's early return for a move between pending and sending must
+// not skip a statement that moves an unsettled intent into another run
+// (plain SQL may): the run's counts stay exact.
+func TestRunKeyMovedIsTallied(t *testing.T) {
+	t.Parallel()
+	pool, ob, _ := setup(t, "moved:1", "moved:2")
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_run (key) VALUES ('run-1'), ('run-2')`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET run_key = 'run-1' WHERE idempotency_key LIKE 'moved:%'`)
+	checkTally(t, pool, ob, 0)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET run_key = 'run-2' WHERE idempotency_key = 'moved:2'`)
+	checkTally(t, pool, ob, 1)
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
@@ -32,9 +33,11 @@ import (
 // workers made three times the statements for nothing). When the sweeper
 // dies, the next worker takes over at its first renewal past the dead
 // lease's end (the lease, and a renewal timed for it: see liveness), and
-// ends that lease at its next sweep; a worker that stops ends its lease at
-// once, and the next takes over within a beat of its lease (a fifth of
-// it). Until a worker's first renewal it sweeps as the sweeper, so a
+// sweeps at once (kick), ending that lease; a worker that stops ends its
+// lease at once, and the next takes over within a beat of its lease (a
+// third of it). The sweeper times a sweep for the end of the first of the
+// other leases (leaseEnd), so a worker that dies is found dead at its
+// lease's end, not up to an interval later. Until a worker's first renewal it sweeps as the sweeper, so a
 // worker alone does everything from its start.
 //
 // Every worker creates the runs of due schedules every interval, if it has
@@ -50,9 +53,22 @@ type sweeper struct {
 	interval  time.Duration
 	logger    *slog.Logger
 	sweeps    int
-	// role says whether this worker is the fleet's sweeper now (nil: it
-	// is).
-	role interface{ sweeps() bool }
+	// role says whether this worker is the fleet's sweeper now, and its
+	// lease's id (nil: it is the sweeper, with no lease).
+	role interface {
+		sweeps() bool
+		leaseID() int32
+	}
+	// kick asks for a sweep now: this worker has just become the fleet's
+	// sweeper (liveness.promoted), most likely because the sweeper died,
+	// and what it left is to be rescued without waiting for an interval.
+	kick chan struct{}
+	// leaseEnd is when the first of the other workers' held leases ends
+	// unless renewed, by this process's clock, as the last sweep saw it
+	// (zero: none, or this worker is not the sweeper). The next sweep is
+	// timed for it, when it comes before the interval's end: a worker that
+	// died is found dead, and what it left sending is rescued, at once.
+	leaseEnd time.Time
 
 	restartGrace time.Duration
 	pollOnly     bool
@@ -60,6 +76,11 @@ type sweeper struct {
 	// sweep saw it: a later one means a worker ended since.
 	lastEnded time.Time
 }
+
+// leaseEndMargin is how long after a lease's end, as the database reported
+// it, the sweep timed for that end runs, so that the database's clock has
+// passed it too.
+const leaseEndMargin = 10 * time.Millisecond
 
 // sweepNetEvery is how many sweeps pass between two runs of the rescues
 // (and of the orphans' look) that nothing called for: the net under the
@@ -118,35 +139,86 @@ func (s *sweeper) listen(ctx context.Context) error {
 	// Rows inserted before the LISTEN, while no notification reached this
 	// worker.
 	s.drain.wake()
-	next := time.Now().Add(s.interval)
+	next := s.next()
 	for {
-		waitCtx, cancel := context.WithDeadline(ctx, next)
-		_, err := conn.WaitForNotification(waitCtx)
-		cancel()
+		notified, err := s.wait(ctx, conn, next)
 		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded):
-			s.sweep(ctx)
-			next = time.Now().Add(s.interval)
 		case err != nil:
 			return err
-		default:
+		case notified:
 			s.drain.wake()
+		default:
+			s.sweep(ctx)
+			next = s.next()
 		}
 	}
+}
+
+// next is when the sweep after the one that just ended is due: an interval
+// from now, or just after the first of the other leases ends, if sooner.
+func (s *sweeper) next() time.Time {
+	next := time.Now().Add(s.interval)
+	if end := s.leaseEnd.Add(leaseEndMargin); !s.leaseEnd.IsZero() && end.Before(next) {
+		next = end
+	}
+	return next
+}
+
+// kicked asks for a sweep now (see kick).
+func (s *sweeper) kicked() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits on conn for a notification until the next sweep is due, at
+// until or when a kick comes. It returns true for a notification, false
+// for a sweep due; an error when the connection failed or ctx ended.
+func (s *sweeper) wait(ctx context.Context, conn *pgx.Conn, until time.Time) (notified bool, err error) {
+	waitCtx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	kicked := make(chan bool, 1)
+	go func() {
+		select {
+		case <-s.kick:
+			cancel()
+			kicked <- true
+		case <-waitCtx.Done():
+			kicked <- false
+		}
+	}()
+	// A wait cut off by its context leaves the connection usable: pgconn
+	// closes it only for errors other than a timeout.
+	_, err = conn.WaitForNotification(waitCtx)
+	cancel()
+	kick := <-kicked
+	switch {
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case err == nil:
+		if kick {
+			s.kicked() // taken while a notification came: still due
+		}
+		return true, nil
+	case kick || errors.Is(err, context.DeadlineExceeded):
+		return false, nil
+	}
+	return false, err
 }
 
 // poll sweeps every interval without LISTEN (Config.PollOnly): a row
 // inserted by SQL waits for the sweeper's next sweep.
 func (s *sweeper) poll(ctx context.Context) {
-	t := time.NewTicker(s.interval)
+	t := time.NewTimer(s.interval)
 	defer t.Stop()
 	for {
 		s.sweep(ctx)
+		t.Reset(time.Until(s.next()))
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.kick:
 		case <-t.C:
 		}
 	}
@@ -168,6 +240,7 @@ func (s *sweeper) sweep(ctx context.Context) {
 			"but never took up (the claim's answer was lost with the connection); they are sent again with the same key")
 	}
 	if s.role != nil && !s.role.sweeps() {
+		s.leaseEnd = time.Time{}
 		if len(s.schedules.producers) > 0 {
 			s.do(ctx, s.schedules.tick, "schedules", "created the runs of due schedules")
 		}
@@ -182,13 +255,21 @@ func (s *sweeper) sweep(ctx context.Context) {
 	// held back by the restart grace, or one that failed). A quiet fleet
 	// makes one statement a sweep for all of them.
 	var ended bool
+	var self int32
+	if s.role != nil {
+		self = s.role.leaseID()
+	}
 	expire := func(ctx context.Context) (int, error) {
-		n, last, err := s.jobs.ExpireLeasesAndLook(ctx, s.restartGrace)
+		look, err := s.jobs.ExpireLeasesAndLook(ctx, s.restartGrace, self)
+		s.leaseEnd = time.Time{}
 		if err == nil {
-			ended = n > 0 || last.After(s.lastEnded)
-			s.lastEnded = last
+			ended = look.Expired > 0 || look.LastEnded.After(s.lastEnded)
+			s.lastEnded = look.LastEnded
+			if look.NextEnd > 0 {
+				s.leaseEnd = time.Now().Add(look.NextEnd)
+			}
 		}
-		return n, err
+		return look.Expired, err
 	}
 	s.do(ctx, expire, "expire leases", "ended the leases of workers that stopped renewing them; their intents go to other jobs")
 	net := s.sweeps%sweepNetEvery == 0

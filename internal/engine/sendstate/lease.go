@@ -153,27 +153,52 @@ func (o *Scheduler) ForgetEndedLeases(ctx context.Context) error {
 	return nil
 }
 
-// ExpireLeasesAndLook is ExpireLeases for the fleet's sweeper, which
-// rescues only when a lease has ended: in one statement it ends the leases
-// whose end has passed (as ExpireLeases, without forgetting the old ones)
-// and returns how many it ended and when the last lease of all ended (zero
-// when none has): a later time than the sweeper saw before means some
-// worker ended, lapsed or stopped, since.
-func (o *Scheduler) ExpireLeasesAndLook(ctx context.Context, restartGrace time.Duration) (expired int, lastEnded time.Time, err error) {
-	var last *time.Time
-	err = o.Pool.QueryRow(ctx, `WITH e AS (
+// LeaseLook is what ExpireLeasesAndLook found.
+type LeaseLook struct {
+	// Expired is how many leases it ended.
+	Expired int
+	// LastEnded is when the last lease of all ended (zero when none has):
+	// a later time than the sweeper saw before means some worker ended,
+	// lapsed or stopped, since.
+	LastEnded time.Time
+	// NextEnd is how long until the first of the other held leases (all
+	// but the caller's) ends unless it is renewed, by the database's
+	// clock; zero when no other lease is held. A sweep then ends it, if
+	// its worker died, without waiting for the next interval.
+	NextEnd time.Duration
+}
+
+// ExpireLeasesAndLook is ExpireLeases for the fleet's sweeper, whose lease
+// id is self, which rescues only when a lease has ended: in one statement
+// it ends the leases whose end has passed (as ExpireLeases, without
+// forgetting the old ones), counts them, and reads when the last lease of
+// all ended and when the first of the others ends unless renewed.
+func (o *Scheduler) ExpireLeasesAndLook(ctx context.Context, restartGrace time.Duration, self int32) (LeaseLook, error) {
+	var (
+		look LeaseLook
+		last *time.Time
+		next *float64
+	)
+	// The subqueries read the snapshot from before e's update: a lease e
+	// ends is past its end there, so none of them reads it as held.
+	err := o.Pool.QueryRow(ctx, `WITH e AS (
 			UPDATE sendonce_worker SET ended_at = now(), end_reason = 'lapsed'
 			WHERE ended_at IS NULL AND lease_until < now() AND now() - pg_postmaster_start_time() > $1::float8 * interval '1 second'
 			RETURNING ended_at)
-		SELECT (SELECT count(*) FROM e)::int, greatest((SELECT max(ended_at) FROM e), (SELECT max(ended_at) FROM sendonce_worker))`,
-		restartGrace.Seconds()).Scan(&expired, &last)
+		SELECT (SELECT count(*) FROM e)::int, greatest((SELECT max(ended_at) FROM e), (SELECT max(ended_at) FROM sendonce_worker)),
+			(SELECT extract(epoch FROM min(w.lease_until) - now())::float8 FROM sendonce_worker w
+				WHERE w.ended_at IS NULL AND w.lease_until >= now() AND w.id <> $2)`,
+		restartGrace.Seconds(), self).Scan(&look.Expired, &last, &next)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("sendstate: expire worker leases: %w", err)
+		return LeaseLook{}, fmt.Errorf("sendstate: expire worker leases: %w", err)
 	}
 	if last != nil {
-		lastEnded = *last
+		look.LastEnded = *last
 	}
-	return expired, lastEnded, nil
+	if next != nil {
+		look.NextEnd = time.Duration(*next * float64(time.Second))
+	}
+	return look, nil
 }
 
 // held is the SQL condition that the lease whose epoch is the int4

@@ -84,9 +84,10 @@ type Config struct {
 	QuotaZone *time.Location
 	// Lease is how long this worker instance's liveness lease lasts past
 	// its last heartbeat, by the database's clock (default DefaultLease,
-	// 5 s; it is renewed five times a lease). A worker that dies is found
+	// 3 s; it is renewed three times a lease). A worker that dies is found
 	// dead when its lease ends, and the intents it left sending are sent
-	// again (replayed) within the lease and a SweepInterval; a worker that
+	// again (replayed) just after, the fleet's sweeper sweeping at that
+	// end; a worker that
 	// cannot renew it for that long (paused, cut off from the database)
 	// stops its sends and records nothing for intents another worker took
 	// over.

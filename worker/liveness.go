@@ -103,8 +103,11 @@ func (l *liveness) setLocked(lease sendstate.Lease, at time.Time) {
 }
 
 // renewalsPerLease is how many times a worker renews its lease within the
-// lease's length.
-const renewalsPerLease = 5
+// lease's length: a renewal a second with the default lease, and a lease
+// kept through renewals that fail for most of it (the fence stops the
+// sends at nine tenths of the lease after the last renewal that went
+// through, whatever the beat).
+const renewalsPerLease = 3
 
 // leaseID is the id of this instance's lease (the same for its life).
 func (l *liveness) leaseID() int32 {

@@ -244,7 +244,7 @@ func (a *app) workCommand() *cobra.Command {
 	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", time.Second, "how often to look for jobs when no notification arrives")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often the drain looks for due intents it was not told of (retries come due, missed notifications), and the sweeps run")
 	f.DurationVar(&o.lease, "lease", worker.DefaultLease,
-		"this worker's liveness lease, renewed five times a lease: a worker that dies is found dead, and its sends replayed, within it and a sweep interval")
+		"this worker's liveness lease, renewed three times a lease: a worker that dies is found dead, and its sends replayed, just after it ends")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGINT/SIGTERM, how long sends in flight may take to finish")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics, /riverui and /outbox; empty disables")
 	f.StringVar(&o.uiToken, "ui-token", "", "refused: flags show in ps; use "+envUIToken+" or --ui-token-file")

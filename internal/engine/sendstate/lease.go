@@ -10,13 +10,15 @@ import (
 )
 
 // DefaultLease is how long a worker instance's lease lasts past its last
-// heartbeat, by the database's clock. A worker renews it five times a
-// lease; a sweeper ends a lease past its end and hands the intents claimed
-// under it to new jobs. After a SIGKILL the intents it cut off are
-// therefore sent again within the lease, one sweep interval and a send: 5 s
-// + 1 s + the send with default flags (measured by the integration suite's
+// heartbeat, by the database's clock. A worker renews it three times a
+// lease (every second); the fleet's sweeper times a sweep for the end of
+// the first lease that may lapse (LeaseLook.NextEnd), ends a lease past its
+// end and hands the intents claimed under it to new jobs. After a SIGKILL
+// the intents it cut off are therefore sent again within the lease, a few
+// milliseconds and a send: 3 s + the send with default flags, and a free
+// slot of the worker that sends them (measured by the integration suite's
 // rescue-time scenario).
-const DefaultLease = 5 * time.Second
+const DefaultLease = 3 * time.Second
 
 // ErrLeaseLost is returned by a claim or a record made under a lease that
 // is no longer held: it lapsed (the worker stopped renewing it long enough:

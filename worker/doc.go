@@ -96,7 +96,8 @@
 //
 // Worker bundles a River client working the send queue with a sweeper that
 // gives jobs to rows inserted by plain SQL (the table's trigger notifies it;
-// it also sweeps every second) and to intents left without a working job.
+// its drain also wakes when the next intent comes due, and looks every 30
+// sweeps besides) and to intents left without a working job.
 // It is the one way to run the send jobs: they rely on its claim batching,
 // its liveness lease and its sweeper.
 //

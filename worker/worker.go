@@ -111,6 +111,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		dr.coalesce = newDueCoalescer(batcher, conf.Queue, conf.Coalesce, conf.CoalesceWait, logger, sendWorker.cfg.Observer)
 		dr.coalesce.wake = dr.wake
 	}
+	sendWorker.dueIn = dr.wakeIn
 	sw := &sweeper{pool: pool, jobs: jobs, drain: dr, schedules: schedules, interval: conf.SweepInterval, logger: logger,
 		restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly, role: lease, kick: make(chan struct{}, 1)}
 	lease.promoted = sw.kicked

@@ -50,13 +50,17 @@ type Holder struct {
 // takes a new epoch. One statement.
 func TakeLease(ctx context.Context, db DB, prev Lease, h Holder, length time.Duration) (Lease, error) {
 	var l Lease
-	err := db.QueryRow(ctx, `WITH n AS (SELECT nextval('sendonce_worker_id_seq')::int4 AS v)
+	// The notice tells the fleet's sweeper of a new lease, whose end it
+	// then times a sweep for (LeaseLook.NextEnd).
+	err := db.QueryRow(ctx, `WITH n AS (SELECT nextval('sendonce_worker_id_seq')::int4 AS v), t AS (
 		INSERT INTO sendonce_worker AS w (id, epoch, host, pid, river_client_id, lease_until)
 		SELECT coalesce(nullif($1::int4, 0), n.v), n.v, $2, $3, nullif($4, ''), now() + $5::float8 * interval '1 second' FROM n
 		ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch, host = excluded.host, pid = excluded.pid,
 			river_client_id = excluded.river_client_id, renewed_at = now(), lease_until = excluded.lease_until,
 			ended_at = NULL, end_reason = NULL
-		RETURNING w.id, w.epoch`, prev.ID, h.Host, h.PID, h.RiverClientID, length.Seconds()).Scan(&l.ID, &l.Epoch)
+		RETURNING w.id, w.epoch)
+		SELECT t.id, t.epoch FROM t, LATERAL (SELECT pg_notify('`+NotifyChannel+`', '`+LeaseNotice+`')) notice`,
+		prev.ID, h.Host, h.PID, h.RiverClientID, length.Seconds()).Scan(&l.ID, &l.Epoch)
 	if err != nil {
 		return Lease{}, fmt.Errorf("sendstate: take a worker lease: %w", err)
 	}
@@ -106,12 +110,19 @@ func Renew(ctx context.Context, db DB, l Lease, length time.Duration) (Renewal, 
 	return Renewal{Held: true, Takeover: time.Duration(*takeover * float64(time.Second))}, nil
 }
 
+// LeaseNotice is the payload of the notification on NotifyChannel that
+// TakeLease and ReleaseLease send: a lease began or ended, and the fleet's
+// sweeper looks at the leases at once.
+const LeaseNotice = "lease"
+
 // ReleaseLease ends the lease at once ('stopped'): the worker is stopping,
-// and whatever it leaves sending goes to other workers at their next sweep
-// instead of after the lease.
+// and whatever it leaves sending goes to other workers at once (the
+// sweeper hears of it: LeaseNotice) instead of after the lease.
 func ReleaseLease(ctx context.Context, db DB, l Lease) error {
-	if _, err := db.Exec(ctx, `UPDATE sendonce_worker SET ended_at = now(), end_reason = 'stopped', lease_until = least(lease_until, now())
-		WHERE id = $1 AND epoch = $2 AND ended_at IS NULL`, l.ID, l.Epoch); err != nil {
+	if _, err := db.Exec(ctx, `WITH r AS (
+			UPDATE sendonce_worker SET ended_at = now(), end_reason = 'stopped', lease_until = least(lease_until, now())
+			WHERE id = $1 AND epoch = $2 AND ended_at IS NULL RETURNING id)
+		SELECT pg_notify('`+NotifyChannel+`', '`+LeaseNotice+`') FROM r`, l.ID, l.Epoch); err != nil {
 		return fmt.Errorf("sendstate: release worker lease %d: %w", l.ID, err)
 	}
 	return nil
@@ -168,6 +179,9 @@ type LeaseLook struct {
 	// clock; zero when no other lease is held. A sweep then ends it, if
 	// its worker died, without waiting for the next interval.
 	NextEnd time.Duration
+	// Overdue says some lease is past its end and was not ended (within
+	// the restart grace): the sweeper looks again at its next interval.
+	Overdue bool
 }
 
 // ExpireLeasesAndLook is ExpireLeases for the fleet's sweeper, whose lease
@@ -189,8 +203,9 @@ func (o *Scheduler) ExpireLeasesAndLook(ctx context.Context, restartGrace time.D
 			RETURNING ended_at)
 		SELECT (SELECT count(*) FROM e)::int, greatest((SELECT max(ended_at) FROM e), (SELECT max(ended_at) FROM sendonce_worker)),
 			(SELECT extract(epoch FROM min(w.lease_until) - now())::float8 FROM sendonce_worker w
-				WHERE w.ended_at IS NULL AND w.lease_until >= now() AND w.id <> $2)`,
-		restartGrace.Seconds(), self).Scan(&look.Expired, &last, &next)
+				WHERE w.ended_at IS NULL AND w.lease_until >= now() AND w.id <> $2),
+			(SELECT count(*) FROM sendonce_worker w WHERE w.ended_at IS NULL AND w.lease_until < now()) > (SELECT count(*) FROM e)`,
+		restartGrace.Seconds(), self).Scan(&look.Expired, &last, &next, &look.Overdue)
 	if err != nil {
 		return LeaseLook{}, fmt.Errorf("sendstate: expire worker leases: %w", err)
 	}

@@ -122,7 +122,7 @@ func crashReplay(t *testing.T, v variant) {
 	}
 
 	// The interrupted sends come back once the killed worker's lease ends
-	// (--lease, 5 s by default): the next sweep puts the rows it left
+	// (--lease, 3 s by default): the sweep at its end puts the rows it left
 	// sending back on the drain, uncertain (RescueDrained); a batch's River
 	// job comes back when River's rescuer (run by the leader, which a killed
 	// leader's lease keeps away for up to 15 s) finds it older than

@@ -264,7 +264,7 @@ func (r *sysRunner) checkQuota(f sysFinal) {
 // The fence that stops a send when its lease ends (bindLease) is not held
 // here: what it stops is a request under the intent's key, which the API
 // replays, and in this test each send is bounded by its replay window
-// (sysReplayWindow, 5 s), which ends within a second of its lease (5 s).
+// (sysReplayWindow, 5 s), which ends within seconds of its lease (3 s).
 const sysFenceMargin = 2 * time.Second
 
 // sysFenced is a claim or record made under a lease that had ended.

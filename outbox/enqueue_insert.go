@@ -90,8 +90,10 @@ const prunedSQL = `SELECT k FROM unnest($1::text[]) AS k
 // notifySQL (in insertSQL) tells the workers, at commit, that intents are
 // due: the channel the plain-SQL producers' trigger notifies (see
 // sendstate.NotifyChannel), on which each worker's sweeper listens and
-// wakes its drain. It goes once per call, when the call inserted a row to
-// send now. The CTE is referenced (LEFT JOIN ... ON true), so PostgreSQL
+// wakes its drain. It goes once per call that inserted a row, due now or
+// later: a drain that hears of a row due later wakes again at its time
+// (its look reads the queue's next due time), and looks for due rows only
+// every half minute otherwise. The CTE is referenced (LEFT JOIN ... ON true), so PostgreSQL
 // runs it, at most once.
 const notifySQL = `pg_notify('sendonce_outbox', '')`
 
@@ -112,10 +114,10 @@ func (o *Outbox) insert(ctx context.Context, tx producerTx, in []Intent, idx []i
 	batch := make([]Intent, len(idx))
 	keys := make([]string, len(idx))
 	hashes := make([][]byte, len(idx))
-	available := false
+	// Every inserted row is announced, one due later too (see notifySQL).
+	const announce = true
 	for n, i := range idx {
 		batch[n], keys[n], hashes[n] = in[i], in[i].Key, keyHash(in[i].Key)
-		available = available || in[i].SendAt.IsZero()
 	}
 	if done, err := o.copyIn(ctx, tx, idx, batch, keys, hashes, results); done || err != nil {
 		return err
@@ -127,7 +129,7 @@ func (o *Outbox) insert(ctx context.Context, tx producerTx, in []Intent, idx []i
 	}
 	parent, state := traceContext(ctx)
 	rows, err := tx.Query(ctx, insertSQL,
-		keys, kinds, payloads, templates, sendAts, run, parent, state, available, topics, hashes, o.queue)
+		keys, kinds, payloads, templates, sendAts, run, parent, state, announce, topics, hashes, o.queue)
 	inserted, seen, snapshot, err := scanInserted(batch, parent, state, rows, err)
 	if err != nil {
 		if isSerializationFailure(err) {

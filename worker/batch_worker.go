@@ -193,6 +193,9 @@ func (bw *batchWorker) record(ctx context.Context, a *attempt, b *sendstate.Batc
 		}
 	}
 	overrode, err := sendstate.RecordBatch(context.WithoutCancel(ctx), a.w.pool, b.Key, a.owner, b.Attempts, sent, failed)
+	if err == nil {
+		a.w.recorded.Store(true)
+	}
 	if errors.Is(err, sendstate.ErrLeaseLost) {
 		return a.notRecorded("")
 	}

@@ -26,10 +26,15 @@ const (
 	DefaultConcurrency   = 100
 	DefaultJobTimeout    = 5 * time.Minute
 	DefaultFetchCooldown = 20 * time.Millisecond
-	DefaultSweepInterval = time.Second
-	DefaultPruneInterval = time.Minute
-	DefaultRetainKeys    = 365 * 24 * time.Hour
-	DefaultLease         = sendstate.DefaultLease
+	// DefaultFetchPollInterval is River's job poll with LISTEN: the jobs
+	// the worker runs (batches, the drain report) are inserted with
+	// River's notification, so the poll is only the net under a missed
+	// one. Polling (PollOnly) the default is River's, 1 s.
+	DefaultFetchPollInterval = 10 * time.Second
+	DefaultSweepInterval     = time.Second
+	DefaultPruneInterval     = time.Minute
+	DefaultRetainKeys        = 365 * 24 * time.Hour
+	DefaultLease             = sendstate.DefaultLease
 )
 
 // KeepKeysForever, as Config.RetainKeys, keeps the tombstones of pruned
@@ -62,10 +67,14 @@ type Config struct {
 	// Concurrency×10 per second).
 	FetchCooldown time.Duration
 	// FetchPollInterval is how often to look for jobs when no notification
-	// arrives (River's default, 1 s, when zero).
+	// arrives (default DefaultFetchPollInterval, 10 s; with PollOnly,
+	// River's default, 1 s).
 	FetchPollInterval time.Duration
-	// SweepInterval is how often rows inserted by plain SQL are looked for
-	// besides the trigger's notifications (default 1 s).
+	// SweepInterval is the sweeper's beat (default 1 s): with PollOnly, how
+	// often the drain looks for due rows and the fleet's duties run; with
+	// LISTEN, the drain wakes at notifications and due times and looks every
+	// 30 sweeps besides, and the fleet's duties run when something calls
+	// for them (a lease's end, a schedule's time) or every 10 to 60 sweeps.
 	SweepInterval time.Duration
 	// RateLimits are the provider's limits on send requests for the API
 	// key (e.g. 10/s and 500/m, or the quota 50000/d; see ParseRateLimits
@@ -84,9 +93,10 @@ type Config struct {
 	QuotaZone *time.Location
 	// Lease is how long this worker instance's liveness lease lasts past
 	// its last heartbeat, by the database's clock (default DefaultLease,
-	// 5 s; it is renewed five times a lease). A worker that dies is found
+	// 3 s; it is renewed three times a lease). A worker that dies is found
 	// dead when its lease ends, and the intents it left sending are sent
-	// again (replayed) within the lease and a SweepInterval; a worker that
+	// again (replayed) just after, the fleet's sweeper sweeping at that
+	// end; a worker that
 	// cannot renew it for that long (paused, cut off from the database)
 	// stops its sends and records nothing for intents another worker took
 	// over.
@@ -183,6 +193,9 @@ func (cfg *Config) withDefaults() Config {
 	orDefault(&out.RescueAfter, out.JobTimeout+time.Minute)
 	orDefault(&out.Concurrency, DefaultConcurrency)
 	orDefault(&out.FetchCooldown, DefaultFetchCooldown)
+	if out.FetchPollInterval == 0 && !out.PollOnly {
+		out.FetchPollInterval = DefaultFetchPollInterval
+	}
 	orDefault(&out.SweepInterval, DefaultSweepInterval)
 	orDefault(&out.reportInterval, DefaultReportInterval)
 	orDefault(&out.RestartGrace, sendstate.DefaultRestartGrace)

@@ -33,14 +33,14 @@
 // # Crashes
 //
 // A worker killed at any instant loses nothing. Each Worker holds a lease,
-// a row of sendonce_worker it renews every second (Config.Lease, 5 s by
+// a row of sendonce_worker it renews every second (Config.Lease, 3 s by
 // default, past the last renewal by the database's clock), and records the
 // lease's epoch with every claim; when the process dies its lease goes
 // unrenewed, and once it has passed the fleet's sweeper (the worker of the
 // lowest held lease, which runs the per-interval duties for all; when it is
 // the one that died, the next takes over once its lease has passed) ends it
-// and gives the intents left sending under it a new job, within the lease
-// and a SweepInterval. Every record of an attempt checks the epoch and the lease,
+// and gives the intents left sending under it a new job, at a sweep timed
+// for the lease's end. Every record of an attempt checks the epoch and the lease,
 // so a worker paused past its lease records nothing for intents another
 // worker took over. That job claims the intent again (still in
 // sending, so now uncertain) and sends it with the same key: if the first
@@ -96,7 +96,8 @@
 //
 // Worker bundles a River client working the send queue with a sweeper that
 // gives jobs to rows inserted by plain SQL (the table's trigger notifies it;
-// it also sweeps every second) and to intents left without a working job.
+// its drain also wakes when the next intent comes due, and looks every 30
+// sweeps besides) and to intents left without a working job.
 // It is the one way to run the send jobs: they rely on its claim batching,
 // its liveness lease and its sweeper.
 //

@@ -36,6 +36,12 @@ type drain struct {
 	// email intents; nil: coalescing is off.
 	coalesce *dueCoalescer
 
+	// dueMu guards due and dueAt: the timer that wakes the drain when the
+	// next pending intent of its queue comes due (wakeIn), and when.
+	dueMu sync.Mutex
+	due   *time.Timer
+	dueAt time.Time
+
 	work   context.Context // sends run in it; cancelled when a stop gives up waiting
 	cancel context.CancelFunc
 	stop   context.CancelFunc // ends the slots' taking of new intents
@@ -64,6 +70,42 @@ func (d *drain) wake() {
 	}
 }
 
+// dueMargin is how long after an intent's due time, as the database
+// reported it, the drain's timer wakes it, so that the database's clock has
+// passed it too.
+const dueMargin = 10 * time.Millisecond
+
+// wakeIn wakes the drain in d (plus dueMargin), when an intent comes due
+// then: a retry or a snooze this worker recorded, or the first intent a
+// probe found due later (sendstate.NextDue). A wake set for sooner stands.
+// Without it the drain looked every sweep interval for what came due.
+func (d *drain) wakeIn(in time.Duration) {
+	if d == nil {
+		return
+	}
+	in = max(in, 0) + dueMargin
+	at := time.Now().Add(in)
+	d.dueMu.Lock()
+	defer d.dueMu.Unlock()
+	if !d.dueAt.IsZero() && !at.Before(d.dueAt) {
+		return
+	}
+	d.dueAt = at
+	if d.due == nil {
+		d.due = time.AfterFunc(in, d.dueWake)
+		return
+	}
+	d.due.Reset(in)
+}
+
+// dueWake is the due timer's wake.
+func (d *drain) dueWake() {
+	d.dueMu.Lock()
+	d.dueAt = time.Time{}
+	d.dueMu.Unlock()
+	d.wake()
+}
+
 // freeze freezes the due email intents into batches, when coalescing is on
 // and a wake came since the last freeze.
 func (d *drain) freeze(ctx context.Context) {
@@ -83,6 +125,11 @@ func (d *drain) halt(ctx context.Context) {
 	if d.coalesce != nil {
 		d.coalesce.stop()
 	}
+	d.dueMu.Lock()
+	if d.due != nil {
+		d.due.Stop()
+	}
+	d.dueMu.Unlock()
 	finished := make(chan struct{})
 	go func() { d.done.Wait(); close(finished) }()
 	select {
@@ -130,9 +177,13 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 	if probe {
 		// A probe looks before it takes a token: an idle drain holds
 		// none of the fleet's budget or quota. What it may batch it
-		// freezes first: AnyDue does not see intents held for that.
+		// freezes first: NextDue does not see intents held for that.
+		// What comes due later wakes the drain then.
 		d.freeze(ctx)
-		due, err := sendstate.AnyDue(ctx, w.pool, w.queue, w.coalesceWait)
+		due, next, later, err := sendstate.NextDue(ctx, w.pool, w.queue, w.coalesceWait)
+		if err == nil && later {
+			d.wakeIn(next)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return false
@@ -229,7 +280,9 @@ func (d *drain) send(c *sendstate.DrainClaim, leasedAt time.Time, token bool) {
 	endSend(span, err)
 	if err != nil {
 		d.release(rec.Key, c.Owner)
+		return
 	}
+	w.recorded.Store(true)
 }
 
 // release makes sure an attempt that ended in an error did not leave its
@@ -244,6 +297,7 @@ func (d *drain) release(key string, owner int32) {
 		released, err := sendstate.ReleaseDrained(d.work, d.w.pool, key, owner)
 		if err == nil {
 			if released {
+				d.wake()
 				d.w.cfg.Logger.Warn("drain: the attempt's outcome was not recorded; the intent goes back to the queue, "+
 					"to be sent again under its key", "key", key)
 			}

@@ -60,6 +60,10 @@ type liveness struct {
 	// takeover is when the lower leases end unless renewed, by this
 	// process's clock, as of the last renewal (zero: none lower).
 	takeover time.Time
+	// promoted, when set, is called when a renewal finds this instance
+	// the fleet's sweeper and the one before did not: the sweeper sweeps
+	// at once, to end the dead sweeper's lease and rescue what it left.
+	promoted func()
 }
 
 // errLeaseStopped is the cause of the sends cut off by the lease.
@@ -67,7 +71,7 @@ var errLeaseStopped = fmt.Errorf("worker: %w", sendstate.ErrLeaseLost)
 
 func newLiveness(pool *pgxpool.Pool, length time.Duration, logger *slog.Logger) *liveness {
 	host, _ := os.Hostname()
-	return &liveness{pool: pool, length: length, beat: length / 5, logger: logger,
+	return &liveness{pool: pool, length: length, beat: length / renewalsPerLease, logger: logger,
 		holder: sendstate.Holder{Host: host, PID: os.Getpid()}}
 }
 
@@ -96,6 +100,20 @@ func (l *liveness) setLocked(lease sendstate.Lease, at time.Time) {
 		l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	}
 	l.lease, l.valid, l.until = lease, true, at.Add(l.length*9/10)
+}
+
+// renewalsPerLease is how many times a worker renews its lease within the
+// lease's length: a renewal a second with the default lease, and a lease
+// kept through renewals that fail for most of it (the fence stops the
+// sends at nine tenths of the lease after the last renewal that went
+// through, whatever the beat).
+const renewalsPerLease = 3
+
+// leaseID is the id of this instance's lease (the same for its life).
+func (l *liveness) leaseID() int32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lease.ID
 }
 
 // sweeps reports whether this instance is the fleet's sweeper, as of its
@@ -232,6 +250,9 @@ func (l *liveness) renew(ctx context.Context) {
 	l.setLocked(lease, at)
 	if r.Sweeper != l.sweeper {
 		l.logger.Debug("worker: sweeper role changed", "worker_id", lease.ID, "sweeper", r.Sweeper)
+		if r.Sweeper && l.promoted != nil {
+			l.promoted()
+		}
 	}
 	l.sweeper, l.takeover = r.Sweeper, time.Time{}
 	if !r.Sweeper {

@@ -42,7 +42,65 @@ type ticker struct {
 	now func() time.Time
 	// logger reports a schedule's failures (once each) and recoveries.
 	logger *slog.Logger
+	// next is when the first of the schedules this worker ticks comes due
+	// (or its retry does), by this process's clock, as the last look saw
+	// it (zero: none, or not looked yet).
+	next time.Time
 }
+
+// due reports whether a schedule this worker ticks has come due since the
+// last look (see look).
+func (t *ticker) due() bool {
+	return !t.next.IsZero() && !time.Now().Before(t.next)
+}
+
+// timed ticks if a schedule is due, as one look finds, and then looks for
+// the next due time: a sweep with nothing due costs one statement, and a
+// schedule fires at its time, since the sweeper sweeps at the next due
+// time it knows of (or at its net, for a schedule written since).
+func (t *ticker) timed(ctx context.Context) (int, error) {
+	if t.now != nil {
+		return t.tick(ctx) // a test's clock: the database's cannot say when
+	}
+	in, err := t.look(ctx)
+	if err != nil || in > 0 {
+		return 0, err
+	}
+	n, err := t.tick(ctx)
+	if err != nil {
+		return n, err
+	}
+	_, err = t.look(ctx)
+	return n, err
+}
+
+// look reads how long until the first of the schedules this worker ticks
+// comes due (or its retry), by the database's clock, and keeps when that
+// is in next; with none, next is zero (the sweeper's net looks again).
+func (t *ticker) look(ctx context.Context) (time.Duration, error) {
+	names := make([]string, 0, len(t.producers))
+	for name := range t.producers {
+		names = append(names, name)
+	}
+	var in *float64
+	if err := t.pool.QueryRow(ctx, `SELECT extract(epoch FROM min(greatest(next_at, coalesce(retry_at, next_at))) - now())::float8
+		FROM sendonce_schedule WHERE producer IS NULL OR producer = ANY($1)`, names).Scan(&in); err != nil {
+		t.next = time.Time{}
+		return 0, fmt.Errorf("worker: look for due schedules: %w", err)
+	}
+	if in == nil {
+		t.next = time.Time{}
+		return time.Hour, nil
+	}
+	d := time.Duration(*in * float64(time.Second))
+	t.next = time.Now().Add(max(d, 0) + scheduleMargin)
+	return d, nil
+}
+
+// scheduleMargin is how long after a schedule's due time, as the database
+// reported it, the sweep timed for it ticks, so that the database's clock
+// has passed it too.
+const scheduleMargin = 10 * time.Millisecond
 
 // maxCatchUp bounds the occurrences walked to find the latest one missed.
 const maxCatchUp = 100_000

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,6 +49,15 @@ type sendWorker struct {
 	// records of sends running at the same time; without it each send
 	// makes its own statements.
 	batch *batcher
+
+	// recorded says a send was recorded since the sweeper last looked: a
+	// delivery event that came before its record is matched at the next
+	// sweep, by this worker (sweeper.sweep).
+	recorded atomic.Bool
+
+	// dueIn, when set (by New), wakes the worker's drain when an intent
+	// whose retry or snooze this worker recorded comes due.
+	dueIn func(time.Duration)
 
 	// lease is this worker instance's liveness (set by Worker.Start): its
 	// epoch is recorded with each claim and checked by each record; nil

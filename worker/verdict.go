@@ -285,6 +285,9 @@ func (a *attempt) apply(ctx context.Context, v verdict, elapsed time.Duration) e
 	if err := a.markPending(ctx, o); err != nil {
 		return err
 	}
+	if a.drained && w.dueIn != nil {
+		w.dueIn(o.RetryIn)
+	}
 	noted := "pending"
 	if v.action == actSnooze {
 		noted = "snoozed"

@@ -111,6 +111,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		dr.coalesce = newDueCoalescer(batcher, conf.Queue, conf.Coalesce, conf.CoalesceWait, logger, sendWorker.cfg.Observer)
 		dr.coalesce.wake = dr.wake
 	}
+	sendWorker.dueIn = dr.wakeIn
+	sw := &sweeper{pool: pool, jobs: jobs, drain: dr, schedules: schedules, interval: conf.SweepInterval, logger: logger,
+		restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly, role: lease, kick: make(chan struct{}, 1)}
+	lease.promoted = sw.kicked
 	return &Worker{
 		report:       rep,
 		drain:        dr,
@@ -120,9 +124,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		coalesce:     conf.Coalesce,
 		coalesceWait: conf.CoalesceWait,
 		pool:         pool,
-		sweeper: &sweeper{pool: pool, jobs: jobs, drain: dr, schedules: schedules, interval: conf.SweepInterval, logger: logger,
-			restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly, role: lease},
-		liveness: lease,
+		sweeper:      sw,
+		liveness:     lease,
 		pruner: &pruner{pool: pool, interval: conf.PruneInterval, logger: logger,
 			opts: sendstate.PruneOptions{Retain: conf.Retain, RetainKeys: retainKeys}},
 	}, nil

@@ -241,10 +241,11 @@ func (a *app) workCommand() *cobra.Command {
 	f.DurationVar(&o.maxPause, "max-pause", worker.DefaultMaxPause,
 		"longest a 429's Retry-After pauses the fleet; past it the fleet probes with single requests, and no job waits longer for the budget")
 	f.DurationVar(&o.fetchCooldown, "fetch-cooldown", worker.DefaultFetchCooldown, "least time between two fetches of jobs")
-	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", time.Second, "how often to look for jobs when no notification arrives")
+	f.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", 0,
+		"how often to look for jobs when no notification arrives (0: 10s with LISTEN, 1s polling)")
 	f.DurationVar(&o.sweepInterval, "sweep-interval", worker.DefaultSweepInterval, "how often the drain looks for due intents it was not told of (retries come due, missed notifications), and the sweeps run")
 	f.DurationVar(&o.lease, "lease", worker.DefaultLease,
-		"this worker's liveness lease, renewed five times a lease: a worker that dies is found dead, and its sends replayed, within it and a sweep interval")
+		"this worker's liveness lease, renewed three times a lease: a worker that dies is found dead, and its sends replayed, just after it ends")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGINT/SIGTERM, how long sends in flight may take to finish")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9464", "listen address for /healthz, /readyz, /metrics, /riverui and /outbox; empty disables")
 	f.StringVar(&o.uiToken, "ui-token", "", "refused: flags show in ps; use "+envUIToken+" or --ui-token-file")
@@ -347,7 +348,7 @@ func (o *workOptions) check() error {
 		return usagef("--max-pause %s: want a positive duration", o.maxPause)
 	case o.fetchCooldown <= 0:
 		return usagef("--fetch-cooldown %s: want a positive duration", o.fetchCooldown)
-	case o.fetchPollInterval < o.fetchCooldown:
+	case o.fetchPollInterval != 0 && o.fetchPollInterval < o.fetchCooldown:
 		return usagef("--fetch-poll-interval %s must be at least --fetch-cooldown %s", o.fetchPollInterval, o.fetchCooldown)
 	case o.sweepInterval <= 0:
 		return usagef("--sweep-interval %s: want a positive duration", o.sweepInterval)

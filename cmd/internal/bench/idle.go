@@ -137,7 +137,9 @@ func (s *Idle) Notes() []string {
 		"lease %s) is started on an empty outbox and left alone for %s; then the database's CPU (its backends and "+
 		"autovacuum, as in scenario 1) is read over %s, and the worker stopped. The baseline is a River client with its "+
 		"defaults and one queue (a no-op worker, MaxWorkers %d), started and measured the same way; the two take turns "+
-		"from run to run. An idle worker's drain holds no token and makes one look for due intents per sweep "+
-		"interval or notification; the rest is its lease's renewals and the fleet's sweeps.",
+		"from run to run. An idle worker's drain holds no token and looks for due intents at a notification, "+
+		"at the next due time it knows of, and every 30 sweep intervals; the rest is its lease's renewal every "+
+		"second, its River client's poll (every 10 s) and leader's maintenance, and the fleet's duties when "+
+		"something calls for them or on their nets (10 to 60 s).",
 		worker.DefaultConcurrency, worker.DefaultSweepInterval, worker.DefaultLease, idleSettle, idleWindow, worker.DefaultConcurrency)}
 }

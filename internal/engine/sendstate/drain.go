@@ -152,6 +152,39 @@ func AnyDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration
 	return due, nil
 }
 
+// NextDue is AnyDue for a drain that sleeps until its queue's next intent
+// comes due: it reports whether a claim would find a due intent now and,
+// when none is due, how long until the first of the pending intents of
+// queue comes due (by the database's clock; ok false when none is pending
+// with a due time ahead). An intent of a paused run does not count; one
+// held for coalescing is woken by the coalescer's own timer. One
+// statement: AnyDue's probe, and the first entry past now of each half of
+// the due index (outside runs, and of runs).
+func NextDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration) (due bool, next time.Duration, ok bool, err error) {
+	var in *float64
+	err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sendonce_outbox o
+		WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now() AND o.queue = $1
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+			AND `+unheldSQL("$2::float8")+`),
+		(SELECT extract(epoch FROM min(n.at) - now())::float8 FROM (
+			(SELECT `+dueSQL+` AS at FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = false AND `+dueSQL+` > now() AND o.queue = $1
+				ORDER BY (o.run_key IS NOT NULL), `+dueSQL+` LIMIT 1)
+			UNION ALL
+			(SELECT `+dueSQL+` AS at FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = true AND `+dueSQL+` > now() AND o.queue = $1
+					AND NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused')
+				ORDER BY (o.run_key IS NOT NULL), `+dueSQL+` LIMIT 1)) n)`,
+		queueOrDefault(queue), holdSeconds(coalesceWait)).Scan(&due, &in)
+	if err != nil {
+		return false, 0, false, fmt.Errorf("sendstate: look for due intents: %w", err)
+	}
+	if in != nil {
+		next, ok = time.Duration(*in*float64(time.Second)), true
+	}
+	return due, next, ok, nil
+}
+
 // queueOrDefault is queue, or outbox.DefaultQueue for "".
 func queueOrDefault(queue string) string {
 	if queue == "" {

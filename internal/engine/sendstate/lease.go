@@ -10,13 +10,15 @@ import (
 )
 
 // DefaultLease is how long a worker instance's lease lasts past its last
-// heartbeat, by the database's clock. A worker renews it five times a
-// lease; a sweeper ends a lease past its end and hands the intents claimed
-// under it to new jobs. After a SIGKILL the intents it cut off are
-// therefore sent again within the lease, one sweep interval and a send: 5 s
-// + 1 s + the send with default flags (measured by the integration suite's
+// heartbeat, by the database's clock. A worker renews it three times a
+// lease (every second); the fleet's sweeper times a sweep for the end of
+// the first lease that may lapse (LeaseLook.NextEnd), ends a lease past its
+// end and hands the intents claimed under it to new jobs. After a SIGKILL
+// the intents it cut off are therefore sent again within the lease, a few
+// milliseconds and a send: 3 s + the send with default flags, and a free
+// slot of the worker that sends them (measured by the integration suite's
 // rescue-time scenario).
-const DefaultLease = 5 * time.Second
+const DefaultLease = 3 * time.Second
 
 // ErrLeaseLost is returned by a claim or a record made under a lease that
 // is no longer held: it lapsed (the worker stopped renewing it long enough:
@@ -48,13 +50,17 @@ type Holder struct {
 // takes a new epoch. One statement.
 func TakeLease(ctx context.Context, db DB, prev Lease, h Holder, length time.Duration) (Lease, error) {
 	var l Lease
-	err := db.QueryRow(ctx, `WITH n AS (SELECT nextval('sendonce_worker_id_seq')::int4 AS v)
+	// The notice tells the fleet's sweeper of a new lease, whose end it
+	// then times a sweep for (LeaseLook.NextEnd).
+	err := db.QueryRow(ctx, `WITH n AS (SELECT nextval('sendonce_worker_id_seq')::int4 AS v), t AS (
 		INSERT INTO sendonce_worker AS w (id, epoch, host, pid, river_client_id, lease_until)
 		SELECT coalesce(nullif($1::int4, 0), n.v), n.v, $2, $3, nullif($4, ''), now() + $5::float8 * interval '1 second' FROM n
 		ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch, host = excluded.host, pid = excluded.pid,
 			river_client_id = excluded.river_client_id, renewed_at = now(), lease_until = excluded.lease_until,
 			ended_at = NULL, end_reason = NULL
-		RETURNING w.id, w.epoch`, prev.ID, h.Host, h.PID, h.RiverClientID, length.Seconds()).Scan(&l.ID, &l.Epoch)
+		RETURNING w.id, w.epoch)
+		SELECT t.id, t.epoch FROM t, LATERAL (SELECT pg_notify('`+NotifyChannel+`', '`+LeaseNotice+`')) notice`,
+		prev.ID, h.Host, h.PID, h.RiverClientID, length.Seconds()).Scan(&l.ID, &l.Epoch)
 	if err != nil {
 		return Lease{}, fmt.Errorf("sendstate: take a worker lease: %w", err)
 	}
@@ -86,13 +92,21 @@ type Renewal struct {
 // anything from it.
 func Renew(ctx context.Context, db DB, l Lease, length time.Duration) (Renewal, error) {
 	var takeover *float64
+	var async string
+	// The renewal's commit does not wait for its WAL to reach the disk
+	// (synchronous_commit off, for this transaction alone): a renewal a
+	// second waiting for a flush each was most of an idle worker's cost to
+	// the database. A renewal lost with a crash of the server ends no
+	// lease: none is ended within the restart grace after the server's
+	// start (ExpireLeases), and live workers renew within it.
 	err := db.QueryRow(ctx, `WITH r AS (
 			UPDATE sendonce_worker SET renewed_at = now(), lease_until = now() + $3::float8 * interval '1 second'
 			WHERE id = $1 AND epoch = $2 AND ended_at IS NULL
 			RETURNING id)
 		SELECT (SELECT extract(epoch FROM min(w.lease_until) - now())::float8 FROM sendonce_worker w
-			WHERE w.id < r.id AND w.ended_at IS NULL AND w.lease_until > now())
-		FROM r`, l.ID, l.Epoch, length.Seconds()).Scan(&takeover)
+			WHERE w.id < r.id AND w.ended_at IS NULL AND w.lease_until > now()),
+			set_config('synchronous_commit', 'off', true)
+		FROM r`, l.ID, l.Epoch, length.Seconds()).Scan(&takeover, &async)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Renewal{}, nil
@@ -104,12 +118,19 @@ func Renew(ctx context.Context, db DB, l Lease, length time.Duration) (Renewal, 
 	return Renewal{Held: true, Takeover: time.Duration(*takeover * float64(time.Second))}, nil
 }
 
+// LeaseNotice is the payload of the notification on NotifyChannel that
+// TakeLease and ReleaseLease send: a lease began or ended, and the fleet's
+// sweeper looks at the leases at once.
+const LeaseNotice = "lease"
+
 // ReleaseLease ends the lease at once ('stopped'): the worker is stopping,
-// and whatever it leaves sending goes to other workers at their next sweep
-// instead of after the lease.
+// and whatever it leaves sending goes to other workers at once (the
+// sweeper hears of it: LeaseNotice) instead of after the lease.
 func ReleaseLease(ctx context.Context, db DB, l Lease) error {
-	if _, err := db.Exec(ctx, `UPDATE sendonce_worker SET ended_at = now(), end_reason = 'stopped', lease_until = least(lease_until, now())
-		WHERE id = $1 AND epoch = $2 AND ended_at IS NULL`, l.ID, l.Epoch); err != nil {
+	if _, err := db.Exec(ctx, `WITH r AS (
+			UPDATE sendonce_worker SET ended_at = now(), end_reason = 'stopped', lease_until = least(lease_until, now())
+			WHERE id = $1 AND epoch = $2 AND ended_at IS NULL RETURNING id)
+		SELECT pg_notify('`+NotifyChannel+`', '`+LeaseNotice+`') FROM r`, l.ID, l.Epoch); err != nil {
 		return fmt.Errorf("sendstate: release worker lease %d: %w", l.ID, err)
 	}
 	return nil
@@ -153,27 +174,56 @@ func (o *Scheduler) ForgetEndedLeases(ctx context.Context) error {
 	return nil
 }
 
-// ExpireLeasesAndLook is ExpireLeases for the fleet's sweeper, which
-// rescues only when a lease has ended: in one statement it ends the leases
-// whose end has passed (as ExpireLeases, without forgetting the old ones)
-// and returns how many it ended and when the last lease of all ended (zero
-// when none has): a later time than the sweeper saw before means some
-// worker ended, lapsed or stopped, since.
-func (o *Scheduler) ExpireLeasesAndLook(ctx context.Context, restartGrace time.Duration) (expired int, lastEnded time.Time, err error) {
-	var last *time.Time
-	err = o.Pool.QueryRow(ctx, `WITH e AS (
+// LeaseLook is what ExpireLeasesAndLook found.
+type LeaseLook struct {
+	// Expired is how many leases it ended.
+	Expired int
+	// LastEnded is when the last lease of all ended (zero when none has):
+	// a later time than the sweeper saw before means some worker ended,
+	// lapsed or stopped, since.
+	LastEnded time.Time
+	// NextEnd is how long until the first of the other held leases (all
+	// but the caller's) ends unless it is renewed, by the database's
+	// clock; zero when no other lease is held. A sweep then ends it, if
+	// its worker died, without waiting for the next interval.
+	NextEnd time.Duration
+	// Overdue says some lease is past its end and was not ended (within
+	// the restart grace): the sweeper looks again at its next interval.
+	Overdue bool
+}
+
+// ExpireLeasesAndLook is ExpireLeases for the fleet's sweeper, whose lease
+// id is self, which rescues only when a lease has ended: in one statement
+// it ends the leases whose end has passed (as ExpireLeases, without
+// forgetting the old ones), counts them, and reads when the last lease of
+// all ended and when the first of the others ends unless renewed.
+func (o *Scheduler) ExpireLeasesAndLook(ctx context.Context, restartGrace time.Duration, self int32) (LeaseLook, error) {
+	var (
+		look LeaseLook
+		last *time.Time
+		next *float64
+	)
+	// The subqueries read the snapshot from before e's update: a lease e
+	// ends is past its end there, so none of them reads it as held.
+	err := o.Pool.QueryRow(ctx, `WITH e AS (
 			UPDATE sendonce_worker SET ended_at = now(), end_reason = 'lapsed'
 			WHERE ended_at IS NULL AND lease_until < now() AND now() - pg_postmaster_start_time() > $1::float8 * interval '1 second'
 			RETURNING ended_at)
-		SELECT (SELECT count(*) FROM e)::int, greatest((SELECT max(ended_at) FROM e), (SELECT max(ended_at) FROM sendonce_worker))`,
-		restartGrace.Seconds()).Scan(&expired, &last)
+		SELECT (SELECT count(*) FROM e)::int, greatest((SELECT max(ended_at) FROM e), (SELECT max(ended_at) FROM sendonce_worker)),
+			(SELECT extract(epoch FROM min(w.lease_until) - now())::float8 FROM sendonce_worker w
+				WHERE w.ended_at IS NULL AND w.lease_until >= now() AND w.id <> $2),
+			(SELECT count(*) FROM sendonce_worker w WHERE w.ended_at IS NULL AND w.lease_until < now()) > (SELECT count(*) FROM e)`,
+		restartGrace.Seconds(), self).Scan(&look.Expired, &last, &next, &look.Overdue)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("sendstate: expire worker leases: %w", err)
+		return LeaseLook{}, fmt.Errorf("sendstate: expire worker leases: %w", err)
 	}
 	if last != nil {
-		lastEnded = *last
+		look.LastEnded = *last
 	}
-	return expired, lastEnded, nil
+	if next != nil {
+		look.NextEnd = time.Duration(*next * float64(time.Second))
+	}
+	return look, nil
 }
 
 // held is the SQL condition that the lease whose epoch is the int4

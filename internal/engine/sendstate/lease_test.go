@@ -578,3 +578,27 @@ func TestRescueStrandedBatches(t *testing.T) {
 		t.Fatalf("ClaimBatch by the new job = %+v, %v, %v; want the batch's first attempt, both members", b, ok, err)
 	}
 }
+
+// ExpireLeasesAndLook says when the first of the other held leases ends,
+// so that the sweeper sweeps then: its own lease does not count, nor one
+// past its end, which it ends.
+func TestExpireLeasesAndLookNextEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, jobs := setup(t)
+	self, other := takeLease(t, pool, "self"), takeLease(t, pool, "other")
+	look, err := jobs.ExpireLeasesAndLook(ctx, 0, self.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if look.Expired != 0 || look.NextEnd <= 0 || look.NextEnd > sendstate.DefaultLease {
+		t.Fatalf("look with the other lease held = %+v; want none expired, the next end within the lease (%s)", look, sendstate.DefaultLease)
+	}
+	lapse(t, pool, other)
+	if look, err = jobs.ExpireLeasesAndLook(ctx, 0, self.ID); err != nil || look.Expired != 1 || look.NextEnd != 0 || look.LastEnded.IsZero() {
+		t.Fatalf("look with the other lease lapsed = %+v, %v; want it expired, no next end, a last end", look, err)
+	}
+	if look, err = jobs.ExpireLeasesAndLook(ctx, 0, other.ID); err != nil || look.Expired != 0 || look.NextEnd <= 0 {
+		t.Fatalf("look of the ended lease's worker = %+v, %v; want the held lease's end", look, err)
+	}
+}

@@ -107,7 +107,15 @@ func RescueDrained(ctx context.Context, db DB, restartGrace time.Duration) (int,
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: rescue drained intents: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	n := int(tag.RowsAffected())
+	if n > 0 {
+		// The drains of every queue hear of them, not only the
+		// sweeper's own.
+		if _, err := db.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
+			return n, fmt.Errorf("sendstate: rescue drained intents: notify the drains: %w", err)
+		}
+	}
+	return n, nil
 }
 
 // ReleaseDrained gives a drained intent that its owner claimed, and whose
@@ -235,6 +243,14 @@ func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// Reconciling reports whether a pass of Reconcile over the unsent intents
+// is under way: the last call stopped before the end of them.
+func (o *Scheduler) Reconciling() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.reconcile != (reconcileCursor{})
 }
 
 // minReconcileWindow is the smallest window Reconcile shrinks to when its

@@ -163,7 +163,7 @@ var Transitions = []Transition{
 		Rule: "no River job and no batch; still sending under the drain's own claim. The intent becomes uncertain " +
 			"and due at once, and its next claim replays it; after a recorded outcome it changes nothing"},
 	{From: outbox.StateSending, To: outbox.StatePending, Statement: "ReleaseOrphans",
-		By: "the worker that claimed it, at each sweep interval",
+		By: "the worker that claimed it, at each sweep interval for a while after a failed claim, and every 60",
 		Rule: "no River job and no batch; sending under the worker's own claim, claimed more than a few seconds ago, " +
 			"and not in flight in the worker (a claim whose answer was lost with the connection). The intent becomes " +
 			"uncertain and due at once, and its next claim replays it"},

@@ -21,7 +21,7 @@ const (
 	jobTimeout        = "3s"
 	rescueAfter       = "4s"
 	// lease is short so that the killed worker's sends are replayed within
-	// a second or two of the kill (the default, 5 s, would add four).
+	// a second or two of the kill (the default, 3 s, would add two).
 	lease      = "1s"
 	apiTimeout = "2s"
 )

@@ -95,25 +95,9 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 	if len(intents) == 0 {
 		return nil, nil
 	}
-	prepared := make([]Intent, len(intents))
-	byKey := make(map[string]int, len(intents))
-	var dups [][2]int // later intents that repeat an earlier one's key
-	for i, in := range intents {
-		raw, err := in.validate()
-		if err != nil {
-			var inv *InvalidError
-			if errors.As(err, &inv) {
-				inv.Index = i
-			}
-			return nil, err
-		}
-		in.Kind, in.raw = in.kind(), raw
-		if j, dup := byKey[in.Key]; !dup {
-			byKey[in.Key] = i
-		} else {
-			dups = append(dups, [2]int{j, i})
-		}
-		prepared[i] = in
+	prepared, byKey, dups, err := prepare(intents)
+	if err != nil {
+		return nil, err
 	}
 	ptx, err := forProducer(ctx, tx)
 	if err != nil {
@@ -148,6 +132,33 @@ func (o *Outbox) EnqueueMany(ctx context.Context, tx pgx.Tx, intents []Intent) (
 		}
 	}
 	return results, nil
+}
+
+// prepare validates the intents, and returns them with their kind and
+// payload text filled in, the index of each key's first intent, and the
+// pairs of indexes (first, later) of the intents that repeat a key.
+func prepare(intents []Intent) (prepared []Intent, byKey map[string]int, dups [][2]int, _ error) {
+	prepared = make([]Intent, len(intents))
+	byKey = make(map[string]int, len(intents))
+	members := make(jsonObject, 0, 8) // the payloads' members, one at a time
+	for i, in := range intents {
+		raw, err := in.validate(members)
+		if err != nil {
+			var inv *InvalidError
+			if errors.As(err, &inv) {
+				inv.Index = i
+			}
+			return nil, nil, nil, err
+		}
+		in.Kind, in.raw = in.kind(), raw
+		if j, dup := byKey[in.Key]; !dup {
+			byKey[in.Key] = i
+		} else {
+			dups = append(dups, [2]int{j, i})
+		}
+		prepared[i] = in
+	}
+	return prepared, byKey, dups, nil
 }
 
 type existingRecord struct {

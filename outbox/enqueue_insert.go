@@ -114,10 +114,12 @@ func (o *Outbox) insert(ctx context.Context, tx producerTx, in []Intent, idx []i
 	batch := make([]Intent, len(idx))
 	keys := make([]string, len(idx))
 	hashes := make([][]byte, len(idx))
+	hashBuf := make([]byte, 0, keyHashLen*len(idx)) // one allocation for all the hashes
 	// Every inserted row is announced, one due later too (see notifySQL).
 	const announce = true
 	for n, i := range idx {
-		batch[n], keys[n], hashes[n] = in[i], in[i].Key, keyHash(in[i].Key)
+		hashBuf = appendKeyHash(hashBuf, in[i].Key)
+		batch[n], keys[n], hashes[n] = in[i], in[i].Key, hashBuf[len(hashBuf)-keyHashLen:len(hashBuf):len(hashBuf)]
 	}
 	if done, err := o.copyIn(ctx, tx, idx, batch, keys, hashes, results); done || err != nil {
 		return err
@@ -249,6 +251,14 @@ func raced(ctx context.Context, tx producerTx, inserted map[string]*Record, seen
 // keyHash is sendonce_key_hash(key): the first 16 bytes of the SHA-256 of
 // the key's UTF-8 text, the tombstones' key.
 func keyHash(key string) []byte {
+	return appendKeyHash(nil, key)
+}
+
+// keyHashLen is the length of a key's hash.
+const keyHashLen = 16
+
+// appendKeyHash appends keyHash(key) to dst.
+func appendKeyHash(dst []byte, key string) []byte {
 	sum := sha256.Sum256([]byte(key))
-	return sum[:16]
+	return append(dst, sum[:keyHashLen]...)
 }

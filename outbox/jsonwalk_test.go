@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -39,7 +40,7 @@ func FuzzJSONWalkAgreesWithEncodingJSON(f *testing.F) {
 		default:
 			names := map[string]bool{}
 			for _, mem := range o {
-				names[mem.name] = true
+				names[string(mem.name)] = true
 			}
 			if len(names) != len(m) {
 				t.Fatalf("%s: %d names, encoding/json %d", b, len(names), len(m))
@@ -70,6 +71,56 @@ func FuzzJSONWalkAgreesWithEncodingJSON(f *testing.F) {
 		}
 		if ok && !slices.Equal(gotStrs, strs) && !(len(gotStrs) == 0 && len(strs) == 0) {
 			t.Fatalf("%s: strings %q, encoding/json %q", b, gotStrs, strs)
+		}
+	})
+}
+
+// FuzzScanPayload holds scanPayload, validation's one pass over a payload,
+// to the three it replaced: json.Valid for the syntax, storableJSON for
+// what PostgreSQL stores, jsonMembers for an object's members. `go test
+// -fuzz FuzzScanPayload ./outbox` searches further.
+func FuzzScanPayload(f *testing.F) {
+	for _, seed := range []string{
+		``, ` `, `{}`, `[]`, `null`, `"x"`, `12`, `-0.5e-7`, `01`, `1.`, `-`, `1e`, `.5`, `tru`, `true `, `nul`,
+		`{"a":1,}`, `[1,]`, `{"a" 1}`, `{"a":1 "b":2}`, `{a:1}`, `{"a":1}}`, `[[[]]`, `{"a":[1,{"b":"c"}]}`,
+		`{"to":"a@b.c","to":["x@y.z"]}`, `{"t\u006f":["a@b.c"],"to\"":1}`, `{"a":"\\","b":"\"}"}`,
+		`{"a":"\u0000"}`, `{"a":"\ud800"}`, `{"a":"\udc00"}`, `{"a":"\ud800\udc00"}`, `{"a":"\ud800\ud800"}`,
+		`{"a":"\ud800x"}`, `{"a":"\ud800\n"}`, `{"a":"\u00zz"}`, `{"a":"\x"}`, "{\"a\":\"\x01\"}", "{\"a\":\"\xff\"}",
+		"{\"a\":\"\u00e9\"}", "\xff", `{"a":"\ud800\u0000"}`, `{"a":"\u0000","b":"` + "\xff" + `"}`,
+		`{"emails":[{"from":"a"},null,{"to":[null,"b"]}]}`, "{\n\t\"a\"\r:\n[\n]\n}", `[{"a":[]},{}]`,
+		strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth),
+		strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1),
+		`{"a":` + strings.Repeat("{\"b\":", maxJSONDepth) + "1" + strings.Repeat("}", maxJSONDepth+1),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		members, scan := scanPayload(b, nil)
+		if valid := json.Valid(b); scan.valid != valid {
+			t.Fatalf("%q: scanPayload valid=%v, json.Valid %v", b, scan.valid, valid)
+		}
+		if !scan.valid {
+			return
+		}
+		reason := storableJSON(b)
+		got := scan.escape
+		if scan.notUTF8 {
+			got = "is not valid UTF-8"
+		}
+		if got != reason {
+			t.Fatalf("%q: scanPayload says %q, storableJSON %q", b, got, reason)
+		}
+		if reason != "" {
+			return // validation reads only storable text
+		}
+		o, isObject := jsonMembers(b)
+		if scan.isObject != isObject {
+			t.Fatalf("%q: scanPayload isObject=%v, jsonMembers %v", b, scan.isObject, isObject)
+		}
+		if !slices.EqualFunc(members, o, func(a, b jsonMember) bool {
+			return bytes.Equal(a.name, b.name) && bytes.Equal(a.value, b.value)
+		}) {
+			t.Fatalf("%q: scanPayload members %q, jsonMembers %q", b, members, o)
 		}
 	})
 }

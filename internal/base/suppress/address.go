@@ -62,14 +62,23 @@ const MaxAddress = 320
 // suppression list holds: local@domain in lower case. It returns "" for a
 // spelling sendonce does not take (see Why).
 func Address(a string) string {
-	if !utf8.ValidString(a) {
+	if !Taken(a) {
 		return ""
+	}
+	addr, _ := spell(a)
+	return strings.ToLower(addr) // ASCII only, by the grammar
+}
+
+// Taken reports whether sendonce takes the spelling a: whether Address
+// returns its normal form rather than "". It builds nothing, and keeps
+// nothing of a, so a check of many recipients (outbox's validation of
+// every intent enqueued) allocates nothing for it.
+func Taken(a string) bool {
+	if !utf8.ValidString(a) {
+		return false
 	}
 	addr, ok := spell(a)
-	if !ok || len(addr) > MaxAddress {
-		return ""
-	}
-	return strings.ToLower(addr) // ASCII only, by the grammar
+	return ok && len(addr) <= MaxAddress
 }
 
 // spell matches a against formRE's grammar and returns the address it

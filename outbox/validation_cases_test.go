@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -183,6 +184,84 @@ func TestAddressErrorSaysTheRuleOnce(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), `"nope" is not an email address; sendonce takes only local@domain and Display Name <local@domain>`) ||
 			strings.Count(err.Error(), "local@domain") != 2 {
 			t.Errorf("%s: %v, want the forms taken said once", name, err)
+		}
+	}
+}
+
+// TestValidationMessages pins Intent.Validate's whole message for the
+// payload paths that validation reads in place (scanPayload, the
+// recipients, the content fields): strings with and without escapes,
+// arrays with spaces and nulls, addresses over the 32 bytes Go copies on
+// the stack, repeated and escaped member names, syntax and storage errors
+// together. The messages are the ones of the validation before scanPayload,
+// which read the payload with json.Valid, storableJSON and jsonMembers.
+func TestValidationMessages(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		kind     outbox.Kind
+		template string
+		payload  string
+		want     string // "<nil>": accepted
+	}{
+		{"", "", "{\"from\":\"a@example.com\",\"to\":\"b@example.com\",\"text\":\"x\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":\"\",\"text\":\"x\"}", "outbox: invalid payload.to: is empty"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":\"b@example.com (B)\",\"text\":\"x\"}", "outbox: invalid payload.to: \"b@example.com (B)\" has a comment in parentheses; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches: use \"B <b@example.com>\""},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":\"b\\u0040example.com\",\"text\":\"x\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":\"B \\u003cb@example.com>\",\"text\":\"x\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":\"b\\u0040example.com (B)\",\"text\":\"x\"}", "outbox: invalid payload.to: \"b@example.com (B)\" has a comment in parentheses; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches: use \"B <b@example.com>\""},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b\\u0040example.com\",\"c@example.com (C)\"],\"text\":\"x\"}", "outbox: invalid payload.to[1]: \"c@example.com (C)\" has a comment in parentheses; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches: use \"C <c@example.com>\""},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[ \"b@example.com\" , null ],\"text\":\"x\"}", "outbox: invalid payload.to: must hold only non-empty address strings"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\",\"\"],\"text\":\"x\"}", "outbox: invalid payload.to: must hold only non-empty address strings"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\",1],\"text\":\"x\"}", "outbox: invalid payload.to: must be an address string or an array of them"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\",[\"c@example.com\"]],\"text\":\"x\"}", "outbox: invalid payload.to: must be an address string or an array of them"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":{\"a\":\"b@example.com\"},\"text\":\"x\"}", "outbox: invalid payload.to: must be an address string or an array of them"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":7,\"text\":\"x\"}", "outbox: invalid payload.to: must be an address string or an array of them"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[],\"text\":\"x\"}", "outbox: invalid payload.to: needs at least one recipient"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":null,\"text\":\"x\"}", "outbox: invalid payload.to: needs at least one recipient"},
+		{"", "", "{\"from\":\"a@example.com\",\"text\":\"x\"}", "outbox: invalid payload.to: needs at least one recipient"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[null],\"text\":\"x\"}", "outbox: invalid payload.to: must hold only non-empty address strings"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"cc\":[],\"bcc\":null,\"text\":\"x\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"cc\":\"\",\"text\":\"x\"}", "outbox: invalid payload.cc: is empty"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"cc\":[\"\"],\"text\":\"x\"}", "outbox: invalid payload.cc: must hold only non-empty address strings"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"bcc\":[\"c@example.com\",\"d@example.com\",\"e@exa mple.com\"],\"text\":\"x\"}", "outbox: invalid payload.bcc[2]: \"e@exa mple.com\" has a space inside the address; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"cc\":\"a-very-long-local-part-of-an-address-over-thirty-two-bytes@example.com\",\"text\":\"x\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"cc\":\"a-very-long-local-part-of-an-address-over-thirty-two-bytes@exa mple.com\",\"text\":\"x\"}", "outbox: invalid payload.cc: \"a-very-long-local-part-of-an-address-over-thirty-two-bytes@e…\" has a space inside the address; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"B@Example.COM\"],\"text\":\"x\"}", "<nil>"},
+		{"", "", "{\"from\":\"\",\"to\":[\"b@example.com\"],\"text\":\"x\"}", "outbox: invalid payload.from: needs a sender address"},
+		{"", "", "{\"from\":1,\"to\":[\"b@example.com\"],\"text\":\"x\"}", "outbox: invalid payload.from: needs a sender address"},
+		{"", "", "{\"from\":\"\\n\",\"to\":[\"b@example.com\"],\"text\":\"\\t\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"\"}", "outbox: invalid payload.html: needs content: \"html\" or \"text\""},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"\",\"html\":\"\\u003cp>\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":null}", "outbox: invalid payload.html: needs content: \"html\" or \"text\""},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\",\"to\":\"c@example.com (C)\"}", "outbox: invalid payload.to: \"c@example.com (C)\" has a comment in parentheses; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches: use \"C <c@example.com>\""},
+		{"", "", "{\"fr\\u006fm\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\"}", "<nil>"},
+		{"", "", " { \"from\" : \"a@example.com\" , \"to\" : [ \"b@example.com\" ] , \"text\" : \"x\" } ", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\",}", "outbox: invalid payload: malformed JSON: invalid character '}' looking for beginning of object key string"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\\u0000\"}", "outbox: invalid payload: holds the escape \\u0000, which PostgreSQL cannot store"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\\udc00\"}", "outbox: invalid payload: holds the unpaired surrogate escape \\udc00"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\\ud83d\\ude00\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\xff\",\"html\":\"\\u0000\"}", "outbox: invalid payload: is not valid UTF-8"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\xff\",}", "outbox: invalid payload: malformed JSON: invalid character '}' looking for beginning of object key string"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\",\"scheduledAt\":\"2026-12-06T09:00:00Z\"}", "<nil>"},
+		{"", "", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\",\"scheduledAt\":5}", "outbox: invalid payload.scheduledAt: must be an RFC 3339 time string"},
+		{"", "", "\"x\"", "outbox: invalid payload: must be a JSON object, not a string"},
+		{"", "", "[]", "outbox: invalid payload: must be a JSON object, not an array"},
+		{"", "", "", "outbox: invalid payload: malformed JSON: unexpected end of JSON input"},
+		{"", "", "{}", "outbox: invalid payload.from: needs a sender address"},
+		{"", "", "{\"a\":[[[[[{\"b\":1e5}]]]]],\"c\":-0.5E-3,\"d\":true,\"e\":false}", "outbox: invalid payload.from: needs a sender address"},
+		{"batch", "", "{\"emails\":[{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\"},null]}", "outbox: invalid payload.emails[1].from: needs a sender address"},
+		{"batch", "", "{\"emails\":[{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\"},{\"from\":\"a@example.com\",\"to\":[\"b@example.com\",\"c@exa mple.com\"],\"text\":\"x\"}]}", "outbox: invalid payload.emails[1].to[1]: \"c@exa mple.com\" has a space inside the address; sendonce takes only local@domain and Display Name <local@domain>, the forms its suppression list matches"},
+		{"batch", "", "{\"emails\":[{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"],\"text\":\"x\"},3]}", "outbox: invalid payload.emails: a batch needs a non-empty array of email objects"},
+		{"batch", "", "{\"emails\":{}}", "outbox: invalid payload.emails: a batch needs a non-empty array of email objects"},
+		{"template", "welcome", "{\"from\":\"a@example.com\",\"to\":[\"b@example.com\"]}", "<nil>"},
+		{"template", "welcome", "{\"from\":\"a@example.com\",\"cc\":\"c@example.com\"}", "outbox: invalid payload.to: needs at least one recipient"},
+		{"broadcast", "", "{\"from\":\"a@example.com\",\"subject\":\"s\",\"text\":\"x\",\"audienceIds\":[\"aud_1\",null]}", "<nil>"},
+		{"broadcast", "", "{\"from\":\"a@example.com\",\"subject\":\"s\",\"text\":\"x\",\"audienceIds\":[]}", "outbox: invalid payload.audienceId: a broadcast needs \"audienceId\" or a non-empty \"audienceIds\""},
+		{"broadcast", "", "{\"from\":\"a@example.com\",\"subject\":\"\",\"text\":\"x\",\"audienceId\":\"a\"}", "outbox: invalid payload.subject: a broadcast needs a subject"},
+	} {
+		in := outbox.Intent{Key: "k", Kind: tt.kind, TemplateID: tt.template, Payload: tt.payload}
+		if got := fmt.Sprint(in.Validate()); got != tt.want {
+			t.Errorf("%s %q:\n got %s\nwant %s", tt.kind, tt.payload, got, tt.want)
 		}
 	}
 }

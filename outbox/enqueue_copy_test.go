@@ -277,3 +277,83 @@ func TestEnqueueManyCopiesAtMostMaxCopiesPerTransaction(t *testing.T) {
 		t.Fatalf("%d rows, want %d", n, calls*copySize)
 	}
 }
+
+// TestEnqueueManyCopyStoresWhatTheStatementStores: the rows the COPY
+// writes in PostgreSQL's binary format (appendCopyRows) hold what the
+// statement's rows hold, column by column, for values of every column it
+// writes: send times to the microsecond (and below it, truncated), before
+// 2000 and far ahead, text beyond ASCII, payloads with escapes, a topic,
+// a run, the trace context of the caller's span.
+func TestEnqueueManyCopyStoresWhatTheStatementStores(t *testing.T) {
+	t.Parallel()
+	ctx := spanCtx(t, "vendor=a")
+	pool, ob := outboxtest.New(t)
+	// The columns of appendCopyRows are the table's types.
+	rows, err := pool.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
+		WHERE table_name = 'sendonce_outbox' AND column_name = ANY($1) ORDER BY array_position($1, column_name::text)`, outbox.CopyColumns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var name, typ string
+		err := r.Scan(&name, &typ)
+		return name + " " + typ, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"id bigint", "idempotency_key text", "kind text", "payload jsonb", "template_id text", "send_at timestamp with time zone",
+		"run_key text", "traceparent text", "tracestate text", "topic text", "queue text", "checked boolean"}
+	if fmt.Sprint(types) != fmt.Sprint(want) {
+		t.Fatalf("the COPY's columns are %q, appendCopyRows writes %q", types, want)
+	}
+
+	intents := func(prefix string) []outbox.Intent {
+		in := batchOf(prefix, copySize)
+		in[0].SendAt = time.Date(2027, 3, 4, 5, 6, 7, 123456789, time.FixedZone("", -5*3600))
+		in[1].SendAt = time.Date(1999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+		in[2].SendAt = time.Date(2999, 1, 1, 0, 0, 0, 1000, time.UTC)
+		in[3].Topic = "news"
+		in[4] = outbox.Intent{Key: prefix + ":template", Kind: outbox.KindTemplate, TemplateID: "bienvenue-é-✓",
+			Payload: `{"from":"Zoë <shop@example.test>","to":"ada@example.test","subject":"\u00e9t\u00e9 \ud83d\ude00 \"q\"\\"}`}
+		in[5] = outbox.Intent{Key: prefix + ":batch", Kind: outbox.KindBatch,
+			Payload: `{"emails":[{"from":"shop@example.test","to":["ada@example.test"],"text":"x"}]}`}
+		in[6].Payload = json.RawMessage(` { "from" : "shop@example.test", "to" : ["ada@example.test"], "text" : "spaced", "n" : 1.50 } `)
+		return in
+	}
+	for _, p := range []struct {
+		prefix string
+		iso    pgx.TxIsoLevel
+		copies bool
+	}{{"copied", pgx.ReadCommitted, true}, {"inserted", pgx.RepeatableRead, false}} {
+		err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: p.iso}, func(tx pgx.Tx) error {
+			in := intents(p.prefix)
+			if _, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "run-" + p.prefix, Topic: "digest", Intents: in}); err != nil {
+				return err
+			}
+			if copied, _ := copiedIn(t, tx, keysOf(in)); (copied == len(in)) != p.copies {
+				t.Errorf("%s: %d of %d rows copied", p.prefix, copied, len(in))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var differ []string
+	err = pool.QueryRow(ctx, `SELECT coalesce(array_agg(c.idempotency_key ORDER BY c.idempotency_key), '{}') FROM sendonce_outbox c
+		JOIN sendonce_outbox i ON i.idempotency_key = 'inserted' || substr(c.idempotency_key, 7)
+		WHERE c.idempotency_key LIKE 'copied:%' AND
+			(c.kind, c.payload, c.template_id, c.send_at, c.run_key, c.traceparent, c.tracestate, c.topic, c.queue, c.checked, c.state)
+			IS DISTINCT FROM
+			(i.kind, i.payload, i.template_id, i.send_at, replace(i.run_key, 'inserted', 'copied'), i.traceparent, i.tracestate, i.topic, i.queue, i.checked, i.state)`).Scan(&differ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM sendonce_outbox WHERE idempotency_key LIKE 'copied:%' AND traceparent = $1`, wantParent); n != copySize {
+		t.Errorf("%d copied rows carry the span's trace context, want %d", n, copySize)
+	}
+	if len(differ) > 0 {
+		t.Errorf("the COPY stored these rows otherwise than the statement: %q", differ)
+	}
+}

@@ -13,6 +13,10 @@ var KeyHash = keyHash
 // MaxCopies how many of its calls in one transaction may.
 var CopyMin, MaxCopies = copyMin, maxCopies
 
+// CopyColumns are the columns the COPY path writes, in PostgreSQL's binary
+// format (see appendCopyRows).
+var CopyColumns = copyColumns
+
 // SENDONCE_TEST_COPY_MIN sets copyMin for a run of the tests:
 // SENDONCE_TEST_COPY_MIN=1 sends every enqueue that can take it through
 // the COPY path, so that the whole suite checks that path's promises.

@@ -197,12 +197,28 @@ func (o *Outbox) copyIn(ctx context.Context, tx producerTx, idx []int, batch []I
 		}
 		return false, nil
 	}
+	// The call's results, records and payloads are three allocations, not
+	// three per intent: a result the caller keeps keeps them all (about 0.5
+	// MB for 1,000 emails), as long as it is kept.
+	records := make([]Record, len(batch))
+	answers := make([]EnqueueResult, len(batch))
+	size := 0
+	for n := range batch {
+		size += len(batch[n].raw)
+	}
+	payloads := make([]byte, 0, size)
 	for n, i := range idx {
 		topic := batch[n].Topic
 		if topic == "" && run != "" && batch[n].Kind != KindBroadcast {
 			topic = runTopic // as the run's topic trigger gave it
 		}
-		results[i] = &EnqueueResult{Record: newRecord(&batch[n], ids[n], created, topic, parent, state)}
+		// A copy: the caller's own []byte or json.RawMessage may change
+		// later.
+		payloads = append(payloads, batch[n].raw...)
+		payload := payloads[len(payloads)-len(batch[n].raw) : len(payloads) : len(payloads)]
+		fillRecord(&records[n], &batch[n], payload, ids[n], created, topic, parent, state)
+		answers[n].Record = &records[n]
+		results[i] = &answers[n]
 	}
 	return true, nil
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -355,5 +356,42 @@ func TestEnqueueManyCopyStoresWhatTheStatementStores(t *testing.T) {
 	}
 	if len(differ) > 0 {
 		t.Errorf("the COPY stored these rows otherwise than the statement: %q", differ)
+	}
+}
+
+// TestEnqueueManyCopyResultsOwnTheirPayloads: the results of a COPY share
+// one buffer of payloads, each its own part of it: the caller's []byte
+// changing afterwards changes none of them, nor does an append to one
+// change the next.
+func TestEnqueueManyCopyResultsOwnTheirPayloads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, ob := outboxtest.New(t)
+	in := batchOf("own", copySize)
+	bufs := make([][]byte, len(in))
+	for i := range in {
+		bufs[i] = []byte(invoiceBody)
+		in[i].Payload = bufs[i]
+	}
+	var got []*outbox.EnqueueResult
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		got, err = ob.EnqueueMany(ctx, tx, in)
+		if copied, _ := copiedIn(t, tx, keysOf(in)); copied != len(in) {
+			t.Errorf("%d of %d rows copied", copied, len(in))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bufs {
+		copy(b, strings.Repeat("x", len(b)))
+	}
+	_ = append(got[0].Record.Payload, "tail"...)
+	for i, r := range got {
+		if string(r.Record.Payload) != invoiceBody {
+			t.Fatalf("result %d: payload %s, want %s", i, r.Record.Payload, invoiceBody)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -199,13 +200,20 @@ func scanInserted(batch []Intent, parent, state string, rows pgx.Rows, err error
 // text).
 func newRecord(in *Intent, id int64, created time.Time, topic, parent, state string) *Record {
 	// A copy: the caller's own []byte or json.RawMessage may change later.
-	r := &Record{ID: id, Key: in.Key, Kind: in.Kind, Payload: slices.Clone(in.raw), TemplateID: in.TemplateID, State: StatePending,
+	r := &Record{}
+	fillRecord(r, in, slices.Clone(in.raw), id, created, topic, parent, state)
+	return r
+}
+
+// fillRecord sets r to the Record newRecord describes, with payload (a
+// copy of in's) as its Payload.
+func fillRecord(r *Record, in *Intent, payload json.RawMessage, id int64, created time.Time, topic, parent, state string) {
+	*r = Record{ID: id, Key: in.Key, Kind: in.Kind, Payload: payload, TemplateID: in.TemplateID, State: StatePending,
 		CreatedAt: created, UpdatedAt: created, TraceParent: parent, TraceState: state, Topic: topic}
 	if !in.SendAt.IsZero() {
 		at := in.SendAt
 		r.SendAt = &at
 	}
-	return r
 }
 
 // raced takes back the rows just inserted under keys a prune

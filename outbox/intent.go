@@ -281,8 +281,9 @@ func (in *Intent) check(payload json.RawMessage, members jsonObject) error {
 		return invalid("payload", fmt.Sprintf("%d bytes, over the 1 MiB limit", len(payload)))
 	}
 	// One pass checks the syntax (as json.Valid), what PostgreSQL can
-	// store (as storableJSON) and reads the object's members in place
-	// (scanPayload). A malformed text's error is encoding/json's.
+	// store, and reads the object's members in place (scanPayload). A
+	// malformed text's error is encoding/json's; invalid UTF-8 is told
+	// before an escape PostgreSQL refuses, wherever each is.
 	body, scan := scanPayload(payload, members)
 	switch {
 	case !scan.valid:
@@ -352,62 +353,6 @@ func checkBody(kind Kind, body jsonObject) error {
 		}
 	}
 	return nil
-}
-
-// storableJSON says why a valid JSON text cannot be stored as jsonb, or
-// returns "". PostgreSQL refuses invalid UTF-8, the escape \u0000 and
-// unpaired UTF-16 surrogate escapes; refusing them here keeps the caller's
-// transaction usable, where the database's error would abort it.
-func storableJSON(b []byte) string {
-	if !utf8.Valid(b) {
-		return "is not valid UTF-8"
-	}
-	inString := false
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			inString = !inString
-		case c == '\\' && inString:
-			i++
-			if b[i] != 'u' {
-				continue
-			}
-			r := hex4(b[i+1 : i+5])
-			i += 4
-			switch {
-			case r == 0:
-				return `holds the escape \u0000, which PostgreSQL cannot store`
-			case r >= 0xDC00 && r <= 0xDFFF:
-				return fmt.Sprintf(`holds the unpaired surrogate escape \u%04x`, r)
-			case r >= 0xD800 && r <= 0xDBFF:
-				if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
-					return fmt.Sprintf(`holds the unpaired surrogate escape \u%04x`, r)
-				}
-				if lo := hex4(b[i+3 : i+7]); lo < 0xDC00 || lo > 0xDFFF {
-					return fmt.Sprintf(`holds the unpaired surrogate escape \u%04x`, r)
-				}
-				i += 6
-			}
-		}
-	}
-	return ""
-}
-
-// hex4 decodes the four hex digits of a \u escape of valid JSON.
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		default:
-			r |= rune(c - 'A' + 10)
-		}
-	}
-	return r
 }
 
 func (in *Intent) kind() Kind {

@@ -10,8 +10,8 @@ import (
 // Validation reads a payload's fields from its text in place (issue 26,
 // enqueue near the floor). Decoding it into a map[string]json.RawMessage,
 // as it did, copied every member and cost about half of EnqueueMany's Go
-// time. These functions take JSON text that json.Valid accepted, and
-// return slices of it.
+// time. scanPayload checks a payload and reads its members in one pass;
+// the other functions take JSON text it accepted, and return slices of it.
 
 // jsonMember is one member of a JSON object: its name, decoded, and its
 // value's text. The name is bytes, most often of the text itself (a name
@@ -221,11 +221,15 @@ type payloadScan struct {
 }
 
 // scanPayload reads a payload once (issue 44, Go's share of EnqueueMany):
-// it checks its syntax as json.Valid does, what PostgreSQL cannot store as
-// storableJSON does, and splits an object into its members, appended to
-// members[:0] (a buffer reused across a call's intents). It replaces
-// json.Valid, storableJSON and jsonMembers in a row, which read each
-// payload three times; FuzzScanPayload holds it to their answers.
+// it checks its syntax as json.Valid does, finds what PostgreSQL cannot
+// store as jsonb (invalid UTF-8, the escape \u0000, unpaired UTF-16
+// surrogate escapes: refused here, they leave the caller's transaction
+// usable, where the database's error would abort it), and splits an
+// object into its members, appended to members[:0] (a buffer reused
+// across a call's intents). It replaces json.Valid, a scan for those
+// escapes and jsonMembers in a row, which read each payload three times
+// (about 2 ms per 1,000 intents, with 11 allocations each);
+// FuzzScanPayload holds it to their answers.
 func scanPayload(b []byte, members jsonObject) (jsonObject, payloadScan) {
 	s := payloadScan{b: b}
 	members = members[:0]

@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -123,4 +124,59 @@ func FuzzScanPayload(f *testing.F) {
 			t.Fatalf("%q: scanPayload members %q, jsonMembers %q", b, members, o)
 		}
 	})
+}
+
+// storableJSON says why a valid JSON text cannot be stored as jsonb, or
+// returns "": the check validation made before scanPayload, kept as
+// FuzzScanPayload's reference.
+func storableJSON(b []byte) string {
+	if !utf8.Valid(b) {
+		return "is not valid UTF-8"
+	}
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString:
+			i++
+			if b[i] != 'u' {
+				continue
+			}
+			r := hex4(b[i+1 : i+5])
+			i += 4
+			switch {
+			case r == 0:
+				return `holds the escape \u0000, which PostgreSQL cannot store`
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return fmt.Sprintf(`holds the unpaired surrogate escape \u%04x`, r)
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
+					return fmt.Sprintf(`holds the unpaired surrogate escape \u%04x`, r)
+				}
+				if lo := hex4(b[i+3 : i+7]); lo < 0xDC00 || lo > 0xDFFF {
+					return fmt.Sprintf(`holds the unpaired surrogate escape \u%04x`, r)
+				}
+				i += 6
+			}
+		}
+	}
+	return ""
+}
+
+// hex4 decodes the four hex digits of a \u escape of valid JSON.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		default:
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
 }

@@ -58,8 +58,8 @@ import (
 //   - The rows are marked checked, as insertSQL's are: the producer
 //     triggers skip them; the run's topic trigger, the run key's foreign
 //     key and the tally trigger fire for COPY as for INSERT.
-//   - postcheckSQL notifies the workers, as insertSQL does, when a row is
-//     due now.
+//   - postcheckSQL notifies the workers, as insertSQL does: once per call,
+//     a row due later too (its drain then reads its due time).
 //
 // A savepoint whose COPY wrote rows is a subtransaction with an id of its
 // own, and a transaction that holds more than 64 of them overflows the
@@ -106,7 +106,7 @@ const precheckSQL = `
 
 // postcheckSQL, run after the COPY in a new snapshot, tells whether one
 // of the keys' hashes ($1) is tombstoned (pruned); when none is, it
-// notifies the workers if $2 (a row is due now). It returns the
+// notifies the workers if $2 (always: see notifySQL). It returns the
 // transaction's id, which the COPY gave it if it had none. The probes are
 // scalar subqueries with LIMIT 1, so that a generic plan probes the index
 // (see insertSQL's seen), and run only when there are tombstones at all,
@@ -161,10 +161,8 @@ func (o *Outbox) copyIn(ctx context.Context, tx producerTx, idx []int, batch []I
 	}
 
 	parent, state := traceContext(ctx)
-	available := false // a row is due now
-	for n := range batch {
-		available = available || batch[n].SendAt.IsZero()
-	}
+	// Every inserted row is announced, one due later too (see notifySQL).
+	const announce = true
 	rows := appendCopyRows(nil, batch, ids, run, parent, state, o.queue)
 	if _, err := pc.CopyFrom(ctx, bytes.NewReader(rows), copySQL); err != nil {
 		var pgErr *pgconn.PgError
@@ -181,7 +179,7 @@ func (o *Outbox) copyIn(ctx context.Context, tx producerTx, idx []int, batch []I
 	// transaction's id and releases the savepoint.
 	var pruned bool
 	b = &pgx.Batch{}
-	b.Queue(postcheckSQL, hashes, available).QueryRow(func(row pgx.Row) error {
+	b.Queue(postcheckSQL, hashes, announce).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&pruned, &xid, new(int64))
 	})
 	b.Queue("RELEASE SAVEPOINT " + copySavepoint)

@@ -54,7 +54,7 @@ const insertSQL = `
 		RETURNING id, idempotency_key, send_at, created_at, topic,
 			(SELECT 1 FROM sendonce_outbox x WHERE x.idempotency_key = sendonce_outbox.idempotency_key LIMIT 1) IS NOT NULL AS seen
 	), notified AS MATERIALIZED (
-		SELECT ` + notifySQL + ` WHERE $9 AND EXISTS (SELECT 1 FROM o WHERE o.send_at IS NULL)
+		SELECT ` + notifySQL + ` WHERE $9 AND EXISTS (SELECT 1 FROM o)
 	)
 	SELECT id, idempotency_key, created_at, coalesce(topic, ''), seen,
 		current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted')

@@ -150,10 +150,11 @@ func TestEnqueueManyRowsMatchTheIntents(t *testing.T) {
 	}
 }
 
-// A call that inserts an intent due now wakes the workers' drains at
-// commit: it notifies channel sendonce_outbox, on which their sweepers
-// listen. A call whose new intents are all held until later does not, nor
-// one rolled back, nor one whose intents are all stored already.
+// A call that inserts intents wakes the workers' drains at commit, once: it
+// notifies channel sendonce_outbox, on which their sweepers listen. A call
+// whose new intents are all held until later does too (the drains read the
+// time of the first, and wake then); one rolled back does not, nor one
+// whose intents are all stored already.
 func TestEnqueueWakesTheDrains(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -170,6 +171,7 @@ func TestEnqueueWakesTheDrains(t *testing.T) {
 	l.none(t, "one call") // once per call, however many intents it has
 
 	enqueueMany(t, pool, ob, []outbox.Intent{{Key: "held:2", Payload: json.RawMessage(invoiceBody), SendAt: time.Now().Add(time.Hour)}})
+	l.await(t) // a call of intents held until later
 	l.none(t, "a call of intents held until later")
 	enqueueMany(t, pool, ob, due[:10])
 	l.none(t, "a call of intents stored already")

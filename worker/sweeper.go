@@ -375,8 +375,15 @@ func (s *sweeper) rescue(ctx context.Context) {
 	ok = s.do(ctx, rescue, "rescue", "rescued intents a crashed worker left sending; they are sent again with the same key") && ok
 	drained := func(ctx context.Context) (int, error) {
 		n, err := sendstate.RescueDrained(ctx, s.pool, s.restartGrace)
-		if n > 0 {
-			s.drain.wake()
+		switch {
+		case n > 0:
+			s.drain.wake() // RescueDrained told the other drains
+		case err == nil:
+			// Nothing was left sending, but a worker that ended may have
+			// left retries and snoozes it recorded, whose times only its
+			// own drain was waiting for: every drain reads its queue's
+			// next due time again.
+			err = sendstate.WakeDrains(ctx, s.pool)
 		}
 		return n, err
 	}

@@ -111,11 +111,21 @@ func RescueDrained(ctx context.Context, db DB, restartGrace time.Duration) (int,
 	if n > 0 {
 		// The drains of every queue hear of them, not only the
 		// sweeper's own.
-		if _, err := db.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
-			return n, fmt.Errorf("sendstate: rescue drained intents: notify the drains: %w", err)
+		if err := WakeDrains(ctx, db); err != nil {
+			return n, fmt.Errorf("sendstate: rescue drained intents: %w", err)
 		}
 	}
 	return n, nil
+}
+
+// WakeDrains tells the drains of every queue, at commit, that intents may
+// be due (the notification producers send): each looks again, and reads
+// its queue's next due time.
+func WakeDrains(ctx context.Context, db DB) error {
+	if _, err := db.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
+		return fmt.Errorf("sendstate: notify the drains: %w", err)
+	}
+	return nil
 }
 
 // ReleaseDrained gives a drained intent that its owner claimed, and whose

@@ -375,9 +375,31 @@ func (m *model) check(f sysFinal) {
 						op.End.Format("15:04:05.000"), op.Canceled, fmtTime(row.FirstAttempt))
 				}
 				if op.Kind == "pause" && op.Result == outYes && row.FirstAttempt != nil && row.FirstAttempt.After(op.End) {
+					// The claim's statement ran at some instant between
+					// first_attempt_at (its transaction's start: a claim
+					// runs after the answers of its batcher round, in the
+					// same transaction) and the first delivery, as the
+					// suppression lookup below: a resume that began in that
+					// interval may have come first (seed 327 of a soak: a
+					// resume began 3 ms after first_attempt_at, and the
+					// request went out 3 ms after it ended).
+					var delivered time.Time // the first delivery after it
+					for _, u := range in.Units {
+						for _, r := range u.Recipients {
+							for _, d := range got[pair{u.Cause, r}] {
+								if d.DeliveredAt.After(*row.FirstAttempt) && (delivered.IsZero() || d.DeliveredAt.Before(delivered)) {
+									delivered = d.DeliveredAt
+								}
+							}
+						}
+					}
+					claimHi := *row.FirstAttempt
+					if !delivered.IsZero() {
+						claimHi = delivered
+					}
 					resumed := false
 					for _, r := range m.runOpsOf(in) {
-						if r.Kind != "pause" && r.Kind != "reschedule" && r.Start.After(op.Start) && r.Start.Before(*row.FirstAttempt) && r.Result != outNo {
+						if r.Kind != "pause" && r.Kind != "reschedule" && r.Start.After(op.Start) && r.Start.Before(claimHi) && r.Result != outNo {
 							resumed = true
 						}
 					}

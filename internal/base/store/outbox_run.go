@@ -70,7 +70,8 @@ func outboxReadRuns(ctx context.Context, db DB, rest string, args ...any) ([]Run
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunRow, error) {
 		var x RunRow
-		return x, r.Scan(&x.Key, &x.State, &x.SendAt, &x.Schedule, &x.Occurrence, &x.CreatedAt, &x.UpdatedAt)
+		err := r.Scan(&x.Key, &x.State, &x.SendAt, &x.Schedule, &x.Occurrence, &x.CreatedAt, &x.UpdatedAt)
+		return x, err
 	})
 }
 

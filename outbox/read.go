@@ -109,7 +109,11 @@ func (o *Outbox) List(ctx context.Context, params *ListParams) ([]*Record, error
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
 	}
-	return records(rows), nil
+	recs := make([]*Record, len(rows))
+	for i, in := range rows {
+		recs[i] = record(in)
+	}
+	return recs, nil
 }
 
 // Stats summarises the outbox for the status command and the metrics.

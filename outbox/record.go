@@ -117,15 +117,6 @@ func record(in *store.Intent) *Record {
 		PrunedAt: in.PrunedAt, CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt, SentAt: in.SentAt}
 }
 
-// records is record of each of rows.
-func records(rows []*store.Intent) []*Record {
-	out := make([]*Record, len(rows))
-	for i, in := range rows {
-		out[i] = record(in)
-	}
-	return out
-}
-
 // recordOf is record of what a store function returned: the error as it
 // is (nil Record) when there is one.
 func recordOf(in *store.Intent, err error) (*Record, error) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // Cancel cancels an intent that nothing of can have reached the API: it is
@@ -24,11 +26,7 @@ func (o *Outbox) Cancel(ctx context.Context, key string) (*Record, error) {
 	var rec *Record
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-			SET state = 'canceled', updated_at = now()
-			WHERE idempotency_key = $1 AND state = 'pending' AND batch_key IS NULL
-				AND (attempts = 0 OR (NOT uncertain AND forced_retry_at IS NULL))
-			RETURNING `+columns, key))
+		rec, err = recordOf(store.CancelIntent(ctx, tx, key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			cur, gerr := get(ctx, tx, key)
 			if gerr != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/internal/base/schemaerr"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // EnqueueResult is what Enqueue did.
@@ -171,23 +172,9 @@ type existingRecord struct {
 // that two JSON texts equal as jsonb (key order, spacing) count as the same.
 func (o *Outbox) findExisting(ctx context.Context, tx producerTx, in []Intent, keys []string) (map[string]existingRecord, error) {
 	kinds, payloads, templates, _ := columnsOf(in)
-	rows, err := tx.Query(ctx, `
-		SELECT `+columns+`, same FROM (
-			SELECT o.*, o.kind = i.kind AND o.payload = i.payload AND o.template_id IS NOT DISTINCT FROM i.template_id AS same
-			FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS i(key, kind, payload, template_id)
-			JOIN sendonce_outbox o ON o.idempotency_key = i.key) AS found`,
-		keys, kinds, payloads, templates)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: look up existing keys: %w", err)
-	}
-	defer rows.Close()
 	found := map[string]existingRecord{}
-	for rows.Next() {
-		var same bool
-		rec, err := scanRecord(rows, &same)
-		if err != nil {
-			return nil, fmt.Errorf("outbox: look up existing keys: %w", err)
-		}
+	err := store.FindIntents(ctx, tx, keys, kinds, payloads, templates, func(row *store.Intent, same bool) {
+		rec := record(row)
 		e := existingRecord{record: rec}
 		if !same {
 			e.err = ErrKeyReuse
@@ -197,8 +184,8 @@ func (o *Outbox) findExisting(ctx context.Context, tx producerTx, in []Intent, k
 		if _, seen := found[rec.Key]; !seen {
 			found[rec.Key] = e
 		}
-	}
-	if err := rows.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("outbox: look up existing keys: %w", err)
 	}
 	var rest []Intent
@@ -219,29 +206,13 @@ func (o *Outbox) findExisting(ctx context.Context, tx producerTx, in []Intent, k
 // in its final state; another is a key reuse.
 func findPruned(ctx context.Context, tx producerTx, in []Intent, keys []string, found map[string]existingRecord) error {
 	kinds, payloads, templates, _ := columnsOf(in)
-	rows, err := tx.Query(ctx, `
-		SELECT i.key, t.state, t.pruned_at, t.intent_hash = sendonce_intent_hash(i.kind, i.template_id, i.payload)
-		FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS i(key, kind, payload, template_id)
-		CROSS JOIN LATERAL (SELECT * FROM sendonce_tombstone t WHERE t.key_hash = sendonce_key_hash(i.key) LIMIT 1) t`,
-		keys, kinds, payloads, templates)
-	if err != nil {
-		return fmt.Errorf("outbox: look up pruned keys: %w", err)
-	}
-	defer rows.Close()
 	byKey := make(map[string]int, len(keys))
 	for i, k := range keys {
 		byKey[k] = i
 	}
-	for rows.Next() {
-		var key string
-		var state State
-		var at time.Time
-		var same bool
-		if err := rows.Scan(&key, &state, &at, &same); err != nil {
-			return fmt.Errorf("outbox: look up pruned keys: %w", err)
-		}
+	err := store.FindTombstones(ctx, tx, keys, kinds, payloads, templates, func(key, state string, at time.Time, same bool) {
 		i := byKey[key]
-		rec := &Record{Key: key, Kind: in[i].Kind, Payload: in[i].raw, TemplateID: in[i].TemplateID, State: state, PrunedAt: &at}
+		rec := &Record{Key: key, Kind: in[i].Kind, Payload: in[i].raw, TemplateID: in[i].TemplateID, State: State(state), PrunedAt: &at}
 		e := existingRecord{record: rec}
 		if !same {
 			e.err = ErrKeyReuse
@@ -249,8 +220,8 @@ func findPruned(ctx context.Context, tx producerTx, in []Intent, keys []string, 
 		if _, seen := found[key]; !seen {
 			found[key] = e
 		}
-	}
-	if err := rows.Err(); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("outbox: look up pruned keys: %w", err)
 	}
 	return nil
@@ -284,7 +255,7 @@ func (o *Outbox) settleExisting(ctx context.Context, tx producerTx, in []Intent,
 			for _, rec := range inserted {
 				ids = append(ids, rec.ID)
 			}
-			if _, err := tx.Exec(ctx, `DELETE FROM sendonce_outbox WHERE id = ANY($1)`, ids); err != nil {
+			if err := store.TakeBackIntents(ctx, tx, ids); err != nil {
 				return fmt.Errorf("outbox: undo insert: %w", err)
 			}
 			return &KeyReuseError{Key: in[i].Key, Index: i}
@@ -336,9 +307,7 @@ func sameAsFirst(ctx context.Context, tx producerTx, in []Intent, dups [][2]int)
 	if len(idx) == 0 {
 		return nil
 	}
-	var differ []int32
-	err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(n - 1 ORDER BY n), '{}') FROM unnest($1::jsonb[], $2::jsonb[]) WITH ORDINALITY AS p(a, b, n)
-		WHERE a <> b`, firsts, laters).Scan(&differ)
+	differ, err := store.ComparePayloads(ctx, tx, firsts, laters)
 	if err != nil {
 		return fmt.Errorf("outbox: compare payloads: %w", err)
 	}

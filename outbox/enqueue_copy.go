@@ -1,17 +1,15 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // How EnqueueMany writes a large batch of new keys: COPY (issue 44's goal
@@ -90,39 +88,13 @@ type copyCount struct {
 	n   int
 }
 
-// copySavepoint names the savepoint around the COPY.
-const copySavepoint = "sendonce_enqueue_copy"
-
-// precheckSQL draws ids for $1 rows from the outbox's sequence, unless
-// the transaction reads one snapshot throughout (REPEATABLE READ or
-// SERIALIZABLE: then the call goes through insertSQL). It also returns the
-// transaction's start time (the rows' created_at and updated_at are
-// now()), the transaction's id when it has one, and the topic of run $2.
-const precheckSQL = `
-	SELECT now(), CASE WHEN current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')
-			THEN ARRAY(SELECT nextval('sendonce_outbox_id_seq') FROM generate_series(1, $1::int)) END,
-		coalesce(pg_current_xact_id_if_assigned()::text, ''),
-		coalesce((SELECT r.topic FROM sendonce_run r WHERE r.key = $2), '')`
-
-// postcheckSQL, run after the COPY in a new snapshot, tells whether one
-// of the keys' hashes ($1) is tombstoned (pruned); when none is, it
-// notifies the workers if $2 (always: see notifySQL). It returns the
-// transaction's id, which the COPY gave it if it had none. The probes are
-// scalar subqueries with LIMIT 1, so that a generic plan probes the index
-// (see insertSQL's seen), and run only when there are tombstones at all,
-// as there are none until a prune.
-const postcheckSQL = `
-	SELECT pruned, pg_current_xact_id()::text, (SELECT count(*) FROM (SELECT ` + notifySQL + ` WHERE $2 AND NOT pruned) n)
-	FROM (SELECT EXISTS (SELECT 1 FROM sendonce_tombstone) AND EXISTS (SELECT 1 FROM unnest($1::bytea[]) AS h
-		WHERE (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = h LIMIT 1) IS NOT NULL) AS pruned) c`
-
-// copyColumns are the columns the COPY writes; the rest take their
-// defaults, as insertSQL's rows do. The id is the one precheckSQL drew:
-// COPY takes a value given for a GENERATED ALWAYS identity column, as
-// PostgreSQL documents (CREATE TABLE: "In the COPY command, user-specified
-// values are always used regardless of this setting").
-var copyColumns = []string{"id", "idempotency_key", "kind", "payload", "template_id", "send_at", "run_key",
-	"traceparent", "tracestate", "topic", "queue", "checked"}
+// The COPY's statements are package store's (store/outbox_copy.go, with
+// the comments that explain them): store.BeginIntentCopy runs precheckSQL
+// and opens the savepoint, store.CopyIntents runs copySQL with the rows
+// appendCopyRows encodes, in store.OutboxCopyColumns' order, and
+// store.EndIntentCopy runs postcheckSQL and releases the savepoint. The
+// encoding stays here: it reads the intents as they are, and a row type of
+// store's in between would cost a copy of each.
 
 // copyIn writes the rows of batch (the intents at idx, in key order) with
 // COPY when it can (see above) and fills in their results. It returns false,
@@ -136,17 +108,11 @@ func (o *Outbox) copyIn(ctx context.Context, tx producerTx, idx []int, batch []I
 	run := batch[0].run
 	// The savepoint goes in the pre-check's round trip: it costs nothing
 	// when the call goes on through insertSQL, which releases it.
-	var created time.Time
-	var ids []int64
-	var xid, runTopic string
-	b := &pgx.Batch{}
-	b.Queue(precheckSQL, len(batch), run).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&created, &ids, &xid, &runTopic)
-	})
-	b.Queue("SAVEPOINT " + copySavepoint)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	start, err := store.BeginIntentCopy(ctx, tx, len(batch), run)
+	if err != nil {
 		return false, fmt.Errorf("outbox: draw ids before the copy: %w", err)
 	}
+	created, ids, xid, runTopic := start.Created, start.IDs, start.XID, start.RunTopic
 	if xid == "" || xid != count.xid {
 		// A transaction without an id has written nothing, so it holds no
 		// subtransaction of ours; one with another id is another
@@ -154,7 +120,7 @@ func (o *Outbox) copyIn(ctx context.Context, tx producerTx, idx []int, batch []I
 		count = copyCount{xid: xid}
 	}
 	if len(ids) != len(batch) || count.n >= maxCopies {
-		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+copySavepoint); err != nil {
+		if err := store.ReleaseIntentCopy(ctx, tx); err != nil {
 			return false, fmt.Errorf("outbox: release the copy's savepoint: %w", err)
 		}
 		return false, nil
@@ -164,33 +130,28 @@ func (o *Outbox) copyIn(ctx context.Context, tx producerTx, idx []int, batch []I
 	// Every inserted row is announced, one due later too (see notifySQL).
 	const announce = true
 	rows := appendCopyRows(nil, batch, ids, run, parent, state, o.queue)
-	if _, err := pc.CopyFrom(ctx, bytes.NewReader(rows), copySQL); err != nil {
+	if err := store.CopyIntents(ctx, pc, rows); err != nil {
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != uniqueViolation {
 			return false, fmt.Errorf("outbox: copy intents: %w", err)
 		}
 		// A key is stored: take the COPY back, and let insertSQL answer.
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+copySavepoint+"; RELEASE SAVEPOINT "+copySavepoint); err != nil {
+		if err := store.UndoIntentCopy(ctx, tx); err != nil {
 			return false, fmt.Errorf("outbox: take back the copy: %w", err)
 		}
 		return false, nil
 	}
 	// One round trip looks for tombstones, notifies the workers, reads the
 	// transaction's id and releases the savepoint.
-	var pruned bool
-	b = &pgx.Batch{}
-	b.Queue(postcheckSQL, hashes, announce).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&pruned, &xid, new(int64))
-	})
-	b.Queue("RELEASE SAVEPOINT " + copySavepoint)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	pruned, xid, err := store.EndIntentCopy(ctx, tx, hashes, announce)
+	if err != nil {
 		return false, fmt.Errorf("outbox: look up pruned keys after the copy: %w", err)
 	}
 	pc.CustomData()[copiesKey] = copyCount{xid: xid, n: count.n + 1}
 	if pruned {
 		// A key was pruned: take the rows back, and let insertSQL answer
 		// from the tombstones.
-		if _, err := tx.Exec(ctx, `DELETE FROM sendonce_outbox WHERE id = ANY($1)`, ids); err != nil {
+		if err := store.TakeBackIntents(ctx, tx, ids); err != nil {
 			return false, fmt.Errorf("outbox: take back the copy of a pruned key: %w", err)
 		}
 		return false, nil
@@ -221,17 +182,6 @@ func (o *Outbox) copyIn(ctx context.Context, tx producerTx, idx []int, batch []I
 	return true, nil
 }
 
-// copySQL is the COPY of copyColumns, in PostgreSQL's binary format,
-// which appendCopyRows writes. pgx's CopyFrom would write the same bytes,
-// through its type map: each value boxed in an interface, and encoded by a
-// plan looked up for it, through a pipe to a goroutine of its own: about
-// 11 allocations a row (BenchmarkEnqueueMany: 16,200 allocations a call
-// of 1,000 new intents with pgx's CopyFrom, 4,160 with this). The
-// columns' types are the table's (bigint, text, jsonb, timestamptz,
-// boolean); a change of one fails the COPY ("incorrect binary data
-// format"), and TestEnqueueManyCopyStoresWhatTheStatementStores.
-var copySQL = "COPY sendonce_outbox (" + strings.Join(copyColumns, ", ") + ") FROM STDIN (FORMAT binary)"
-
 // copyHeader starts a binary COPY: its signature, no flags, no header
 // extension.
 const copyHeader = "PGCOPY\n\377\r\n\000" + "\000\000\000\000" + "\000\000\000\000"
@@ -241,19 +191,21 @@ const copyHeader = "PGCOPY\n\377\r\n\000" + "\000\000\000\000" + "\000\000\000\0
 const pgEpoch = 946684800 * 1000000
 
 // appendCopyRows appends to buf the binary COPY of batch's rows, in
-// copyColumns' order, with ids as their ids, and the trailer.
+// store.OutboxCopyColumns' order, with ids as their ids, and the trailer:
+// the bytes pgx's CopyFrom would write, at a fraction of its allocations
+// (see store's copySQL).
 func appendCopyRows(buf []byte, batch []Intent, ids []int64, run, parent, state, queue string) []byte {
 	size := len(copyHeader) + 2
 	for n := range batch {
 		b := &batch[n]
-		size += 2 + len(copyColumns)*4 + 8 + len(b.Key) + len(b.Kind) + 1 + len(b.raw) + len(b.TemplateID) + 8 +
+		size += 2 + len(store.OutboxCopyColumns)*4 + 8 + len(b.Key) + len(b.Kind) + 1 + len(b.raw) + len(b.TemplateID) + 8 +
 			len(run) + len(parent) + len(state) + len(b.Topic) + len(queue) + 1
 	}
 	buf = slices.Grow(buf, size)
 	buf = append(buf, copyHeader...)
 	for n := range batch {
 		b := &batch[n]
-		buf = binary.BigEndian.AppendUint16(buf, uint16(len(copyColumns)))
+		buf = binary.BigEndian.AppendUint16(buf, uint16(len(store.OutboxCopyColumns)))
 		buf = binary.BigEndian.AppendUint32(buf, 8)
 		buf = binary.BigEndian.AppendUint64(buf, uint64(ids[n]))
 		buf = appendCopyText(buf, b.Key, false)

@@ -7,8 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // Enqueueing in a REPEATABLE READ or SERIALIZABLE transaction (issue 22).
@@ -26,32 +27,11 @@ import (
 // which aborts the transaction, so nothing of the call (nor of anything
 // else the transaction wrote) can commit.
 //
-// snapshotLockSQL fails so for keys whose row the snapshot still saw
-// (seen in insertSQL): under these levels, a locking read of a row that a
-// transaction the snapshot does not show deleted is a serialization
-// failure ("could not serialize access due to concurrent update"). Such a
-// row is always gone: one still there would have kept the insert out. (A
-// row deleted by hand rather than pruned fails so too: the snapshot shows
-// a key that is no longer there.)
-const snapshotLockSQL = `SELECT 1 FROM sendonce_outbox WHERE idempotency_key = ANY($1) AND id <> ALL($2) FOR KEY SHARE`
-
-// probeSQL and unprobeSQL find tombstones the snapshot does not show even
-// when the snapshot predates the pruned intent itself (and so saw no row
-// under its key). A unique index sees every committed row: an insert that
-// conflicts with one the snapshot cannot see fails with "could not
-// serialize access due to concurrent update". So a probe row goes into the
-// tombstones for each key inserted, ON CONFLICT DO NOTHING, and is deleted
-// again by the next statement; it is never committed. (A conflict with a
-// tombstone the snapshot shows is impossible here: insertSQL leaves such
-// keys out.) A prune cannot wait for a probe row: it writes the tombstones
-// of the rows it deletes, and a key inserted here has no other row.
-const (
-	probeSQL = `INSERT INTO sendonce_tombstone (key_hash, intent_hash, state)
-		SELECT sendonce_key_hash(k), '\x'::bytea, 'probe' FROM unnest($1::text[]) AS k
-		ON CONFLICT (key_hash) DO NOTHING`
-	unprobeSQL = `DELETE FROM sendonce_tombstone
-		WHERE key_hash IN (SELECT sendonce_key_hash(k) FROM unnest($1::text[]) AS k) AND state = 'probe'`
-)
+// The checks are package store's (store.CheckSnapshot, in
+// store/outbox_snapshot.go, with the comments that explain them):
+// snapshotLockSQL fails so for keys whose row the snapshot still saw (seen
+// in insertSQL), and probeSQL and unprobeSQL find tombstones the snapshot
+// does not show even when the snapshot predates the pruned intent itself.
 
 // snapshotCheck fails the call with a serialization failure when a key it
 // inserted was pruned after the transaction's snapshot was taken (see
@@ -69,22 +49,7 @@ func snapshotCheck(ctx context.Context, tx producerTx, inserted map[string]*Reco
 		keys, ids = append(keys, k), append(ids, rec.ID)
 	}
 	slices.Sort(keys)
-	b := &pgx.Batch{}
-	if len(seen) > 0 {
-		b.Queue(snapshotLockSQL, seen, ids)
-	}
-	b.Queue(probeSQL, keys)
-	b.Queue(unprobeSQL, keys)
-	var err error
-	if tx.batches {
-		err = tx.SendBatch(ctx, b).Close()
-	} else {
-		for _, q := range b.QueuedQueries {
-			if _, err = tx.Exec(ctx, q.SQL, q.Arguments...); err != nil {
-				break
-			}
-		}
-	}
+	err := store.CheckSnapshot(ctx, tx, tx.batches, keys, ids, seen)
 	if err != nil {
 		if !isSerializationFailure(err) {
 			return fmt.Errorf("outbox: look up keys pruned since the transaction's snapshot: %w", err)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // KeyHash exposes keyHash to the tests of package outbox_test.
@@ -15,7 +17,7 @@ var CopyMin, MaxCopies = copyMin, maxCopies
 
 // CopyColumns are the columns the COPY path writes, in PostgreSQL's binary
 // format (see appendCopyRows).
-var CopyColumns = copyColumns
+var CopyColumns = store.OutboxCopyColumns
 
 // SENDONCE_TEST_COPY_MIN sets copyMin for a run of the tests:
 // SENDONCE_TEST_COPY_MIN=1 sends every enqueue that can take it through

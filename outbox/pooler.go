@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // Enqueueing through a connection pooler (issue 24). pgx's default mode,
@@ -53,8 +55,8 @@ func forProducer(ctx context.Context, tx pgx.Tx) (producerTx, error) {
 	pc := conn.PgConn()
 	direct, known := pc.CustomData()[directKey].(bool)
 	if !known {
-		var pid uint32
-		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeExec).Scan(&pid); err != nil {
+		pid, err := store.ProducerBackendPID(ctx, tx)
+		if err != nil {
 			return producerTx{}, fmt.Errorf("outbox: ask the server for its session: %w", err)
 		}
 		direct = pid == pc.PID()

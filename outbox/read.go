@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/internal/base/planguard"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // Get returns the intent with the given key, or an error matching
@@ -21,10 +22,8 @@ func (o *Outbox) Get(ctx context.Context, key string) (*Record, error) {
 // Record.PrunedAt): a Record with its key, final state and PrunedAt only. It
 // returns ErrNotFound when the key has no tombstone.
 func (o *Outbox) Pruned(ctx context.Context, key string) (*Record, error) {
-	rec := &Record{Key: key}
-	var at time.Time
-	err := o.pool.QueryRow(ctx, `SELECT state, pruned_at FROM sendonce_tombstone WHERE key_hash = sendonce_key_hash($1)`, key).
-		Scan(&rec.State, &at)
+	state, at, err := store.ReadTombstone(ctx, o.pool, key)
+	rec := &Record{Key: key, State: State(state)}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound(err, key)
 	}
@@ -35,10 +34,8 @@ func (o *Outbox) Pruned(ctx context.Context, key string) (*Record, error) {
 	return rec, nil
 }
 
-func get(ctx context.Context, db interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, key string) (*Record, error) {
-	rec, err := scanRecord(db.QueryRow(ctx, `SELECT `+columns+` FROM sendonce_outbox WHERE idempotency_key = $1`, key))
+func get(ctx context.Context, db store.DB, key string) (*Record, error) {
+	rec, err := recordOf(store.GetIntent(ctx, db, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound(err, key)
 	}
@@ -104,26 +101,17 @@ func (o *Outbox) List(ctx context.Context, params *ListParams) ([]*Record, error
 	if !p.CreatedBefore.IsZero() {
 		before = &p.CreatedBefore
 	}
-	// Two orders, each a walk of the primary key's index, not a sort.
-	order := "ASC"
-	if p.Newest {
-		order = "DESC"
-	}
-	// starts_with, not LIKE: "_" is a key character and a LIKE wildcard.
-	rows, err := o.pool.Query(ctx, `SELECT `+columns+` FROM sendonce_outbox
-		WHERE ($1 = '' OR state = $1) AND ($4 = '' OR delivery_status = $4) AND id > $2
-			AND ($5 = '' OR kind = $5) AND ($6 = '' OR starts_with(idempotency_key, $6))
-			AND ($7::timestamptz IS NULL OR created_at >= $7) AND ($8::timestamptz IS NULL OR created_at < $8)
-			AND ($9 = '' OR run_key = $9) AND ($10 = 0 OR id < $10)
-		ORDER BY id `+order+` LIMIT $3`,
-		string(p.State), p.AfterID, p.Limit, string(p.Delivery), string(p.Kind), p.KeyPrefix, from, before, p.Run,
-		p.BeforeID)
+	// Two orders, each a walk of the primary key's index, not a sort (see
+	// store.ListIntents).
+	rows, err := store.ListIntents(ctx, o.pool, &store.IntentFilter{State: string(p.State), Delivery: string(p.Delivery),
+		Kind: string(p.Kind), KeyPrefix: p.KeyPrefix, Run: p.Run, CreatedFrom: from, CreatedBefore: before,
+		AfterID: p.AfterID, BeforeID: p.BeforeID, Newest: p.Newest, Limit: p.Limit})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
 	}
-	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Record, error) { return scanRecord(r) })
-	if err != nil {
-		return nil, fmt.Errorf("outbox: list: %w", err)
+	recs := make([]*Record, len(rows))
+	for i, in := range rows {
+		recs[i] = record(in)
 	}
 	return recs, nil
 }
@@ -166,21 +154,8 @@ func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 	var sending int64
 	var age float64
 	err := planguard.Run(ctx, db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT state, delivery_status, sum(n)::bigint, false FROM sendonce_outbox_tally GROUP BY 1, 2
-			UNION ALL
-			SELECT 'sending', '', count(*), true FROM sendonce_outbox WHERE state = 'sending'`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var s State
-			var d DeliveryStatus
-			var n int64
-			var live bool
-			if err := rows.Scan(&s, &d, &n, &live); err != nil {
-				return err
-			}
+		err := store.IntentTally(ctx, tx, func(state, delivery string, n int64, live bool) {
+			s, d := State(state), DeliveryStatus(delivery)
 			switch {
 			case live:
 				sending = n
@@ -192,12 +167,12 @@ func (o *Outbox) Stats(ctx context.Context) (*Stats, error) {
 			if d != "" {
 				st.Deliveries[d] += n
 			}
-		}
-		if err := rows.Err(); err != nil {
+		})
+		if err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(greatest(created_at, coalesce(send_at, created_at)))), 0)
-			FROM sendonce_outbox WHERE state IN ('pending', 'sending') AND coalesce(send_at, created_at) <= now()`).Scan(&age)
+		age, err = store.OldestDueAge(ctx, tx)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: stats: %w", err)

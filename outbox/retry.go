@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/internal/base/sendjob"
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/base/suppress"
 )
 
@@ -68,10 +69,8 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 	}
 	var rec *Record
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
-		var expired bool
-		cur, err := scanRecord(tx.QueryRow(ctx, `SELECT `+columns+`,
-				uncertain AND first_attempt_at + $2::float8 * interval '1 second' <= now()
-			FROM sendonce_outbox WHERE idempotency_key = $1 FOR UPDATE`, key, window.Seconds()), &expired)
+		row, expired, err := store.LockIntentForRetry(ctx, tx, key, window.Seconds())
+		cur, err := recordOf(row, err)
 		if err != nil {
 			return notFound(err, key)
 		}
@@ -96,19 +95,9 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 					"check whether the recipient got it, then retry with force (sendonce retry --force) to send it anyway",
 				window, cur.FirstAttemptAt.UTC().Format(time.RFC3339))}
 		}
-		if opts.Force {
-			// The operator takes the risk: a new window, as for a new intent.
-			rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-				SET `+backToDrain+`, first_attempt_at = NULL, uncertain = false, batch_key = NULL,
-					api_key_fingerprint = NULL, forced_retry_at = now(),
-					last_error = 'retried with force by an operator after: ' || coalesce(last_error, ''), updated_at = now()
-				WHERE id = $1 RETURNING `+columns, cur.ID))
-		} else {
-			rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-				SET `+backToDrain+`, batch_key = NULL,
-					last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
-				WHERE id = $1 RETURNING `+columns, cur.ID))
-		}
+		// With force the operator takes the risk: a new window, as for a
+		// new intent.
+		rec, err = recordOf(store.RetryIntent(ctx, tx, cur.ID, opts.Force))
 		if err != nil {
 			return err
 		}
@@ -129,8 +118,7 @@ func (o *Outbox) Retry(ctx context.Context, key string, opts *RetryOptions) (*Re
 // was answered (so cur's outcome is unknown for another reason) is not sent
 // again: a send of cur alone could deliver it twice.
 func (o *Outbox) retryBatch(ctx context.Context, tx pgx.Tx, cur *Record) (*Record, error) {
-	var state, queue string
-	err := tx.QueryRow(ctx, `SELECT state, queue FROM sendonce_batch WHERE idempotency_key = $1 FOR UPDATE`, cur.BatchKey).Scan(&state, &queue)
+	state, queue, err := store.LockBatchForRetry(ctx, tx, cur.BatchKey)
 	if err != nil {
 		return nil, fmt.Errorf("read batch %s: %w", cur.BatchKey, err)
 	}
@@ -144,14 +132,7 @@ func (o *Outbox) retryBatch(ctx context.Context, tx pgx.Tx, cur *Record) (*Recor
 	if err != nil {
 		return nil, fmt.Errorf("insert river job: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `WITH b AS (
-			UPDATE sendonce_batch SET state = 'pending', job_id = $2,
-				last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
-			WHERE idempotency_key = $1 RETURNING member_keys)
-		UPDATE sendonce_outbox o SET state = 'pending', job_id = $2, snoozes = 0,
-			last_error = 'retried with its batch by an operator after: ' || coalesce(o.last_error, ''), updated_at = now()
-		FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = $1 AND o.state = 'failed'`,
-		cur.BatchKey, job.Job.ID); err != nil {
+	if err := store.RetryFailedBatch(ctx, tx, cur.BatchKey, job.Job.ID); err != nil {
 		return nil, err
 	}
 	return get(ctx, tx, cur.Key)
@@ -162,9 +143,8 @@ func (o *Outbox) retryBatch(ctx context.Context, tx pgx.Tx, cur *Record) (*Recor
 // up on the list again; while every recipient is still on it, the retry is
 // refused, since it would only be parked again.
 func (o *Outbox) retrySuppressed(ctx context.Context, tx pgx.Tx, cur *Record) (*Record, error) {
-	var still []string
-	if err := tx.QueryRow(ctx, `SELECT sendonce_suppressed(kind, payload, topic) FROM sendonce_outbox WHERE id = $1`,
-		cur.ID).Scan(&still); err != nil {
+	still, err := store.StillSuppressed(ctx, tx, cur.ID)
+	if err != nil {
 		return nil, fmt.Errorf("read suppressed recipients: %w", err)
 	}
 	if _, none, err := suppress.Strip(string(cur.Kind), cur.Payload, still); err == nil && none {
@@ -172,25 +152,15 @@ func (o *Outbox) retrySuppressed(ctx context.Context, tx pgx.Tx, cur *Record) (*
 			"every recipient is still on the suppression list (%s): take them off first "+
 				"(sendonce suppression remove), or the retry is parked again", strings.Join(still, ", "))}
 	}
-	rec, err := scanRecord(tx.QueryRow(ctx, `UPDATE sendonce_outbox
-		SET `+backToDrain+`, suppressed_recipients = NULL,
-			last_error = 'retried by an operator after: ' || coalesce(last_error, ''), updated_at = now()
-		WHERE id = $1 RETURNING `+columns, cur.ID))
+	rec, err := recordOf(store.RetrySuppressed(ctx, tx, cur.ID))
 	if err != nil {
 		return nil, err
 	}
 	return rec, wakeDrains(ctx, tx)
 }
 
-// backToDrain is the SET list that puts a settled intent back on the
-// drain: pending, with no River job (the workers' drains claim it; it is
-// due at once, or at its send_at), and the tries, snoozes and 429s of a
-// new intent, so the retry has all its attempts.
-const backToDrain = `state = 'pending', job_id = NULL, next_attempt_at = NULL, tries = 0, rate_limited = 0, snoozes = 0`
-
 // wakeDrains tells the workers' drains, when tx commits, that an intent is
 // due (the channel the producers notify, see insertSQL).
 func wakeDrains(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `SELECT `+notifySQL)
-	return err
+	return store.WakeDrains(ctx, tx)
 }

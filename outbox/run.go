@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/internal/base/sendjob"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // Run is a group of intents sent as one thing: a billing run, a campaign,
@@ -137,17 +138,12 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	tx = ptx
 	res := &RunResult{}
 	var state RunState
-	// The run's row is read FOR SHARE, which conflicts with CancelRun's
-	// lock and update of it (issue 22): read plainly, a run canceled while
-	// this statement waited for it was read active, and the new members
-	// went in pending after the cancel. Now a cancel under way is waited
-	// for and its state read; a cancel that comes later waits for this
-	// transaction and cancels its members with the others.
-	err = tx.QueryRow(ctx, `WITH i AS (
-			INSERT INTO sendonce_run (key, send_at, topic) VALUES ($1, $2, nullif($3, '')) ON CONFLICT (key) DO NOTHING RETURNING state)
-		SELECT true, state FROM i UNION ALL
-		SELECT false, state FROM (SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE) r WHERE NOT EXISTS (SELECT 1 FROM i)`,
-		run.Key, sendAt, run.Topic).Scan(&res.Created, &state)
+	// The run's row is read FOR SHARE, so that a cancel under way is
+	// waited for (issue 22; see store.CreateRun).
+	var created bool
+	var st string
+	created, st, err = store.CreateRun(ctx, tx, run.Key, sendAt, run.Topic)
+	res.Created, state = created, RunState(st)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: enqueue run %q: %w", run.Key, err)
 	}
@@ -157,9 +153,8 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 		for i, in := range run.Intents {
 			keys[i] = in.Key
 		}
-		var missing bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) k
-			WHERE NOT EXISTS (SELECT 1 FROM sendonce_outbox WHERE idempotency_key = k))`, keys).Scan(&missing); err != nil {
+		missing, err := store.AnyNewKey(ctx, tx, keys)
+		if err != nil {
 			return nil, fmt.Errorf("outbox: enqueue run %q: %w", run.Key, err)
 		}
 		if missing {
@@ -193,7 +188,7 @@ func (o *Outbox) Runs(ctx context.Context, p *RunListParams) ([]*RunStatus, erro
 	if p != nil && p.Limit > 0 {
 		limit = p.Limit
 	}
-	out, err := runStatuses(ctx, o.pool, `ORDER BY created_at DESC, key LIMIT $1`, limit)
+	out, err := runStatuses(ctx, o.pool, func() ([]store.RunRow, error) { return store.NewestRuns(ctx, o.pool, limit) })
 	if err != nil {
 		return nil, fmt.Errorf("outbox: runs: %w", err)
 	}
@@ -206,8 +201,8 @@ func (o *Outbox) RunStatus(ctx context.Context, key string) (*RunStatus, error) 
 	return runStatus(ctx, o.pool, key)
 }
 
-func runStatus(ctx context.Context, db querier, key string) (*RunStatus, error) {
-	out, err := runStatuses(ctx, db, `WHERE key = $1`, key)
+func runStatus(ctx context.Context, db store.DB, key string) (*RunStatus, error) {
+	out, err := runStatuses(ctx, db, func() ([]store.RunRow, error) { return store.RunByKey(ctx, db, key) })
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("outbox: run %q: %w", key, err)
@@ -217,72 +212,52 @@ func runStatus(ctx context.Context, db querier, key string) (*RunStatus, error) 
 	return out[0], nil
 }
 
-// runStatuses reads the runs that rest selects (a WHERE, ORDER BY or LIMIT
-// clause over sendonce_run), then counts all their members in one query.
-func runStatuses(ctx context.Context, db querier, rest string, args ...any) ([]*RunStatus, error) {
-	rows, err := db.Query(ctx, `SELECT key, state, send_at, coalesce(schedule_name, ''), occurrence, created_at, updated_at
-		FROM sendonce_run `+rest, args...)
+// runStatuses reads the runs (with read, one query), then counts all
+// their members in one query.
+func runStatuses(ctx context.Context, db store.DB, read func() ([]store.RunRow, error)) ([]*RunStatus, error) {
+	runs, err := read()
 	if err != nil {
 		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*RunStatus, error) {
+	if len(runs) == 0 {
+		return []*RunStatus{}, nil
+	}
+	out := make([]*RunStatus, len(runs))
+	for i, r := range runs {
 		st := &RunStatus{Counts: map[State]int64{}, Deliveries: map[DeliveryStatus]int64{}}
 		for _, s := range States {
 			st.Counts[s] = 0
 		}
-		return st, r.Scan(&st.Key, &st.State, &st.SendAt, &st.Schedule, &st.Occurrence, &st.CreatedAt, &st.UpdatedAt)
-	})
-	if err != nil || len(out) == 0 {
-		return out, err
+		st.Key, st.State, st.SendAt, st.Schedule, st.Occurrence = r.Key, RunState(r.State), r.SendAt, r.Schedule, r.Occurrence
+		st.CreatedAt, st.UpdatedAt = r.CreatedAt, r.UpdatedAt
+		out[i] = st
 	}
 	byKey := make(map[string]*RunStatus, len(out))
 	keys := make([]string, len(out))
 	for i, st := range out {
 		byKey[st.Key], keys[i] = st, st.Key
 	}
-	// The counts come from the runs' tally (see migration 00022), a few
-	// rows a run whatever its size; the sends of the last minute from its
-	// per-second buckets of sent_at. The tally counts pending and sending
-	// members together, as pending (migration 00028); the sending ones,
-	// few, are counted from the table in the same statement, so as of the
-	// same snapshot, and taken from them.
-	rows, err = db.Query(ctx, `SELECT run_key, state, delivery_status, sum(n)::bigint,
-			coalesce(sum(n) FILTER (WHERE at > now() - interval '1 minute'), 0)::bigint, false
-		FROM sendonce_run_tally WHERE run_key = ANY($1) GROUP BY run_key, state, delivery_status
-		UNION ALL
-		SELECT run_key, 'sending', '', count(*), 0, true
-		FROM sendonce_outbox WHERE state = 'sending' AND run_key = ANY($1) GROUP BY run_key`, keys)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var key string
-		var s State
-		var d DeliveryStatus
-		var n, recent int64
-		var live bool
-		if err := rows.Scan(&key, &s, &d, &n, &recent, &live); err != nil {
-			return nil, err
-		}
-		st := byKey[key]
+	// The counts come from the runs' tally, the sending members from the
+	// table (see store.RunTallies).
+	err = store.RunTallies(ctx, db, keys, func(t store.RunTally) {
+		st, s, d, n := byKey[t.RunKey], State(t.State), DeliveryStatus(t.Delivery), t.N
 		switch {
-		case live:
+		case t.Live:
 			st.Counts[StatePending] -= n
 			st.Counts[StateSending] += n
-			continue
+			return
 		case s == StateSending:
 			st.Counts[StatePending] += n
 		default:
 			st.Counts[s] += n
 		}
 		st.Total += n
-		st.SentLastMinute += recent
+		st.SentLastMinute += t.Recent
 		if d != "" {
 			st.Deliveries[d] += n
 		}
-	}
-	if err := rows.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	for _, st := range out {
@@ -291,12 +266,6 @@ func runStatuses(ctx context.Context, db querier, rest string, args ...any) ([]*
 		}
 	}
 	return out, nil
-}
-
-// querier is a pool, a connection or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // RunStateError is the error of an operation a run's state does not allow.
@@ -319,10 +288,11 @@ func (e *RunStateError) Is(target error) bool {
 // lockRun locks a run and returns its state, or a *RunStateError when it
 // is in none of the allowed states.
 func lockRun(ctx context.Context, tx pgx.Tx, key, op string, allowed ...RunState) (RunState, error) {
-	var cur RunState
-	if err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR UPDATE`, key).Scan(&cur); err != nil {
+	st, err := store.LockRunForUpdate(ctx, tx, key)
+	if err != nil {
 		return "", notFound(fmt.Errorf("run %q: %w", key, err), key)
 	}
+	cur := RunState(st)
 	for _, a := range allowed {
 		if cur == a {
 			return cur, nil
@@ -338,8 +308,7 @@ func lockRun(ctx context.Context, tx pgx.Tx, key, op string, allowed ...RunState
 
 // setRunState moves a locked run to state.
 func setRunState(ctx context.Context, tx pgx.Tx, key string, state RunState) error {
-	_, err := tx.Exec(ctx, `UPDATE sendonce_run SET state = $2, updated_at = now() WHERE key = $1`, key, string(state))
-	return err
+	return store.SetRunState(ctx, tx, key, string(state))
 }
 
 // PauseRun pauses a run: no member is claimed until ResumeRun (the drain's
@@ -375,34 +344,14 @@ func (o *Outbox) ResumeRun(ctx context.Context, key string) (*RunStatus, error) 
 // paused to the drain, and gives a new job to every frozen batch of the
 // run whose job is gone or finished.
 func (o *Outbox) giveRunJobs(ctx context.Context, tx pgx.Tx, key string) error {
-	_, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET job_id = NULL, updated_at = now()
-		FROM (SELECT o.id FROM sendonce_outbox o LEFT JOIN river_job j ON j.id = o.job_id
-			WHERE o.run_key = $1 AND o.state = 'pending' AND o.batch_key IS NULL AND o.job_id IS NOT NULL
-				AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
-			ORDER BY o.id FOR UPDATE OF o) m
-		WHERE o.id = m.id`, key)
-	if err != nil {
+	if err := store.RunMembersToDrain(ctx, tx, key); err != nil {
 		return err
 	}
 	// Frozen batches whose job ended while the run was paused.
-	_, err = sendjob.Give(ctx, tx, o.river, `SELECT b.id, b.idempotency_key, b.queue FROM sendonce_batch b
-		LEFT JOIN river_job j ON j.id = b.job_id
-		WHERE b.run_key = $1 AND b.state IN ('pending', 'sending')
-			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
-		ORDER BY b.id FOR UPDATE OF b`, []any{key},
-		func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
-			var id int64
-			var k, queue string
-			err := rows.Scan(&id, &k, &queue)
-			return id, river.InsertManyParams{Args: sendjob.BatchArgs{Key: k, RunKey: key},
-				InsertOpts: sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityBulk)}, err
-		}, `WITH b AS (
-			UPDATE sendonce_batch b SET job_id = u.job_id, updated_at = now()
-			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE b.id = u.id
-			RETURNING b.idempotency_key, b.member_keys, b.job_id)
-		UPDATE sendonce_outbox o SET job_id = b.job_id, updated_at = now()
-		FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
-			AND o.state IN ('pending', 'sending')`)
+	_, err := store.GiveRunBatchJobs(ctx, tx, o.river, key, func(k, queue string) river.InsertManyParams {
+		return river.InsertManyParams{Args: sendjob.BatchArgs{Key: k, RunKey: key},
+			InsertOpts: sendjob.InsertOpts(queue, time.Time{}, sendjob.PriorityBulk)}
+	})
 	return err
 }
 
@@ -450,20 +399,15 @@ func (o *Outbox) CancelRun(ctx context.Context, key string) (*RunCancel, error) 
 			return err
 		}
 		// Batches first, then members: the order the worker locks them in.
-		if _, err := tx.Exec(ctx, `WITH b AS (
-				SELECT id FROM sendonce_batch WHERE run_key = $1 AND state = 'pending' AND attempts = 0 ORDER BY id FOR UPDATE)
-			UPDATE sendonce_batch s SET state = 'canceled', updated_at = now() FROM b WHERE s.id = b.id`, key); err != nil {
+		if err := store.CancelRunBatches(ctx, tx, key); err != nil {
 			return err
 		}
 		// A member whose send has not started: never attempted, or
 		// released by the split of a batch the API refused whole (its
 		// attempt counted, but first_attempt_at cleared: nothing of it
 		// can have been delivered).
-		tag, err := tx.Exec(ctx, `UPDATE sendonce_outbox o SET state = 'canceled', updated_at = now()
-			WHERE o.run_key = $1 AND o.state = 'pending' AND (o.attempts = 0 OR o.first_attempt_at IS NULL)
-				AND (o.batch_key IS NULL OR EXISTS (SELECT 1 FROM sendonce_batch b
-					WHERE b.idempotency_key = o.batch_key AND b.state = 'canceled'))`, key)
-		res.Canceled = tag.RowsAffected()
+		n, err := store.CancelRunMembers(ctx, tx, key)
+		res.Canceled = n
 		return err
 	})
 	if err != nil {
@@ -510,8 +454,8 @@ func (o *Outbox) RescheduleRun(ctx context.Context, key string, at time.Time) (i
 			return err
 		}
 		// The database's clock, the one the drain compares send_at with.
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		now, err := store.RunClock(ctx, tx)
+		if err != nil {
 			return err
 		}
 		if at.Before(now.Add(-RescheduleSlack)) {
@@ -519,29 +463,21 @@ func (o *Outbox) RescheduleRun(ctx context.Context, key string, at time.Time) (i
 				"to a time ahead, or now (sendonce run reschedule KEY now)",
 				at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
 		}
-		if _, err := tx.Exec(ctx, `UPDATE sendonce_run SET send_at = $2, updated_at = now() WHERE key = $1`, key, at); err != nil {
+		if err := store.SetRunSendAt(ctx, tx, key, at); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `WITH b AS (
-				SELECT id, idempotency_key, member_keys FROM sendonce_batch
-				WHERE run_key = $1 AND state = 'pending' AND attempts = 0 ORDER BY id FOR UPDATE),
-			u AS (UPDATE sendonce_batch s SET state = 'canceled', last_error = 'undone by a reschedule of its run',
-				updated_at = now() FROM b WHERE s.id = b.id)
-			UPDATE sendonce_outbox o SET batch_key = NULL, updated_at = now()
-			FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
-				AND o.state = 'pending' AND o.attempts = 0`, key); err != nil {
+		if err := store.UndoRunBatches(ctx, tx, key); err != nil {
 			return err
 		}
 		// One statement moves them all, and gives every one to the drain
 		// (job_id NULL): a job held until the old time, its own or its
 		// undone batch's, no longer names the row, so it ends without
 		// sending. A paused run's members stay unclaimed until ResumeRun.
-		tag, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET send_at = $2, job_id = NULL, next_attempt_at = NULL, updated_at = now()
-			WHERE run_key = $1 AND state = 'pending' AND attempts = 0 AND batch_key IS NULL`, key, at)
+		moved, err := store.RescheduleRunMembers(ctx, tx, key, at)
 		if err != nil {
 			return err
 		}
-		n = tag.RowsAffected()
+		n = moved
 		return wakeDrains(ctx, tx)
 	})
 	return n, err

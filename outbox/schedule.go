@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/sendonce/sendonce/internal/base/cronspec"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // Schedule is a recurring run: every occurrence of Spec creates one run,
@@ -99,17 +99,8 @@ func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error
 	if s.NextAt.IsZero() {
 		return nil, invalid("spec", fmt.Sprintf("%q never occurs", s.Spec))
 	}
-	var producer, statement *string
-	if s.Producer != "" {
-		producer = &s.Producer
-	} else {
-		statement = &s.Statement
-	}
-	_, err = o.pool.Exec(ctx, `INSERT INTO sendonce_schedule (name, spec, producer, statement, missed, next_at, topic)
-		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''))
-		ON CONFLICT (name) DO UPDATE SET spec = $2, producer = $3, statement = $4, missed = $5, next_at = $6, topic = nullif($7, ''),
-			failures = 0, last_error = NULL, failed_at = NULL, retry_at = NULL, updated_at = now()`,
-		s.Name, s.Spec, producer, statement, string(s.Missed), s.NextAt, s.Topic)
+	err = store.SaveSchedule(ctx, o.pool, &store.SavedSchedule{Name: s.Name, Spec: s.Spec, Producer: s.Producer,
+		Statement: s.Statement, Missed: string(s.Missed), NextAt: s.NextAt, Topic: s.Topic})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: save schedule %q: %w", s.Name, err)
 	}
@@ -118,19 +109,15 @@ func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error
 
 // Schedules lists the schedules by name.
 func (o *Outbox) Schedules(ctx context.Context) ([]*Schedule, error) {
-	rows, err := o.pool.Query(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at, coalesce(last_run, ''),
-			failures, coalesce(last_error, ''), failed_at, retry_at, coalesce(topic, '')
-		FROM sendonce_schedule ORDER BY name`)
+	rows, err := store.ListSchedules(ctx, o.pool)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: schedules: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Schedule, error) {
-		s := &Schedule{}
-		return s, r.Scan(&s.Name, &s.Spec, &s.Producer, &s.Statement, &s.Missed, &s.NextAt, &s.LastRun,
-			&s.Failures, &s.LastError, &s.FailedAt, &s.RetryAt, &s.Topic)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox: schedules: %w", err)
+	out := make([]*Schedule, len(rows))
+	for i, r := range rows {
+		out[i] = &Schedule{Name: r.Name, Spec: r.Spec, Producer: r.Producer, Statement: r.Statement, Missed: Missed(r.Missed),
+			NextAt: r.NextAt, LastRun: r.LastRun, Failures: r.Failures, LastError: r.LastError, FailedAt: r.FailedAt,
+			RetryAt: r.RetryAt, Topic: r.Topic}
 	}
 	return out, nil
 }
@@ -138,11 +125,11 @@ func (o *Outbox) Schedules(ctx context.Context) ([]*Schedule, error) {
 // DeleteSchedule removes a schedule; the runs it created stay. It returns
 // an error matching ErrNotFound when there is none.
 func (o *Outbox) DeleteSchedule(ctx context.Context, name string) error {
-	tag, err := o.pool.Exec(ctx, `DELETE FROM sendonce_schedule WHERE name = $1`, name)
+	found, err := store.DeleteSchedule(ctx, o.pool, name)
 	if err != nil {
 		return fmt.Errorf("outbox: delete schedule %q: %w", name, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !found {
 		return fmt.Errorf("%w: schedule %q", ErrNotFound, name)
 	}
 	return nil

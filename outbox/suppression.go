@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/base/suppress"
 )
 
@@ -65,10 +64,9 @@ func (o *Outbox) Suppress(ctx context.Context, addrs []string, source string) (a
 	if err != nil {
 		return 0, err
 	}
-	// A change by hand is made now, later than every event before it: an
-	// older suppression.removed arriving after it does not undo it.
-	err = o.pool.QueryRow(ctx, `SELECT sendonce_suppression_set($1, false, 'manual', nullif($2, ''), NULL)`,
-		norm, source).Scan(&added)
+	// A change by hand is made now, later than every event before it (see
+	// store.SuppressAddresses).
+	added, err = store.SuppressAddresses(ctx, o.pool, norm, source)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: suppress: %w", err)
 	}
@@ -83,9 +81,8 @@ func (o *Outbox) Unsuppress(ctx context.Context, addrs []string) (removed int, e
 	if err != nil {
 		return 0, err
 	}
-	// Made now, as Suppress: an older bounce arriving after it does not put
-	// the address back.
-	err = o.pool.QueryRow(ctx, `SELECT sendonce_suppression_set($1, true, NULL, NULL, NULL)`, norm).Scan(&removed)
+	// Made now, as Suppress (see store.UnsuppressAddresses).
+	removed, err = store.UnsuppressAddresses(ctx, o.pool, norm)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: unsuppress: %w", err)
 	}
@@ -118,18 +115,13 @@ func (o *Outbox) Suppressions(ctx context.Context, params *SuppressionParams) ([
 		p.Limit = 100
 	}
 	p.Limit = min(p.Limit, 10_000)
-	rows, err := o.pool.Query(ctx, `SELECT address, reason, coalesce(source, ''), created_at FROM sendonce_suppression
-		WHERE ($1 = '' OR reason = $1) AND address > $2 ORDER BY address LIMIT $3`, string(p.Reason), p.After, p.Limit)
+	rows, err := store.ListSuppressions(ctx, o.pool, string(p.Reason), p.After, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: suppressions: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Suppression, error) {
-		var s Suppression
-		err := r.Scan(&s.Address, &s.Reason, &s.Source, &s.CreatedAt)
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox: suppressions: %w", err)
+	list := make([]Suppression, len(rows))
+	for i, r := range rows {
+		list[i] = Suppression{Address: r.Address, Reason: SuppressionReason(r.Reason), Source: r.Source, CreatedAt: r.CreatedAt}
 	}
 	return list, nil
 }

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/base/suppress"
 )
 
@@ -35,32 +34,22 @@ const (
 // address was unsubscribed already. An intent of the topic first claimed
 // after it commits is parked as suppressed, with no API call.
 func (o *Outbox) Unsubscribe(ctx context.Context, address, topic, source string) (added bool, err error) {
-	return o.changeUnsubscribe(ctx, "unsubscribe from", address, topic, source, `WITH i AS (
-			INSERT INTO sendonce_unsubscribe (address, topic, source) VALUES ($1, $2, $3)
-			ON CONFLICT (address, topic) DO NOTHING RETURNING address),
-		e AS (
-			INSERT INTO sendonce_unsubscribe_event (address, topic, action, source)
-			SELECT $1, $2, 'unsubscribed', $3 FROM i RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM e)`)
+	return o.changeUnsubscribe(ctx, "unsubscribe from", address, topic, source, store.UnsubscribeAddress)
 }
 
 // Resubscribe takes address's unsubscribe from topic back (an event too),
 // and reports whether there was one. Intents already parked as suppressed
 // stay so until retried (Retry).
 func (o *Outbox) Resubscribe(ctx context.Context, address, topic, source string) (removed bool, err error) {
-	return o.changeUnsubscribe(ctx, "resubscribe to", address, topic, source, `WITH d AS (
-			DELETE FROM sendonce_unsubscribe WHERE address = $1 AND topic = $2 RETURNING address),
-		e AS (
-			INSERT INTO sendonce_unsubscribe_event (address, topic, action, source)
-			SELECT $1, $2, 'resubscribed', $3 FROM d RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM e)`)
+	return o.changeUnsubscribe(ctx, "resubscribe to", address, topic, source, store.ResubscribeAddress)
 }
 
 // changeUnsubscribe checks Unsubscribe's and Resubscribe's arguments and
-// runs stmt, one of their statements, on address's normal form ($1), topic
-// ($2) and source ($3); stmt answers whether it changed anything. what
-// names the change in an error.
-func (o *Outbox) changeUnsubscribe(ctx context.Context, what, address, topic, source, stmt string) (bool, error) {
+// runs change, one of store's UnsubscribeAddress and ResubscribeAddress,
+// on address's normal form, topic and source; change answers whether it
+// changed anything. what names the change in an error.
+func (o *Outbox) changeUnsubscribe(ctx context.Context, what, address, topic, source string,
+	change func(ctx context.Context, db store.DB, address, topic, source string) (bool, error)) (bool, error) {
 	n := suppress.Address(address)
 	if n == "" {
 		return false, invalid("address", fmt.Sprintf("%q %s", shorten(address), suppress.Why(address)))
@@ -71,8 +60,8 @@ func (o *Outbox) changeUnsubscribe(ctx context.Context, what, address, topic, so
 	if err := ValidateTopic(topic); err != nil {
 		return false, err
 	}
-	var changed bool
-	if err := o.pool.QueryRow(ctx, stmt, n, topic, source).Scan(&changed); err != nil {
+	changed, err := change(ctx, o.pool, n, topic, source)
+	if err != nil {
 		return false, fmt.Errorf("outbox: %s %q: %w", what, topic, err)
 	}
 	return changed, nil
@@ -103,19 +92,13 @@ func (o *Outbox) Unsubscriptions(ctx context.Context, params *UnsubscriptionPara
 		p.Limit = 100
 	}
 	p.Limit = min(p.Limit, 10_000)
-	rows, err := o.pool.Query(ctx, `SELECT address, topic, source, created_at FROM sendonce_unsubscribe
-		WHERE ($1 = '' OR topic = $1) AND CASE WHEN $1 = '' THEN topic || chr(0) || address ELSE address END > $2
-		ORDER BY topic, address LIMIT $3`, p.Topic, p.After, p.Limit)
+	rows, err := store.ListUnsubscriptions(ctx, o.pool, p.Topic, p.After, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: unsubscriptions: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unsubscription, error) {
-		var u Unsubscription
-		err := r.Scan(&u.Address, &u.Topic, &u.Source, &u.CreatedAt)
-		return u, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox: unsubscriptions: %w", err)
+	list := make([]Unsubscription, len(rows))
+	for i, r := range rows {
+		list[i] = Unsubscription{Address: r.Address, Topic: r.Topic, Source: r.Source, CreatedAt: r.CreatedAt}
 	}
 	return list, nil
 }
@@ -130,22 +113,13 @@ type TopicUnsubscribes struct {
 
 // UnsubscribesByTopic counts the unsubscribes of each topic, by topic.
 func (o *Outbox) UnsubscribesByTopic(ctx context.Context) ([]TopicUnsubscribes, error) {
-	rows, err := o.pool.Query(ctx, `SELECT topic, sum(n)::int8, sum(d)::int8 FROM (
-			SELECT topic, 1 AS n, 0 AS d FROM sendonce_unsubscribe
-			UNION ALL
-			SELECT topic, 0, 1 FROM sendonce_unsubscribe_event
-			WHERE action = 'unsubscribed' AND created_at > now() - interval '1 day') x
-		GROUP BY topic ORDER BY topic`)
+	rows, err := store.CountUnsubscribesByTopic(ctx, o.pool)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: unsubscribes by topic: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TopicUnsubscribes, error) {
-		var t TopicUnsubscribes
-		err := r.Scan(&t.Topic, &t.Now, &t.LastDay)
-		return t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox: unsubscribes by topic: %w", err)
+	out := make([]TopicUnsubscribes, len(rows))
+	for i, r := range rows {
+		out[i] = TopicUnsubscribes{Topic: r.Topic, Now: r.Now, LastDay: r.LastDay}
 	}
 	return out, nil
 }

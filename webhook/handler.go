@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // MaxBody is the largest body a Handler reads; a larger one is refused
@@ -124,11 +126,7 @@ type stored struct {
 func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, error) {
 	var st stored
 	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-		var inserted bool
-		err := tx.QueryRow(ctx, `INSERT INTO sendonce_event (delivery_id, event_id, type, email_id, occurred_at, raw)
-			VALUES ($1, $2, $3, $4, coalesce($5, now()), $6::text::jsonb)
-			ON CONFLICT (event_id) DO NOTHING RETURNING true`,
-			ev.DeliveryID, ev.ID, ev.Type, ev.EmailID, ev.OccurredAt, string(body)).Scan(&inserted)
+		err := store.StoreWebhookEvent(ctx, tx, ev.DeliveryID, ev.ID, ev.Type, ev.EmailID, ev.OccurredAt, string(body))
 		if errors.Is(err, pgx.ErrNoRows) {
 			st.duplicate = true
 			return nil
@@ -139,9 +137,8 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 		// Match first: an event without addresses of its own suppresses
 		// the recipients of the intent it matched.
 		var key *string
-		if err := tx.QueryRow(ctx, `SELECT m, (SELECT idempotency_key FROM sendonce_outbox WHERE id = m), sendonce_event_suppress($1)
-			FROM sendonce_event_match($1) AS m`,
-			ev.ID).Scan(&st.intentID, &key, &st.suppressed); err != nil {
+		st.intentID, key, st.suppressed, err = store.ApplyWebhookEvent(ctx, tx, ev.ID)
+		if err != nil {
 			return fmt.Errorf("match event: %w", err)
 		}
 		st.intentKey = deref(key)

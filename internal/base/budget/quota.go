@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	dbstore "github.com/sendonce/sendonce/internal/base/store"
 )
 
 // A rate paces, a quota counts. A quota (50000/d, 1000000/mo) is never
@@ -99,9 +101,7 @@ func (q *quotas) clock(ctx context.Context, tx pgx.Tx) (time.Time, error) {
 	if q.now != nil {
 		return q.now(), nil
 	}
-	var t time.Time
-	err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t)
-	return t, err
+	return dbstore.QuotaClock(ctx, tx)
 }
 
 // periodOf is the calendar period p that holds t, in zone.
@@ -146,17 +146,16 @@ type quotaLease struct {
 func (q *quotas) begin(ctx context.Context, tx pgx.Tx, fp string, want int) (*quotaLease, error) {
 	l := &quotaLease{allow: want}
 	read := func() error {
-		rows, err := tx.Query(ctx, `SELECT period, quota, period_start, resets_at, used, exhausted_until, exhausted_by, probe_at, count_off_until
-			FROM sendonce_rate_quota WHERE key_fingerprint = $1 ORDER BY period FOR UPDATE`, fp)
+		rows, err := dbstore.LockQuotaRows(ctx, tx, fp)
 		if err != nil {
 			return err
 		}
-		l.rows, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (quotaRow, error) {
-			var x quotaRow
-			err := r.Scan(&x.period, &x.quota, &x.start, &x.resets, &x.used, &x.exhaustedUntil, &x.exhaustedBy, &x.probeAt, &x.countOffUntil)
-			return x, err
-		})
-		return err
+		l.rows = make([]quotaRow, len(rows))
+		for i, x := range rows {
+			l.rows[i] = quotaRow{period: Period(x.Period), quota: x.Quota, start: x.Start, resets: x.Resets, used: x.Used,
+				exhaustedUntil: x.ExhaustedUntil, exhaustedBy: x.ExhaustedBy, probeAt: x.ProbeAt, countOffUntil: x.CountOffUntil}
+		}
+		return nil
 	}
 	if err := read(); err != nil {
 		return nil, err
@@ -175,8 +174,7 @@ func (q *quotas) begin(ctx context.Context, tx pgx.Tx, fp string, want int) (*qu
 	if missing := q.missing(l.rows); len(missing) > 0 {
 		for _, p := range missing {
 			start, end := periodOf(p, now, q.zone)
-			if _, err := tx.Exec(ctx, `INSERT INTO sendonce_rate_quota (key_fingerprint, period, period_start, resets_at)
-				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, fp, string(p), start, end); err != nil {
+			if err := dbstore.MakeQuotaRow(ctx, tx, fp, string(p), start, end); err != nil {
 				return nil, err
 			}
 		}
@@ -346,11 +344,9 @@ func (l *quotaLease) commit(ctx context.Context, tx pgx.Tx, fp string, granted i
 			// The rate had no token for the probe: it goes at the next lease.
 			r.probeAt = l.now
 		}
-		if _, err := tx.Exec(ctx, `UPDATE sendonce_rate_quota SET quota = $3, period_start = $4, resets_at = $5, used = $6,
-				exhausted_until = $7, exhausted_by = $8, probe_at = $9, count_off_until = $10
-			WHERE key_fingerprint = $1 AND period = $2`,
-			fp, string(r.period), r.quota, r.start, r.resets, r.used+int64(granted),
-			orEpoch(r.exhaustedUntil), r.exhaustedBy, orEpoch(r.probeAt), orEpoch(r.countOffUntil)); err != nil {
+		if err := dbstore.WriteQuotaRow(ctx, tx, fp, &dbstore.QuotaRow{Period: string(r.period), Quota: r.quota, Start: r.start,
+			Resets: r.resets, Used: r.used + int64(granted), ExhaustedUntil: orEpoch(r.exhaustedUntil), ExhaustedBy: r.exhaustedBy,
+			ProbeAt: orEpoch(r.probeAt), CountOffUntil: orEpoch(r.countOffUntil)}); err != nil {
 			return err
 		}
 	}
@@ -372,14 +368,7 @@ func (q *quotas) exhausted(ctx context.Context, s *store, p Period, reset time.D
 			until = now.Add(reset)
 		}
 		quota := q.count(p, nil)
-		_, err = tx.Exec(ctx, `INSERT INTO sendonce_rate_quota AS q (key_fingerprint, period, quota, period_start, resets_at,
-				exhausted_until, exhausted_by, probe_at)
-			VALUES ($1, $2, $3, $4, $5, $6, 'api', $7)
-			ON CONFLICT (key_fingerprint, period) DO UPDATE SET quota = coalesce(excluded.quota, q.quota),
-				exhausted_until = excluded.exhausted_until, exhausted_by = 'api', probe_at = excluded.probe_at,
-				count_off_until = 'epoch'`,
-			s.fp, string(p), quota, start, end, until, now.Add(quotaProbeEvery))
-		return err
+		return dbstore.QuotaExhaustedByAPI(ctx, tx, s.fp, string(p), quota, start, end, until, now.Add(quotaProbeEvery))
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("budget: record the exhausted quota: %w", err)
@@ -397,10 +386,7 @@ func (q *quotas) probeServed(ctx context.Context, s *store) error {
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE sendonce_rate_quota SET exhausted_until = 'epoch', exhausted_by = '', probe_at = 'epoch',
-				count_off_until = CASE WHEN exhausted_by = 'count' THEN resets_at ELSE count_off_until END
-			WHERE key_fingerprint = $1 AND exhausted_until > $2`, s.fp, now)
-		return err
+		return dbstore.QuotaProbeServed(ctx, tx, s.fp, now)
 	})
 	if err != nil {
 		return fmt.Errorf("budget: end the quota's exhaustion: %w", err)
@@ -474,22 +460,14 @@ func (b Status) QuotaExhausted() bool {
 func readQuotas(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) (map[string][]QuotaStatus, error) {
-	rows, err := db.Query(ctx, `SELECT key_fingerprint, period, coalesce(quota, 0), used, resets_at,
-			CASE WHEN exhausted_until > clock_timestamp() THEN exhausted_until END, exhausted_by
-		FROM sendonce_rate_quota ORDER BY key_fingerprint, period`)
-	if err != nil {
-		return nil, err
-	}
 	out := map[string][]QuotaStatus{}
-	var fp string
-	var q QuotaStatus
-	_, err = pgx.ForEachRow(rows, []any{&fp, &q.Per, &q.Quota, &q.Used, &q.ResetsAt, &q.ExhaustedUntil, &q.ExhaustedBy}, func() error {
+	err := dbstore.ReadQuotas(ctx, db, func(r dbstore.QuotaStatusRow) {
+		q := QuotaStatus{Per: Period(r.Per), Quota: r.Quota, Used: r.Used, ResetsAt: r.ResetsAt,
+			ExhaustedUntil: r.ExhaustedUntil, ExhaustedBy: r.ExhaustedBy}
 		if q.ExhaustedUntil == nil {
 			q.ExhaustedBy = ""
 		}
-		out[fp] = append(out[fp], q)
-		q = QuotaStatus{}
-		return nil
+		out[r.Fingerprint] = append(out[r.Fingerprint], q)
 	})
 	return out, err
 }

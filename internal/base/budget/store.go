@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	dbstore "github.com/sendonce/sendonce/internal/base/store"
 )
 
 // store reads and writes one API key's budget row, on the database's
@@ -76,36 +77,22 @@ func (s *store) changeTx(ctx context.Context, inTx bool, fn func(tx pgx.Tx, b *b
 }
 
 // querier is the pool, or a change's transaction.
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type querier = dbstore.DB
 
 // try is one read, change and conditional write of the row: errChanged
 // when another worker wrote it in between (or made it first).
 func (s *store) try(ctx context.Context, db querier, tx pgx.Tx, fn func(tx pgx.Tx, b *bucket) (bool, error)) (bucket, error) {
 	var b bucket
-	var version string
-	var t time.Time
-	var sinceRefill, pausedFor, probeFor, sinceCut, sinceCeiling, sinceRecent float64
-	read := func() error {
-		return db.QueryRow(ctx, `SELECT xmin::text, t, coalesce(ceiling, 0), coalesce(rate, 0), tokens,
-				greatest(0, extract(epoch FROM t - refilled_at))::float8,
-				greatest(0, extract(epoch FROM paused_until - t))::float8,
-				greatest(0, extract(epoch FROM probe_until - t))::float8,
-				greatest(0, extract(epoch FROM t - decreased_at))::float8,
-				greatest(0, extract(epoch FROM t - ceiling_seen_at))::float8,
-				throttles, recent_requests, recent_refusals,
-				least(3600, greatest(0, extract(epoch FROM t - recent_at)))::float8
-			FROM sendonce_rate_budget, clock_timestamp() AS t WHERE key_fingerprint = $1`, s.fp).
-			Scan(&version, &t, &b.ceiling, &b.rate, &b.tokens, &sinceRefill, &pausedFor, &probeFor, &sinceCut, &sinceCeiling,
-				&b.throttles, &b.requests, &b.refusals, &sinceRecent)
+	var row dbstore.RateBudget
+	read := func() (err error) {
+		row, err = dbstore.ReadRateBudget(ctx, db, s.fp)
+		return err
 	}
 	err := read()
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The key's first worker makes the row (in the same transaction,
 		// when there is one: it must not be rolled back before the read).
-		if _, err := db.Exec(ctx, `INSERT INTO sendonce_rate_budget (key_fingerprint) VALUES ($1) ON CONFLICT DO NOTHING`, s.fp); err != nil {
+		if err := dbstore.MakeRateBudget(ctx, db, s.fp); err != nil {
 			return bucket{}, err
 		}
 		err = read()
@@ -113,27 +100,21 @@ func (s *store) try(ctx context.Context, db querier, tx pgx.Tx, fn func(tx pgx.T
 	if err != nil {
 		return bucket{}, err
 	}
-	b.sinceRefill, b.pausedFor, b.probeFor = seconds(sinceRefill), seconds(pausedFor), seconds(probeFor)
-	b.sinceCut, b.sinceCeiling, b.sinceRecent = seconds(sinceCut), seconds(sinceCeiling), seconds(sinceRecent)
+	b.ceiling, b.rate, b.tokens, b.throttles, b.requests, b.refusals = row.Ceiling, row.Rate, row.Tokens, row.Throttles, row.Requests, row.Refusals
+	b.sinceRefill, b.pausedFor, b.probeFor = seconds(row.SinceRefill), seconds(row.PausedFor), seconds(row.ProbeFor)
+	b.sinceCut, b.sinceCeiling, b.sinceRecent = seconds(row.SinceCut), seconds(row.SinceCeiling), seconds(row.SinceRecent)
 	cut, err := fn(tx, &b)
 	if err != nil {
 		return bucket{}, err
 	}
-	tag, err := db.Exec(ctx, `UPDATE sendonce_rate_budget SET ceiling = nullif($3::float8, 0), rate = nullif($4::float8, 0), tokens = $5,
-			refilled_at = $2::timestamptz - $6 * interval '1 second',
-			paused_until = $2::timestamptz + $7 * interval '1 second',
-			probe_until = CASE WHEN $8::float8 > 0 THEN $2::timestamptz + $8::float8 * interval '1 second' ELSE 'epoch' END,
-			ceiling_seen_at = $2::timestamptz - $9 * interval '1 second',
-			decreased_at = CASE WHEN $10 THEN $2::timestamptz ELSE decreased_at END,
-			throttles = $11, recent_requests = $12, recent_refusals = $13,
-			recent_at = $2::timestamptz - $14 * interval '1 second'
-		WHERE key_fingerprint = $1 AND xmin::text = $15`,
-		s.fp, t, b.ceiling, b.rate, b.tokens, b.sinceRefill.Seconds(), b.pausedFor.Seconds(), b.probeFor.Seconds(),
-		b.sinceCeiling.Seconds(), cut, b.throttles, b.requests, b.refusals, b.sinceRecent.Seconds(), version)
+	wrote, err := dbstore.WriteRateBudget(ctx, db, s.fp, &dbstore.RateBudget{Version: row.Version, T: row.T,
+		Ceiling: b.ceiling, Rate: b.rate, Tokens: b.tokens, SinceRefill: b.sinceRefill.Seconds(), PausedFor: b.pausedFor.Seconds(),
+		ProbeFor: b.probeFor.Seconds(), SinceCeiling: b.sinceCeiling.Seconds(), Throttles: b.throttles,
+		Requests: b.requests, Refusals: b.refusals, SinceRecent: b.sinceRecent.Seconds()}, cut)
 	if err != nil {
 		return bucket{}, err
 	}
-	if tag.RowsAffected() != 1 {
+	if !wrote {
 		return bucket{}, errChanged
 	}
 	return b, nil
@@ -196,8 +177,7 @@ func (s *store) refused(ctx context.Context, pause, tokenAge, maxPause time.Dura
 // begun since (a later probe met another long Retry-After) keeps its
 // probing.
 func (s *store) endProbe(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `UPDATE sendonce_rate_budget SET probe_until = 'epoch'
-		WHERE key_fingerprint = $1 AND probe_until > clock_timestamp() AND paused_until <= clock_timestamp()`, s.fp)
+	err := dbstore.EndRateProbe(ctx, s.pool, s.fp)
 	if err != nil {
 		return fmt.Errorf("budget: end the probe: %w", err)
 	}
@@ -273,22 +253,14 @@ func rateText(r float64) string {
 func Read(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) ([]Status, error) {
-	rows, err := db.Query(ctx, `SELECT key_fingerprint, coalesce(ceiling, 0), coalesce(rate, 0),
-			greatest(0, extract(epoch FROM paused_until - t))::float8,
-			greatest(0, extract(epoch FROM probe_until - greatest(t, paused_until)))::float8, throttles
-		FROM sendonce_rate_budget, clock_timestamp() AS t ORDER BY key_fingerprint`)
+	rows, err := dbstore.ReadRateBudgets(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("budget: read: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Status, error) {
-		var st Status
-		var paused, probing float64
-		err := r.Scan(&st.KeyFingerprint, &st.Ceiling, &st.Rate, &paused, &probing, &st.Throttles)
-		st.PausedFor, st.ProbingFor = seconds(paused), seconds(probing)
-		return st, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("budget: read: %w", err)
+	out := make([]Status, len(rows))
+	for i, r := range rows {
+		out[i] = Status{KeyFingerprint: r.Fingerprint, Ceiling: r.Ceiling, Rate: r.Rate,
+			PausedFor: seconds(r.PausedFor), ProbingFor: seconds(r.ProbingFor), Throttles: r.Throttles}
 	}
 	qs, err := readQuotas(ctx, db)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/base/cronspec"
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -82,9 +83,8 @@ func (t *ticker) look(ctx context.Context) (time.Duration, error) {
 	for name := range t.producers {
 		names = append(names, name)
 	}
-	var in *float64
-	if err := t.pool.QueryRow(ctx, `SELECT extract(epoch FROM min(greatest(next_at, coalesce(retry_at, next_at))) - now())::float8
-		FROM sendonce_schedule WHERE producer IS NULL OR producer = ANY($1)`, names).Scan(&in); err != nil {
+	in, err := store.WorkerScheduleDueIn(ctx, t.pool, names)
+	if err != nil {
 		t.next = time.Time{}
 		return 0, fmt.Errorf("worker: look for due schedules: %w", err)
 	}
@@ -156,12 +156,7 @@ func (t *ticker) tickOne(ctx context.Context, producers []string) (done, made bo
 	var taken bool // s was read and locked
 	var failed *scheduleFailure
 	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at,
-				failures, coalesce(last_error, ''), coalesce($2, now())
-			FROM sendonce_schedule WHERE next_at <= coalesce($2, now()) AND (retry_at IS NULL OR retry_at <= coalesce($2, now()))
-				AND (producer IS NULL OR producer = ANY($1))
-			ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED`, producers, clock).
-			Scan(&s.name, &s.spec, &s.producer, &s.statement, &s.missed, &s.nextAt, &s.failures, &s.lastError, &now)
+		row, at, err := store.WorkerTakeDueSchedule(ctx, tx, producers, clock)
 		if errors.Is(err, pgx.ErrNoRows) {
 			done = true
 			return nil
@@ -169,6 +164,9 @@ func (t *ticker) tickOne(ctx context.Context, producers []string) (done, made bo
 		if err != nil {
 			return err
 		}
+		s = due{name: row.Name, spec: row.Spec, producer: row.Producer, statement: row.Statement,
+			missed: outbox.Missed(row.Missed), nextAt: row.NextAt, failures: row.Failures, lastError: row.LastError}
+		now = at
 		taken = true
 		var runKey string
 		var next time.Time
@@ -186,11 +184,7 @@ func (t *ticker) tickOne(ctx context.Context, producers []string) (done, made bo
 			failed, err = recordFailure(ctx, tx, s, now, err)
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE sendonce_schedule SET next_at = $2,
-			last_run = CASE WHEN $3 THEN $4 ELSE last_run END,
-			failures = 0, last_error = NULL, failed_at = NULL, retry_at = NULL, updated_at = now() WHERE name = $1`,
-			s.name, next, made, runKey)
-		return err
+		return store.WorkerScheduleAdvance(ctx, tx, s.name, next, made, runKey)
 	})
 	if err != nil {
 		failed, made = nil, false // nothing of the transaction was committed
@@ -213,15 +207,14 @@ func (t *ticker) tickOne(ctx context.Context, producers []string) (done, made bo
 func (t *ticker) recordApart(ctx context.Context, s due, now time.Time, cause error) (*scheduleFailure, error) {
 	var failed *scheduleFailure
 	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT failures, coalesce(last_error, '') FROM sendonce_schedule
-			WHERE name = $1 AND next_at = $2 AND (retry_at IS NULL OR retry_at <= $3) FOR UPDATE SKIP LOCKED`,
-			s.name, s.nextAt, now).Scan(&s.failures, &s.lastError)
+		failures, lastError, err := store.WorkerRetakeSchedule(ctx, tx, s.name, s.nextAt, now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		s.failures, s.lastError = failures, lastError
 		failed, err = recordFailure(ctx, tx, s, now, cause)
 		return err
 	})
@@ -303,8 +296,7 @@ func recordFailure(ctx context.Context, tx pgx.Tx, s due, now time.Time, cause e
 	}
 	f := &scheduleFailure{err: msg, failures: s.failures + 1, new: s.failures == 0 || s.lastError != msg}
 	f.retryAt = now.Add(scheduleBackoff(f.failures))
-	if _, err := tx.Exec(ctx, `UPDATE sendonce_schedule SET failures = $2, last_error = $3, failed_at = $4, retry_at = $5,
-		updated_at = now() WHERE name = $1`, s.name, f.failures, f.err, now, f.retryAt); err != nil {
+	if err := store.WorkerScheduleFailed(ctx, tx, s.name, f.failures, f.err, now, f.retryAt); err != nil {
 		return nil, fmt.Errorf("schedule %q: record its failure (%v): %w", s.name, cause, err)
 	}
 	return f, nil
@@ -333,10 +325,8 @@ func (t *ticker) report(s due, failed *scheduleFailure, made bool) {
 // create makes the occurrence's run and its members, unless the run is
 // there already.
 func (t *ticker) create(ctx context.Context, tx pgx.Tx, name, producer, statement string, occ Occurrence) (bool, error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO sendonce_run (key, schedule_name, occurrence, topic)
-		SELECT $1, $2, $3, (SELECT topic FROM sendonce_schedule WHERE name = $2)
-		ON CONFLICT (key) DO NOTHING`, occ.RunKey, name, occ.At)
-	if err != nil || tag.RowsAffected() == 0 {
+	created, err := store.WorkerCreateRun(ctx, tx, occ.RunKey, name, occ.At)
+	if err != nil || !created {
 		return false, err
 	}
 	if statement != "" {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 )
 
@@ -108,19 +109,13 @@ func (bw *batchWorker) linkMembers(ctx context.Context, span trace.Span, b *send
 	if !span.IsRecording() {
 		return nil
 	}
-	rows, err := bw.w.pool.Query(ctx, `SELECT traceparent, coalesce(tracestate, '') FROM sendonce_outbox
-		WHERE idempotency_key = ANY($1) AND traceparent IS NOT NULL ORDER BY id`, b.Members)
+	tcs, err := store.WorkerTraceContexts(ctx, bw.w.pool, b.Members)
 	if err != nil {
 		return fmt.Errorf("worker: read the trace context of batch %s: %w", b.Key, err)
 	}
-	defer rows.Close()
 	linked, dropped := 0, 0
-	for rows.Next() {
-		var parent, state string
-		if err := rows.Scan(&parent, &state); err != nil {
-			return fmt.Errorf("worker: read the trace context of batch %s: %w", b.Key, err)
-		}
-		l, ok := enqueuerLink(parent, state)
+	for _, tc := range tcs {
+		l, ok := enqueuerLink(tc.Parent, tc.State)
 		switch {
 		case !ok:
 		case linked >= maxBatchLinks:
@@ -132,9 +127,6 @@ func (bw *batchWorker) linkMembers(ctx context.Context, span trace.Span, b *send
 	}
 	if dropped > 0 {
 		span.SetAttributes(attrLinksLeft.Int(dropped))
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("worker: read the trace context of batch %s: %w", b.Key, err)
 	}
 	return nil
 }

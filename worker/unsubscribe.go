@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/base/unsub"
 )
 
@@ -36,8 +37,7 @@ func (a *attempt) listUnsubscribe(ctx context.Context) (parked bool, err error) 
 		}
 		// The first writer wins: a claim that overlapped this one (a
 		// crash's rescue) sends what was frozen first.
-		if err := a.w.pool.QueryRow(ctx, `UPDATE sendonce_outbox SET list_unsubscribe = coalesce(list_unsubscribe, $2::jsonb)
-			WHERE id = $1 RETURNING list_unsubscribe`, rec.ID, string(h)).Scan(&frozen); err != nil {
+		if frozen, err = store.WorkerFreezeListUnsubscribe(ctx, a.w.pool, rec.ID, string(h)); err != nil {
 			return false, fmt.Errorf("worker: freeze the unsubscribe headers of %q: %w", rec.Key, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -146,9 +147,8 @@ func (d *demo) enqueueReminder(ctx context.Context, inv invoice) error {
 
 // suppressed reports whether addr is on the suppression list.
 func (d *demo) suppressed(ctx context.Context, addr string) (bool, error) {
-	var on bool
-	if err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM sendonce_suppression WHERE address = lower($1))`,
-		addr).Scan(&on); err != nil {
+	on, err := store.DemoSuppressed(ctx, d.pool, addr)
+	if err != nil {
 		return false, fmt.Errorf("demo: read the suppression list: %w", err)
 	}
 	return on, nil

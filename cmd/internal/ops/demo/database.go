@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/machine/pgcluster"
 	"github.com/sendonce/sendonce/migrations"
 )
@@ -84,9 +85,8 @@ func (d *demo) setupDatabase(ctx context.Context) error {
 // waiting now would be "sent" to the fake and never reach anyone. The
 // application's intents, on its own queue, are left alone.
 func (d *demo) checkSharedDatabase(ctx context.Context) error {
-	var waiting int64
-	if err := d.pool.QueryRow(ctx,
-		`SELECT count(*) FROM sendonce_outbox WHERE job_id IS NULL AND state = 'pending' AND queue = $1`, Queue).Scan(&waiting); err != nil {
+	waiting, err := store.DemoCountWaiting(ctx, d.pool, Queue)
+	if err != nil {
 		return fmt.Errorf("demo: read the outbox: %w", err)
 	}
 	if waiting > 0 {
@@ -94,8 +94,8 @@ func (d *demo) checkSharedDatabase(ctx context.Context) error {
 			"and the demo's worker would send them to its fake API; "+
 			"run the demo on an empty database, or without DATABASE_URL for a throwaway one", waiting, Queue)
 	}
-	var leaders int64
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM river_leader WHERE expires_at > now()`).Scan(&leaders); err != nil {
+	leaders, err := store.DemoCountRiverLeaders(ctx, d.pool)
+	if err != nil {
 		return fmt.Errorf("demo: read River's leader: %w", err)
 	}
 	if leaders > 0 {

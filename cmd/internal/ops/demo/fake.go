@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sendonce/sendonce/fakeapi"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 const (
@@ -104,21 +105,8 @@ func (d *demo) deliveredUnrecorded(ctx context.Context) ([]string, error) {
 	if len(delivered) == 0 {
 		return nil, nil
 	}
-	rows, err := d.pool.Query(ctx, `SELECT idempotency_key FROM sendonce_outbox
-		WHERE idempotency_key = ANY($1) AND state <> 'sent' ORDER BY id`, delivered)
+	out, err := store.DemoUnsent(ctx, d.pool, delivered)
 	if err != nil {
-		return nil, fmt.Errorf("demo: read the outbox: %w", err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, fmt.Errorf("demo: read the outbox: %w", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("demo: read the outbox: %w", err)
 	}
 	return out, nil

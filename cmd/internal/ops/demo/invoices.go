@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sendonce/sendonce/client"
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -220,8 +221,7 @@ func (d *demo) runInvoices(ctx context.Context) error {
 	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM demo_invoices`).Scan(&rows); err != nil {
 		return fmt.Errorf("demo: count invoices: %w", err)
 	}
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox WHERE starts_with(idempotency_key, $1)`,
-		d.plan.keyPrefix()).Scan(&intents); err != nil {
+	if intents, err = store.DemoCountIntents(ctx, d.pool, d.plan.keyPrefix()); err != nil {
 		return fmt.Errorf("demo: count intents: %w", err)
 	}
 	d.say("%d committed: %d invoice rows, and %d intents in sendonce_outbox, each with its River job.",

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // counts are the run's intents by outcome, read from the outbox.
@@ -21,14 +23,8 @@ type counts struct {
 // where outbox.ReadStats counts the whole table: on a database of your own
 // other intents would blur the picture.
 func (d *demo) readCounts(ctx context.Context) (counts, error) {
-	var c counts
-	err := d.pool.QueryRow(ctx, `SELECT
-			count(*) FILTER (WHERE state = 'sent'),
-			count(*) FILTER (WHERE state IN ('sent', 'failed', 'canceled', 'suppressed')),
-			count(*) FILTER (WHERE state = 'sending'),
-			count(*) FILTER (WHERE replayed)
-		FROM sendonce_outbox WHERE starts_with(idempotency_key, $1)`, d.plan.keyPrefix()).
-		Scan(&c.Sent, &c.Settled, &c.Sending, &c.Replayed)
+	sc, err := store.DemoReadCounts(ctx, d.pool, d.plan.keyPrefix())
+	c := counts(sc)
 	if err != nil {
 		return c, fmt.Errorf("demo: read the outbox: %w", err)
 	}

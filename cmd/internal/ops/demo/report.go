@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -53,8 +54,7 @@ func (d *demo) buildReport(ctx context.Context, res *runResult, b *bounceResult)
 	if r.BounceListed, err = d.suppressed(ctx, r.BouncedAddress); err != nil {
 		return nil, err
 	}
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox
-		WHERE starts_with(idempotency_key, $1) AND delivery_status = 'bounced'`, d.plan.keyPrefix()).Scan(&r.Bounced); err != nil {
+	if r.Bounced, err = store.DemoCountBounced(ctx, d.pool, d.plan.keyPrefix()); err != nil {
 		return nil, fmt.Errorf("demo: read the outbox: %w", err)
 	}
 

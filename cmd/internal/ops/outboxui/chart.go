@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // chart is the sends per minute of the last hour, as the bars of an inline
@@ -36,21 +36,7 @@ const (
 func (h *Handler) sendsPerMinute(ctx context.Context) (chart, error) {
 	// From the per-minute buckets of the outbox's tally (see migration
 	// 00022): no read of the table, whatever its size.
-	rows, err := h.pool.Query(ctx, `WITH s AS (
-			SELECT minute AS m, sum(n)::bigint AS n FROM sendonce_outbox_tally
-			WHERE state = 'sent' AND minute >= date_trunc('minute', now()) - interval '59 minutes'
-			GROUP BY 1)
-		SELECT g.m, coalesce(s.n, 0)
-		FROM generate_series(date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute') AS g(m)
-		LEFT JOIN s ON s.m = g.m ORDER BY g.m`)
-	if err != nil {
-		return chart{}, fmt.Errorf("outboxui: sends per minute: %w", err)
-	}
-	type minute struct {
-		At time.Time
-		N  int64
-	}
-	ms, err := pgx.CollectRows(rows, pgx.RowToStructByPos[minute])
+	ms, err := store.PageReadSendsPerMinute(ctx, h.pool)
 	if err != nil {
 		return chart{}, fmt.Errorf("outboxui: sends per minute: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sendonce/sendonce/internal/base/budget"
 	"github.com/sendonce/sendonce/internal/base/planguard"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // The verdicts of the health panel, the first that holds, in this order.
@@ -23,35 +24,6 @@ const (
 // healthWindow is the window of the error rate, in whole minutes of the
 // send tally (the current, partial, one and the four before it).
 const healthWindow = 5
-
-// retryingSQL reads the retrying intents (pending, attempted before),
-// grouped by last error after a row for them all (GROUPING SETS: r is read
-// once, through the pending rows' partial indexes), with the API errors'
-// figures: $1 is the minute of the last send (NULL: none on record), $2
-// the start of the error rate's window. Each row is: the total row?, the
-// error, intents, of them after a 429, the soonest next attempt, the most
-// tries spent, a key; the errors in the window, the API errors since the
-// minute of the newest, the newest, the earliest failure after the last
-// send's minute, the newest's error.
-const retryingSQL = `WITH r AS MATERIALIZED (
-	SELECT coalesce(o.last_error, '') AS err, o.idempotency_key AS key, o.rate_limited > 0 AS limited,
-		CASE WHEN o.job_id IS NULL THEN coalesce(o.next_attempt_at, o.send_at, o.created_at) ELSE j.scheduled_at END AS next_at,
-		CASE WHEN o.job_id IS NULL THEN o.tries ELSE o.attempts END AS tries,
-		CASE WHEN o.last_error IS NOT NULL AND (o.next_attempt_at IS NOT NULL OR o.job_id IS NOT NULL) THEN o.updated_at END AS failed_at,
-		o.first_attempt_at
-	FROM sendonce_outbox o LEFT JOIN river_job j ON j.id = o.job_id
-	WHERE o.state = 'pending' AND o.attempts > 0),
-e AS (SELECT max(failed_at) FILTER (WHERE NOT limited) AS newest FROM r)
-SELECT grouping(err) = 1, coalesce(err, ''), count(*), count(*) FILTER (WHERE limited),
-	min(next_at), coalesce(max(tries), 0), coalesce(min(key), ''),
-	count(*) FILTER (WHERE failed_at >= $2),
-	count(*) FILTER (WHERE NOT limited AND failed_at >= date_trunc('minute', (SELECT newest FROM e))),
-	max(failed_at) FILTER (WHERE NOT limited),
-	min(CASE WHEN NOT limited AND failed_at IS NOT NULL THEN
-		CASE WHEN $1::timestamptz IS NULL OR first_attempt_at >= $1 THEN first_attempt_at WHEN failed_at >= $1 THEN failed_at END END),
-	coalesce((SELECT err FROM r WHERE NOT limited AND failed_at IS NOT NULL ORDER BY failed_at DESC LIMIT 1), '')
-FROM r GROUP BY GROUPING SETS ((err), ())
-ORDER BY grouping(err) DESC, count(*) DESC, err LIMIT 11`
 
 // health answers "is sending healthy?" at the top of the overview, from
 // the database alone (the whole fleet, whichever worker serves the page).
@@ -152,39 +124,26 @@ func (h *Handler) readHealth(ctx context.Context, due int64, budgets []budget.St
 	// The pending rows through their partial indexes only (planguard.Run),
 	// all in one snapshot and one now().
 	err := planguard.Run(ctx, h.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT now(), date_trunc('minute', now()) - $1 * interval '1 minute',
-				(SELECT count(*) FROM sendonce_worker WHERE ended_at IS NULL AND lease_until > now()),
-				(SELECT max(renewed_at) FROM sendonce_worker),
-				(SELECT max(paused_until) FROM sendonce_rate_budget WHERE paused_until > now()),
-				(SELECT max(minute) FROM (SELECT minute FROM sendonce_outbox_tally WHERE state = 'sent' AND minute IS NOT NULL
-					GROUP BY 1 HAVING sum(n) > 0) s),
-				coalesce((SELECT sum(n) FROM sendonce_outbox_tally WHERE state = 'sent' AND minute IS NULL), 0) > 0`,
-			healthWindow-1).Scan(&hl.AsOf, &hl.WindowFrom, &hl.LiveWorkers, &hl.LastRenewed, &pausedUntil, &hl.LastSent, &hl.SentBefore); err != nil {
+		head, err := store.PageReadHealthHead(ctx, tx, healthWindow-1)
+		if err != nil {
 			return fmt.Errorf("workers, budget and last send: %w", err)
 		}
+		hl.AsOf, hl.WindowFrom, hl.LiveWorkers, hl.LastRenewed = head.AsOf, head.WindowFrom, head.LiveWorkers, head.LastRenewed
+		pausedUntil, hl.LastSent, hl.SentBefore = head.PausedUntil, head.LastSent, head.SentBefore
 		// The retrying intents, grouped by last error, after a row for
 		// them all (GROUPING SETS): r is read once.
-		rows, err := tx.Query(ctx, retryingSQL, hl.LastSent, hl.WindowFrom)
+		rows, err := store.PageReadRetrying(ctx, tx, hl.LastSent, hl.WindowFrom)
 		if err != nil {
 			return fmt.Errorf("retrying intents: %w", err)
 		}
 		var shown int64
-		for rows.Next() {
-			var total bool
-			var g retryGroup
-			var inWindow, sinceNewest int64
-			var newest, first *time.Time
-			var lastErr string
-			if err := rows.Scan(&total, &g.Error, &g.N, &g.RateLimited, &g.Next, &g.MaxTries, &g.Example,
-				&inWindow, &sinceNewest, &newest, &first, &lastErr); err != nil {
-				rows.Close()
-				return fmt.Errorf("retrying intents: %w", err)
-			}
-			if total {
-				hl.Retrying.N, hl.Retrying.RateLimited = g.N, g.RateLimited
-				hl.Errors, errorsSinceErr, newestErr, since, hl.LastError = inWindow, sinceNewest, newest, first, lastErr
+		for _, row := range rows {
+			if row.Total {
+				hl.Retrying.N, hl.Retrying.RateLimited = row.N, row.RateLimited
+				hl.Errors, errorsSinceErr, newestErr, since, hl.LastError = row.InWindow, row.SinceNewest, row.Newest, row.First, row.LastError
 				continue
 			}
+			g := retryGroup{Error: row.Error, N: row.N, RateLimited: row.RateLimited, Next: row.Next, MaxTries: row.MaxTries, Example: row.Example}
 			g.Left = -1
 			g.DueNow = g.Next != nil && !g.Next.After(hl.AsOf)
 			if m := h.opts.MaxAttempts; m > 0 {
@@ -193,19 +152,11 @@ func (h *Handler) readHealth(ctx context.Context, due int64, budgets []budget.St
 			shown += g.N
 			hl.Retrying.Groups = append(hl.Retrying.Groups, g)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("retrying intents: %w", err)
-		}
 		hl.Retrying.More = hl.Retrying.N - shown
 		// The sends of the window and since the newest error's minute, from
 		// the tally; the intents parked in the window, through
 		// sendonce_outbox_failed_idx.
-		if err := tx.QueryRow(ctx, `SELECT
-				coalesce((SELECT sum(n) FROM sendonce_outbox_tally WHERE state = 'sent' AND minute >= $1), 0)::int8,
-				coalesce((SELECT sum(n) FROM sendonce_outbox_tally WHERE state = 'sent' AND minute >= date_trunc('minute', $2::timestamptz)), 0)::int8,
-				(SELECT count(*) FROM sendonce_outbox WHERE state = 'failed' AND updated_at >= $1)`,
-			hl.WindowFrom, newestErr).Scan(&hl.Sent, &sentSinceErr, &failedInWindow); err != nil {
+		if hl.Sent, sentSinceErr, failedInWindow, err = store.PageReadHealthWindow(ctx, tx, hl.WindowFrom, newestErr); err != nil {
 			return fmt.Errorf("sends and failures of the last %d minutes: %w", healthWindow, err)
 		}
 		return nil

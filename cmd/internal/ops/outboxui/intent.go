@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -115,19 +116,21 @@ func (h *Handler) readIntent(ctx context.Context, key string) (*intentData, erro
 	d := &intentData{Rec: rec, Emails: summarize(rec), Payload: indent(rec.Payload),
 		CanRetry: rec.State == outbox.StateFailed || rec.State == outbox.StateSuppressed, CanCancel: rec.Cancelable(), MaxAttempts: h.opts.MaxAttempts}
 	d.RetryHint = d.CanRetry && !h.opts.Actions
-	drain := &drainInfo{}
-	if err := h.pool.QueryRow(ctx, `SELECT coalesce(run_key, ''), coalesce(state = 'pending' AND send_at > now(), false),
-			queue, tries, next_attempt_at FROM sendonce_outbox WHERE id = $1`,
-		rec.ID).Scan(&d.RunKey, &d.Scheduled, &drain.Queue, &drain.Tries, &drain.NextAttemptAt); err != nil {
+	x, err := store.PageReadIntentExtra(ctx, h.pool, rec.ID)
+	if err != nil {
 		return nil, fmt.Errorf("outboxui: run of %q: %w", key, err)
 	}
+	d.RunKey, d.Scheduled = x.RunKey, x.Scheduled
+	drain := &drainInfo{Queue: x.Queue, Tries: x.Tries, NextAttemptAt: x.NextAttemptAt}
 	if rec.JobID == nil {
 		d.Drain = drain
 	}
 	if rec.JobID != nil {
 		j := &jobInfo{ID: *rec.JobID}
-		err := h.pool.QueryRow(ctx, `SELECT state::text, attempt, max_attempts, kind, attempted_at FROM river_job WHERE id = $1`, *rec.JobID).
-			Scan(&j.State, &j.Attempt, &j.MaxAttempts, &j.Kind, &j.AttemptedAt)
+		job, err := store.PageReadJob(ctx, h.pool, *rec.JobID)
+		if err == nil {
+			j.State, j.Attempt, j.MaxAttempts, j.Kind, j.AttemptedAt = job.State, job.Attempt, job.MaxAttempts, job.Kind, job.AttemptedAt
+		}
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			j.State = "gone (cleaned up by River)"
@@ -139,15 +142,13 @@ func (h *Handler) readIntent(ctx context.Context, key string) (*intentData, erro
 			d.JobURL = fmt.Sprintf("%s/jobs/%d", h.opts.RiverUI, *rec.JobID)
 		}
 	}
-	rows, err := h.pool.Query(ctx, `SELECT delivery_id, type, occurred_at, received_at, raw::text
-		FROM sendonce_event WHERE intent_id = $1 ORDER BY occurred_at, received_at LIMIT 200`, rec.ID)
+	events, err := store.PageReadEvents(ctx, h.pool, rec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("outboxui: events of %q: %w", key, err)
 	}
-	if d.Events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[event]); err != nil {
-		return nil, fmt.Errorf("outboxui: events of %q: %w", key, err)
-	}
-	for i := range d.Events {
+	d.Events = make([]event, len(events))
+	for i, e := range events {
+		d.Events[i] = event(e)
 		d.Events[i].Raw = indent(json.RawMessage(d.Events[i].Raw))
 	}
 	return d, nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -88,25 +89,15 @@ func (h *Handler) listRows(ctx context.Context, recs []*outbox.Record) ([]listRo
 	}
 	attempted := map[int64]time.Time{}
 	var now time.Time
-	rows, err := h.pool.Query(ctx, `SELECT id, attempted_at, now() FROM river_job WHERE id = ANY($1) AND attempted_at IS NOT NULL
-		UNION ALL SELECT 0, NULL, now()`, ids)
+	rows, err := store.PageReadJobAttempts(ctx, h.pool, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outboxui: last attempts: %w", err)
 	}
-	for rows.Next() {
-		var id int64
-		var at *time.Time
-		if err := rows.Scan(&id, &at, &now); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("outboxui: last attempts: %w", err)
+	for _, row := range rows {
+		now = row.Now
+		if row.AttemptedAt != nil {
+			attempted[row.ID] = *row.AttemptedAt
 		}
-		if at != nil {
-			attempted[id] = *at
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outboxui: last attempts: %w", err)
 	}
 	out := make([]listRow, len(recs))
 	for i, rec := range recs {

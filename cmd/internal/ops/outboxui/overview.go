@@ -10,6 +10,7 @@ import (
 
 	"github.com/sendonce/sendonce/internal/base/budget"
 	"github.com/sendonce/sendonce/internal/base/planguard"
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -88,10 +89,9 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 	// The pending intents through their partial index, whatever the
 	// statistics say (see planguard.Run).
 	if err := planguard.Run(ctx, h.pool, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE send_at IS NULL OR send_at <= now()),
-				count(*) FILTER (WHERE send_at > now()), min(send_at) FILTER (WHERE send_at > now()),
-				(SELECT max(received_at) FROM sendonce_event)
-			FROM sendonce_outbox WHERE state = 'pending'`).Scan(&d.Due, &d.Scheduled, &d.NextScheduled, &d.LastEvent)
+		due, err := store.PageReadDue(ctx, tx)
+		d.Due, d.Scheduled, d.NextScheduled, d.LastEvent = due.Due, due.Scheduled, due.NextScheduled, due.LastEvent
+		return err
 	}); err != nil {
 		return nil, fmt.Errorf("outboxui: due and scheduled: %w", err)
 	}
@@ -137,19 +137,13 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 
 // recentFailures groups the intents that failed in the last day by error.
 func (h *Handler) recentFailures(ctx context.Context) ([]failureGroup, error) {
-	rows, err := h.pool.Query(ctx, `SELECT coalesce(last_error, ''), count(*), count(*) FILTER (WHERE uncertain), max(updated_at), min(idempotency_key)
-		FROM sendonce_outbox WHERE state = 'failed' AND updated_at > now() - interval '1 day'
-		GROUP BY 1 ORDER BY 2 DESC, 3 DESC LIMIT 10`)
+	groups, err := store.PageReadRecentFailures(ctx, h.pool)
 	if err != nil {
 		return nil, fmt.Errorf("outboxui: recent failures: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (failureGroup, error) {
-		var g failureGroup
-		err := r.Scan(&g.Error, &g.N, &g.Uncertain, &g.Latest, &g.Example)
-		return g, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outboxui: recent failures: %w", err)
+	out := make([]failureGroup, len(groups))
+	for i, g := range groups {
+		out[i] = failureGroup(g)
 	}
 	return out, nil
 }

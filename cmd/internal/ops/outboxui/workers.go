@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 )
 
@@ -35,26 +36,15 @@ func (h *Handler) workers(ctx context.Context) ([]workerRow, error) {
 	}
 	sending := map[int32]int64{}
 	var now time.Time
-	rows, err := h.pool.Query(ctx, `SELECT claimed_by, count(*), now() FROM sendonce_outbox
-		WHERE state = 'sending' AND claimed_by IS NOT NULL GROUP BY 1
-		UNION ALL SELECT NULL, 0, now()`)
+	rows, err := store.PageReadSending(ctx, h.pool)
 	if err != nil {
 		return nil, fmt.Errorf("outboxui: sends in flight: %w", err)
 	}
-	for rows.Next() {
-		var epoch *int32
-		var n int64
-		if err := rows.Scan(&epoch, &n, &now); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("outboxui: sends in flight: %w", err)
+	for _, row := range rows {
+		now = row.Now
+		if row.Epoch != nil {
+			sending[*row.Epoch] = row.N
 		}
-		if epoch != nil {
-			sending[*epoch] = n
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outboxui: sends in flight: %w", err)
 	}
 	var out []workerRow
 	ended := 0

@@ -6,3 +6,5 @@ const (
 	c = `SELECT pg_notify('sendonce_wake', '')`
 	d = "river_job"
 )
+
+var e = "%d intents in sendonce_outbox, each with its River job."

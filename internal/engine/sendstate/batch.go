@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/internal/base/sendjob"
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/base/suppress"
 	"github.com/sendonce/sendonce/internal/base/unsub"
 )
@@ -85,7 +86,7 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 		// whichever comes second sees the other's outcome: a cancel, the
 		// batch (and cancels it); a freeze, the run canceled. FOR SHARE:
 		// freezes of one run do not wait for each other.
-		state, err := shareRun(ctx, tx, run)
+		state, err := store.ShareRun(ctx, tx, run)
 		if err != nil {
 			return "", nil, nil, err
 		}
@@ -93,49 +94,21 @@ func (b *Batcher) freeze(ctx context.Context, tx pgx.Tx, queue, run string, reqs
 			return "", nil, nil, nil
 		}
 	}
-	lock := `FOR UPDATE OF o`
-	if skipLocked {
-		lock += ` SKIP LOCKED`
-	}
 	keys := make([]string, len(reqs))
 	jobIDs := make([]int64, len(reqs))
 	for i, r := range reqs {
 		keys[i], jobIDs[i] = r.Key, r.JobID
 	}
-	rows, err := tx.Query(ctx, `SELECT o.id, o.idempotency_key, coalesce(o.job_id, 0), o.payload::text, coalesce(o.topic, ''), o.list_unsubscribe::text
-		FROM sendonce_outbox o
-		WHERE o.idempotency_key = ANY($1)
-			AND (o.idempotency_key, coalesce(o.job_id, 0)) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
-			AND (o.job_id IS NOT NULL OR (`+dueSQL+` <= now() AND o.queue = $5))
-			AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
-			AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
-			AND NOT (((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
-					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe))))
-				AND EXISTS (SELECT 1 FROM sendonce_suppressed_addresses(o.kind, o.payload, o.topic)))
-			AND (o.topic IS NULL OR $4)
-		ORDER BY o.id `+lock, keys, jobIDs, run, b.Unsubscribe != nil, queue)
+	rows, err := store.SelectFreezeMembers(ctx, tx, keys, jobIDs, run, b.Unsubscribe != nil, queue, skipLocked)
 	if err != nil {
 		return "", nil, nil, err
 	}
 	var ms []member
 	var joined []int64
 	var joinedKeys []string
-	for rows.Next() {
-		var m member
-		var jobID int64
-		var frozen *string
-		if err := rows.Scan(&m.id, &m.key, &jobID, &m.payload, &m.topic, &frozen); err != nil {
-			rows.Close()
-			return "", nil, nil, err
-		}
-		if frozen != nil {
-			m.headers = *frozen
-		}
-		ms, joined, joinedKeys = append(ms, m), append(joined, jobID), append(joinedKeys, m.key)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return "", nil, nil, err
+	for _, r := range rows {
+		m := member{id: r.ID, key: r.Key, payload: r.Payload, topic: r.Topic, headers: r.ListUnsubscribe}
+		ms, joined, joinedKeys = append(ms, m), append(joined, r.JobID), append(joinedKeys, m.key)
 	}
 	if len(ms) < 2 {
 		return "", nil, nil, nil
@@ -172,7 +145,7 @@ func (b *Batcher) withHeaders(ctx context.Context, tx pgx.Tx, m *member) error {
 			return err
 		}
 		m.headers = string(h)
-		if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET list_unsubscribe = $2::jsonb WHERE id = $1`, m.id, m.headers); err != nil {
+		if err := store.SetListUnsubscribe(ctx, tx, m.id, m.headers); err != nil {
 			return err
 		}
 	}
@@ -202,12 +175,7 @@ func insertBatch(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], queue
 	if err != nil {
 		return "", fmt.Errorf("insert river job: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO sendonce_batch (idempotency_key, queue, body, member_keys, job_id, run_key)
-		VALUES ($1, $2, $3, $4, $5, nullif($6, ''))`, key, queue, string(body), keys, job.Job.ID, run); err != nil {
-		return "", err
-	}
-	if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET batch_key = $2, job_id = $3, updated_at = now()
-		WHERE id = ANY($1)`, ids, key, job.Job.ID); err != nil {
+	if err := store.InsertBatch(ctx, tx, key, queue, string(body), keys, ids, job.Job.ID, run); err != nil {
 		return "", err
 	}
 	return key, nil
@@ -301,19 +269,9 @@ func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts Ba
 				return ErrLeaseLost
 			}
 		}
-		var id int64
-		var lookup bool
 		// Lock the batch first, as the claim would (and CancelRun does).
-		err := tx.QueryRow(ctx, `SELECT b.id, b.first_attempt_at IS NULL AND ((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
-				OR (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
-			FROM sendonce_batch b
-			WHERE b.idempotency_key = $1 AND b.job_id = $2 AND (b.state IN ('pending', 'sending')) IS TRUE
-				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
-			FOR UPDATE OF b`, req.Key, req.JobID).Scan(&id, &lookup)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		id, lookup, found, err := store.LockBatchForClaim(ctx, tx, req.Key, req.JobID)
+		if err != nil || !found {
 			return err
 		}
 		var parked []ParkedMember
@@ -342,48 +300,13 @@ func ClaimBatch(ctx context.Context, db *pgxpool.Pool, req ClaimRequest, opts Ba
 
 // claimBatch is the claim itself, one statement, on the locked batch.
 func claimBatch(ctx context.Context, tx pgx.Tx, req ClaimRequest, opts ClaimOptions) (*Batch, bool, error) {
-	var owner *int32
-	if opts.Owner != 0 {
-		owner = &opts.Owner
-	}
-	b := &Batch{}
-	var left float64
-	var body string
-	err := tx.QueryRow(ctx, `WITH l AS (
-			SELECT b.id, b.state AS old_state FROM sendonce_batch b
-			WHERE b.idempotency_key = $1 AND b.job_id = $2
-				AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
-			FOR UPDATE OF b),
-		ub AS (
-			UPDATE sendonce_batch b
-			SET `+claimSet("b", "l.old_state")+`,
-				updated_at = now()
-			FROM l WHERE b.id = l.id AND l.old_state IN ('pending', 'sending')
-			RETURNING b.*),
-		um AS (
-			UPDATE sendonce_outbox o
-			SET state = 'sending', attempts = o.attempts + 1, uncertain = o.uncertain OR ub.uncertain,
-				first_attempt_at = coalesce(o.first_attempt_at, ub.first_attempt_at), claimed_by = $3,
-				api_key_fingerprint = ub.api_key_fingerprint, updated_at = now()
-			FROM ub WHERE o.idempotency_key = ANY(ub.member_keys) AND o.batch_key = ub.idempotency_key
-				AND o.state IN ('pending', 'sending')
-			RETURNING o.snoozes)
-		SELECT idempotency_key, queue, body, member_keys, attempts, uncertain, coalesce(api_key_fingerprint, ''),
-			first_attempt_at, (SELECT coalesce(max(snoozes), 0) FROM um),
-			extract(epoch FROM first_attempt_at + $5::float8 * interval '1 second' - now())::float8 FROM ub`,
-		req.Key, req.JobID, owner, opts.KeyFingerprint, opts.ReplayWindow.Seconds()).Scan(
-		&b.Key, &b.Queue, &body, &b.Members, &b.Attempts, &b.Uncertain, &b.APIKeyFingerprint,
-		&b.FirstAttemptAt, &b.Snoozes, &left)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
-	}
-	if err != nil {
+	c, ok, err := store.ClaimBatch(ctx, tx, req.Key, req.JobID, opts.Owner, opts.KeyFingerprint, opts.ReplayWindow)
+	if err != nil || !ok {
 		return nil, false, err
 	}
-	b.Body = json.RawMessage(body)
-	b.WindowLeft = time.Duration(left * float64(time.Second))
-	b.Owner = opts.Owner
-	return b, true, nil
+	return &Batch{Key: c.Key, Queue: c.Queue, Body: json.RawMessage(c.Body), Members: c.Members, Attempts: c.Attempts,
+		Snoozes: c.Snoozes, Uncertain: c.Uncertain, APIKeyFingerprint: c.APIKeyFingerprint,
+		FirstAttemptAt: c.FirstAttemptAt, WindowLeft: c.WindowLeft, Owner: opts.Owner}, true, nil
 }
 
 // suppressMembers applies the suppression list to the locked batch id
@@ -394,37 +317,18 @@ func claimBatch(ctx context.Context, tx pgx.Tx, req ClaimRequest, opts ClaimOpti
 // It is long because it is one transaction's statements in the order they
 // lock and write; split up, that order would be harder to check.
 func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest, parkPartly bool) (parked []ParkedMember, stripped []string, left int, err error) {
-	var body string
-	var keys []string
-	if err := tx.QueryRow(ctx, `SELECT body, member_keys FROM sendonce_batch WHERE id = $1`, id).Scan(&body, &keys); err != nil {
-		return nil, nil, 0, err
-	}
-	// The members are locked after their batch, in the order of ids.
-	rows, err := tx.Query(ctx, `SELECT o.idempotency_key, o.job_id, s.addrs
-		FROM sendonce_outbox o CROSS JOIN LATERAL (SELECT `+suppressedSQL+`) AS s(addrs)
-		WHERE o.idempotency_key = ANY($1) AND o.batch_key = $2 AND (o.state IN ('pending', 'sending')) IS TRUE
-			AND s.addrs IS NOT NULL
-		ORDER BY o.id FOR UPDATE OF o`, keys, req.Key)
+	body, keys, err := store.BatchBody(ctx, tx, id)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	type hit struct {
-		jobID int64
-		addrs []string
-	}
-	found := map[string]hit{}
-	for rows.Next() {
-		var key string
-		var h hit
-		if err := rows.Scan(&key, &h.jobID, &h.addrs); err != nil {
-			rows.Close()
-			return nil, nil, 0, err
-		}
-		found[key] = h
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	// The members are locked after their batch, in the order of ids.
+	hits, err := store.LockSuppressedMembers(ctx, tx, keys, req.Key)
+	if err != nil {
 		return nil, nil, 0, err
+	}
+	found := make(map[string]store.SuppressedMember, len(hits))
+	for _, h := range hits {
+		found[h.Key] = h
 	}
 	if len(found) == 0 {
 		return nil, nil, len(keys), nil
@@ -447,7 +351,7 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 			keptKeys, kept = append(keptKeys, key), append(kept, top.Emails[i])
 			continue
 		}
-		out, none, serr := suppress.Strip("email", top.Emails[i], h.addrs)
+		out, none, serr := suppress.Strip("email", top.Emails[i], h.Addrs)
 		p := ParkedMember{Key: key}
 		switch {
 		case serr != nil:
@@ -459,23 +363,20 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 		default:
 			// Sent within the batch without them; stored as a single
 			// send's first claim stores them.
-			if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET suppressed_recipients = $3, updated_at = now()
-				WHERE idempotency_key = $1 AND batch_key = $2`, key, req.Key, h.addrs); err != nil {
+			if err := store.SetMemberSuppressed(ctx, tx, key, req.Key, h.Addrs); err != nil {
 				return nil, nil, 0, err
 			}
 			keptKeys, kept = append(keptKeys, key), append(kept, out)
 			stripped = append(stripped, key)
 			continue
 		}
-		if err := parkMember(ctx, tx, req.Key, h.jobID, p, h.addrs); err != nil {
+		if err := parkMember(ctx, tx, req.Key, h.JobID, p, h.Addrs); err != nil {
 			return nil, nil, 0, err
 		}
 		parked = append(parked, p)
 	}
 	if len(kept) == 0 {
-		_, err := tx.Exec(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $2, updated_at = now() WHERE id = $1`,
-			id, reasonBatchSuppressed)
-		return parked, nil, 0, err
+		return parked, nil, 0, store.SplitBatchByID(ctx, tx, id, reasonBatchSuppressed)
 	}
 	if len(parked) > 0 || len(stripped) > 0 {
 		nb := []byte(`{"emails":[`)
@@ -486,8 +387,7 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 			nb = append(nb, e...)
 		}
 		nb = append(nb, "]}"...)
-		if _, err := tx.Exec(ctx, `UPDATE sendonce_batch SET body = $2, member_keys = $3, updated_at = now() WHERE id = $1`,
-			id, string(nb), keptKeys); err != nil {
+		if err := store.RewriteBatch(ctx, tx, id, string(nb), keptKeys); err != nil {
 			return nil, nil, 0, err
 		}
 	}
@@ -498,8 +398,7 @@ func suppressMembers(ctx context.Context, tx pgx.Tx, id int64, req ClaimRequest,
 // batch's first attempt and parks it: suppressed as a single send is
 // (MarkSuppressed, with the addresses found), or failed.
 func parkMember(ctx context.Context, tx pgx.Tx, batch string, jobID int64, p ParkedMember, addrs []string) error {
-	if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET batch_key = NULL, suppressed_recipients = $3, updated_at = now()
-		WHERE idempotency_key = $1 AND batch_key = $2`, p.Key, batch, addrs); err != nil {
+	if err := store.UnbindMember(ctx, tx, p.Key, batch, addrs); err != nil {
 		return err
 	}
 	o := Outcome{Key: p.Key, JobID: jobID, Reason: p.Reason}
@@ -518,13 +417,6 @@ func parkMember(ctx context.Context, tx pgx.Tx, batch string, jobID int64, p Par
 // run delivered.
 var ErrSuperseded = errors.New("sendstate: a later claim of the batch superseded this attempt (its job ran again beside it); " +
 	"nothing was recorded: the later attempt records the API's answer")
-
-// notSuperseded is the SQL condition that the batch aliased alias has not
-// been claimed again since the claim that counted attempt (the int4
-// expression; 0: unfenced).
-func notSuperseded(alias, attempt string) string {
-	return `(` + attempt + ` = 0 OR ` + alias + `.attempts = ` + attempt + `)`
-}
 
 // ItemFailure is a member the API refused within an accepted batch.
 type ItemFailure struct {
@@ -549,16 +441,20 @@ type ItemFailure struct {
 // recorded. The batch is locked first, as a rescue locks it.
 func RecordBatch(ctx context.Context, db *pgxpool.Pool, key string, owner int32, attempt int, sent []Sent, failed []ItemFailure) (overrode []string, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		failedState, mine, current := false, false, true
-		if err := tx.QueryRow(ctx, `SELECT b.state = 'failed', `+owned("b", "$2::int4")+`, `+notSuperseded("b", "$3::int4")+`
-			FROM sendonce_batch b WHERE b.idempotency_key = $1 FOR UPDATE`, key, owner, attempt).Scan(&failedState, &mine, &current); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		h, found, err := store.LockBatchForRecord(ctx, tx, key, owner, attempt)
+		if err != nil {
 			return err
 		}
+		if !found {
+			// No such batch: it is not failed nor the owner's, and no
+			// later claim superseded the attempt.
+			h = store.BatchHold{Current: true}
+		}
 		switch {
-		case failedState:
-		case !mine && owner != 0:
+		case h.Failed:
+		case !h.Owned && owner != 0:
 			return ErrLeaseLost
-		case !current:
+		case !h.Current:
 			return ErrSuperseded
 		}
 		for i := range sent {
@@ -577,17 +473,11 @@ func RecordBatch(ctx context.Context, db *pgxpool.Pool, key string, owner int32,
 			for i, f := range failed {
 				keys[i], reasons[i], uncertain[i] = f.Key, f.Reason, f.Uncertain
 			}
-			if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox o
-				SET state = 'failed', last_error = f.reason, uncertain = o.uncertain OR f.uncertain, updated_at = now()
-				FROM unnest($1::text[], $2::text[], $3::bool[]) AS f(key, reason, uncertain)
-				WHERE o.idempotency_key = f.key AND o.batch_key = $4 AND o.state IN ('pending', 'sending')`,
-				keys, reasons, uncertain, key); err != nil {
+			if err := store.FailBatchMembers(ctx, tx, key, keys, reasons, uncertain); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, `UPDATE sendonce_batch SET state = 'sent', last_error = NULL, updated_at = now()
-			WHERE idempotency_key = $1`, key)
-		return err
+		return store.MarkBatchSent(ctx, tx, key)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sendstate: record batch %q: %w", key, err)
@@ -610,17 +500,7 @@ func MarkBatchFailed(ctx context.Context, db DB, o Outcome) error {
 }
 
 func markBatch(ctx context.Context, db DB, state string, o Outcome) error {
-	_, err := db.Exec(ctx, `WITH b AS (
-			UPDATE sendonce_batch b SET state = $3, last_error = $4, uncertain = uncertain OR $5, updated_at = now()
-			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("b", "$7::int4")+`
-				AND `+notSuperseded("b", "$8::int4")+`
-			RETURNING idempotency_key, member_keys)
-		UPDATE sendonce_outbox o
-		SET state = $3, last_error = $4, uncertain = o.uncertain OR $5,
-			snoozes = o.snoozes + CASE WHEN $6 THEN 1 ELSE 0 END, updated_at = now()
-		FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
-			AND o.state IN ('pending', 'sending')`,
-		o.Key, o.JobID, state, o.Reason, o.Uncertain, o.Snoozed, o.Owner, o.Attempt)
+	err := store.MarkBatch(ctx, db, state, o.row())
 	if err != nil {
 		return fmt.Errorf("sendstate: mark batch %s %q: %w", state, o.Key, err)
 	}
@@ -658,23 +538,14 @@ type SplitPart struct {
 // lock and write; split up, that order would be harder to check.
 func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys []string, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		var queue, run string
-		var uncertain bool
-		err := tx.QueryRow(ctx, `SELECT queue, coalesce(run_key, ''), uncertain FROM sendonce_batch b
-			WHERE idempotency_key = $1 AND job_id = $2 AND state IN ('pending', 'sending') AND `+owned("b", "$3::int4")+`
-				AND `+notSuperseded("b", "$4::int4")+` FOR UPDATE`,
-			o.Key, o.JobID, o.Owner, o.Attempt).Scan(&queue, &run, &uncertain)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		queue, run, uncertain, found, err := store.LockBatchForSplit(ctx, tx, o.Key, o.JobID, o.Owner, o.Attempt)
+		if err != nil || !found {
 			return err
 		}
 		if uncertain {
 			return ErrSplitUncertain
 		}
-		if _, err := tx.Exec(ctx, `UPDATE sendonce_batch SET state = 'split', last_error = $2, updated_at = now()
-			WHERE idempotency_key = $1`, o.Key, o.Reason); err != nil {
+		if err := store.SplitBatch(ctx, tx, o.Key, o.Reason); err != nil {
 			return err
 		}
 		ok = true
@@ -685,41 +556,25 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 		// whole-system test, seed 1015). The run's row is read FOR SHARE,
 		// as Freeze reads it, so a CancelRun in progress is waited for.
 		if run != "" {
-			runState, err := shareRun(ctx, tx, run)
+			runState, err := store.ShareRun(ctx, tx, run)
 			if err != nil {
 				return fmt.Errorf("read the batch's run: %w", err)
 			}
 			if runState == "canceled" {
-				_, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET state = 'canceled', batch_key = NULL,
-						first_attempt_at = NULL, suppressed_recipients = NULL, last_error = $3, updated_at = now()
-					WHERE batch_key = $1 AND idempotency_key = ANY($2) AND state IN ('pending', 'sending')`,
-					o.Key, allMembers(parts), o.Reason+"; not sent, and not sent again: its run was canceled")
-				return err
+				return store.CancelBatchMembers(ctx, tx, o.Key, allMembers(parts),
+					o.Reason+"; not sent, and not sent again: its run was canceled")
 			}
 		}
 		for _, p := range parts {
 			// What the batch's first claim found suppressed goes with its
 			// first attempt: the part's own first claim looks again.
-			rows, err := tx.Query(ctx, `UPDATE sendonce_outbox SET state = 'pending', batch_key = NULL,
-					first_attempt_at = CASE WHEN uncertain THEN first_attempt_at END,
-					suppressed_recipients = CASE WHEN uncertain THEN suppressed_recipients END, updated_at = now()
-				WHERE idempotency_key = ANY($1) AND batch_key = $2 AND state IN ('pending', 'sending')
-				RETURNING id, idempotency_key, payload::text`, p.Members, o.Key)
+			released, err := store.UnbindBatchMembers(ctx, tx, p.Members, o.Key)
 			if err != nil {
 				return err
 			}
-			byKey := map[string]member{}
-			for rows.Next() {
-				var m member
-				if err := rows.Scan(&m.id, &m.key, &m.payload); err != nil {
-					rows.Close()
-					return err
-				}
-				byKey[m.key] = m
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
+			byKey := make(map[string]member, len(released))
+			for _, r := range released {
+				byKey[r.Key] = member{id: r.ID, key: r.Key, payload: r.Payload}
 			}
 			var ms []member // the part's members still bound to the batch, in order
 			var ids []int64
@@ -731,17 +586,13 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 			switch {
 			case len(ids) == 0:
 			case p.Failed != "":
-				if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET state = 'failed', last_error = $2, updated_at = now()
-					WHERE id = ANY($1)`, ids, p.Failed); err != nil {
+				if err := store.FailIntents(ctx, tx, ids, p.Failed); err != nil {
 					return err
 				}
 			case len(ids) == 1:
 				// Alone: back to the drain (no River job), which claims it
 				// at once, and is woken for it when this commits.
-				if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET job_id = NULL, next_attempt_at = NULL WHERE id = $1`, ids[0]); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
+				if err := store.HandToDrain(ctx, tx, ids[0]); err != nil {
 					return err
 				}
 			default:
@@ -760,18 +611,6 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 	return keys, ok, nil
 }
 
-// shareRun reads a run's state and locks its row FOR SHARE, the lock a
-// freeze and a split take against CancelRun and RescheduleRun (FOR
-// UPDATE); "" when there is no such run.
-func shareRun(ctx context.Context, tx pgx.Tx, run string) (string, error) {
-	var state string
-	err := tx.QueryRow(ctx, `SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE`, run).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	return state, err
-}
-
 // allMembers lists the members of every part.
 func allMembers(parts []SplitPart) []string {
 	var keys []string
@@ -784,7 +623,7 @@ func allMembers(parts []SplitPart) []string {
 // PeekBatch tells a batch job that could not claim its batch where the
 // batch stands. It returns pgx.ErrNoRows wrapped when there is none.
 func PeekBatch(ctx context.Context, db DB, key string) (state string, jobID *int64, err error) {
-	err = db.QueryRow(ctx, `SELECT state, job_id FROM sendonce_batch WHERE idempotency_key = $1`, key).Scan(&state, &jobID)
+	state, jobID, err = store.PeekBatch(ctx, db, key)
 	if err != nil {
 		return "", nil, fmt.Errorf("sendstate: peek batch %q: %w", key, err)
 	}

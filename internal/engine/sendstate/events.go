@@ -3,6 +3,8 @@ package sendstate
 import (
 	"context"
 	"fmt"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // matchBatch bounds the events one MatchEvents call matches.
@@ -14,8 +16,8 @@ const matchBatch = 1000
 // it matched. The workers' sweeper calls it every second; with no unmatched
 // event it reads one empty index page.
 func MatchEvents(ctx context.Context, db DB) (int, error) {
-	var n int
-	if err := db.QueryRow(ctx, `SELECT sendonce_events_match_pending($1)`, matchBatch).Scan(&n); err != nil {
+	n, err := store.MatchPendingEvents(ctx, db, matchBatch)
+	if err != nil {
 		return 0, fmt.Errorf("sendstate: match pending events: %w", err)
 	}
 	return n, nil

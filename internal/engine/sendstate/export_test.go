@@ -1,4 +1,6 @@
 package sendstate
 
-// PruneBoundSQL is pruneBoundSQL, for the test of its reads.
-const PruneBoundSQL = pruneBoundSQL
+import "github.com/sendonce/sendonce/internal/base/store"
+
+// PruneBoundSQL is store.PruneBoundSQL, for the test of its reads.
+const PruneBoundSQL = store.PruneBoundSQL

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // freezeDueScan bounds the intents one FreezeDue reads: at most this many
@@ -80,37 +82,19 @@ func (b *Batcher) FreezeDue(ctx context.Context, queue string, size int, wait ti
 		return res, nil
 	}
 	queue = queueOrDefault(queue)
-	rows, err := b.Pool.Query(ctx, `SELECT o.idempotency_key, coalesce(o.run_key, ''),
-			extract(epoch FROM `+dueSQL+` + $3::float8 * interval '1 second' - now())::float8
-		FROM sendonce_outbox o
-		WHERE o.state = 'pending' AND o.job_id IS NULL AND `+dueSQL+` <= now() AND o.queue = $1
-			AND o.kind = 'email' AND o.attempts = 0 AND o.batch_key IS NULL AND (o.topic IS NULL OR $4)
-			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
-		ORDER BY (o.run_key IS NOT NULL), `+dueSQL+`, o.id
-		LIMIT $2`, queue, freezeDueScan, wait.Seconds(), b.Unsubscribe != nil)
+	rows, err := store.SelectDueForBatch(ctx, b.Pool, queue, freezeDueScan, wait, b.Unsubscribe != nil)
 	if err != nil {
 		return res, fmt.Errorf("sendstate: freeze due intents: read them: %w", err)
 	}
 	var order []string // the runs in the order of their first intent
 	groups := map[string][]dueCandidate{}
-	read := 0
-	for rows.Next() {
-		var c dueCandidate
-		var left float64
-		if err := rows.Scan(&c.key, &c.run, &left); err != nil {
-			rows.Close()
-			return res, fmt.Errorf("sendstate: freeze due intents: read them: %w", err)
-		}
-		c.left = time.Duration(left * float64(time.Second))
+	read := len(rows)
+	for _, r := range rows {
+		c := dueCandidate{key: r.Key, run: r.RunKey, left: r.Left}
 		if _, ok := groups[c.run]; !ok {
 			order = append(order, c.run)
 		}
 		groups[c.run] = append(groups[c.run], c)
-		read++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("sendstate: freeze due intents: read them: %w", err)
 	}
 
 	var errs []error
@@ -119,7 +103,7 @@ func (b *Batcher) FreezeDue(ctx context.Context, queue string, size int, wait ti
 			res.NextIn = in
 		}
 	}
-	grace := CoalesceGrace // ClaimDue's hold past the wait, as holdSeconds has it
+	grace := CoalesceGrace // ClaimDue's hold past the wait, as holdFor has it
 	if wait <= 0 {
 		grace = 0
 	}
@@ -180,8 +164,7 @@ func (b *Batcher) freezeDue(ctx context.Context, queue, run string, part []dueCa
 	}
 	var keys []string
 	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text || '/' || $3::text))`,
-			freezeLockClass, queue, run); err != nil {
+		if err := store.LockFreezeGroup(ctx, tx, freezeLockClass, queue, run); err != nil {
 			return fmt.Errorf("take the group's lock: %w", err)
 		}
 		var err error

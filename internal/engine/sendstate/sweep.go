@@ -13,11 +13,12 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/sendonce/sendonce/internal/base/sendjob"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // NotifyChannel is the PostgreSQL channel on which the table's trigger
 // announces rows inserted without a River job (by plain SQL).
-const NotifyChannel = "sendonce_outbox"
+const NotifyChannel = store.NotifyChannel
 
 // Scheduler gives River jobs to intents that need one.
 type Scheduler struct {
@@ -82,11 +83,9 @@ const DefaultRestartGrace = 5 * time.Second
 // server's start nothing is rescued (see DefaultRestartGrace). It returns
 // how many it rescued.
 func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Duration) (int, error) {
-	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
-		WHERE o.state = 'sending' AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL AND o.job_id IS NOT NULL
-			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
-			AND NOT `+held("o.claimed_by")+`
-		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds())
+	return o.rescheduleAll(ctx, "rescue", sendjob.PriorityUrgent, func(tx pgx.Tx) ([]store.StrandedIntent, error) {
+		return store.SelectAbandonedIntents(ctx, tx, sweepBatch, restartGrace)
+	})
 }
 
 // RescueDrained is RescueAbandoned for drained intents (no River job of
@@ -98,16 +97,10 @@ func (o *Scheduler) RescueAbandoned(ctx context.Context, restartGrace time.Durat
 // One statement; within restartGrace of the database server's start
 // nothing is rescued. It returns how many it rescued.
 func RescueDrained(ctx context.Context, db DB, restartGrace time.Duration) (int, error) {
-	tag, err := db.Exec(ctx, `UPDATE sendonce_outbox o
-		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL,
-			tries = greatest(tries - 1, 0), updated_at = now()
-		WHERE o.state = 'sending' AND o.job_id IS NULL AND o.claimed_by IS NOT NULL AND o.batch_key IS NULL
-			AND now() - pg_postmaster_start_time() > $1::float8 * interval '1 second'
-			AND NOT `+held("o.claimed_by"), restartGrace.Seconds())
+	n, err := store.RescueDrained(ctx, db, restartGrace)
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: rescue drained intents: %w", err)
 	}
-	n := int(tag.RowsAffected())
 	if n > 0 {
 		// The drains of every queue hear of them, not only the
 		// sweeper's own.
@@ -122,7 +115,7 @@ func RescueDrained(ctx context.Context, db DB, restartGrace time.Duration) (int,
 // be due (the notification producers send): each looks again, and reads
 // its queue's next due time.
 func WakeDrains(ctx context.Context, db DB) error {
-	if _, err := db.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
+	if err := store.NotifyDrains(ctx, db); err != nil {
 		return fmt.Errorf("sendstate: notify the drains: %w", err)
 	}
 	return nil
@@ -138,15 +131,11 @@ func WakeDrains(ctx context.Context, db DB) error {
 // under owner's claim, so a release after a record that was made is a
 // no-op. It reports whether it released the row.
 func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, error) {
-	tag, err := db.Exec(ctx, `UPDATE sendonce_outbox o
-		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL,
-			tries = greatest(tries - 1, 0), updated_at = now()
-		WHERE o.idempotency_key = $1 AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL
-			AND o.claimed_by = $2`, key, owner)
+	released, err := store.ReleaseDrained(ctx, db, key, owner)
 	if err != nil {
 		return false, fmt.Errorf("sendstate: release drained intent %q: %w", key, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	return released, nil
 }
 
 // ReleaseOrphans gives back to pending, uncertain and due at once, its try
@@ -162,19 +151,11 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 // lives, which alone knows what it has in flight. minAge covers a claim
 // committed and not yet handed to a send. It returns how many it released.
 func ReleaseOrphans(ctx context.Context, db DB, owner int32, flying []string, minAge time.Duration) (int, error) {
-	if flying == nil {
-		flying = []string{}
-	}
-	tag, err := db.Exec(ctx, `UPDATE sendonce_outbox o
-		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL,
-			tries = greatest(tries - 1, 0), updated_at = now()
-		WHERE o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL AND o.claimed_by = $1
-			AND o.updated_at < now() - $3::float8 * interval '1 second'
-			AND o.idempotency_key <> ALL($2::text[])`, owner, flying, minAge.Seconds())
+	n, err := store.ReleaseOrphans(ctx, db, owner, flying, minAge)
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: release orphaned claims: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 // RescueStranded gives a new River job to every pending intent whose job a
@@ -188,14 +169,9 @@ func ReleaseOrphans(ctx context.Context, db DB, owner int32, flying []string, mi
 // runs again, is no longer the intent's job and does nothing. It returns
 // how many it rescued.
 func (o *Scheduler) RescueStranded(ctx context.Context, restartGrace time.Duration) (int, error) {
-	return o.rescheduleAll(ctx, "rescue stranded", sendjob.PriorityUrgent, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM river_job j
-		JOIN sendonce_outbox o ON o.idempotency_key = j.args->>'key' AND o.job_id = j.id
-		WHERE j.state = 'running' AND j.kind = '`+(sendjob.Args{}).Kind()+`'
-			AND o.state = 'pending' AND o.batch_key IS NULL
-			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
-			AND EXISTS (SELECT 1 FROM sendonce_worker w
-				WHERE w.river_client_id = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.ended_at IS NOT NULL)
-		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, restartGrace.Seconds())
+	return o.rescheduleAll(ctx, "rescue stranded", sendjob.PriorityUrgent, func(tx pgx.Tx) ([]store.StrandedIntent, error) {
+		return store.SelectStrandedIntents(ctx, tx, sweepBatch, restartGrace)
+	})
 }
 
 // Reconcile gives a new River job to every intent still to be sent
@@ -211,11 +187,9 @@ func (o *Scheduler) RescueStranded(ctx context.Context, restartGrace time.Durati
 // first once it reached the end. A window whose statement passes the
 // server's statement_timeout is read again in halves (down to
 // minReconcileWindow) for the rest of the call. The window is a row
-// comparison on (state, id), the partial index of unsettled intents' key:
-// with one state a constant of the statement, statistics taken while a run
-// was pending made the planner walk the primary key over every sent row of
-// history to find the pending ones (TestStatePlansSurviveStaleStatistics).
-// See reconcileWindowSQL for how each window's jobs are checked.
+// comparison on (state, id), the partial index of unsettled intents' key
+// (TestStatePlansSurviveStaleStatistics).
+// See store.ReconcileWindow for how each window's jobs are checked.
 func (o *Scheduler) Reconcile(ctx context.Context) (int, error) {
 	window := o.ReconcileWindow
 	if window <= 0 {
@@ -267,62 +241,29 @@ func (o *Scheduler) Reconciling() bool {
 // statements pass the server's statement_timeout.
 const minReconcileWindow = 50
 
-// jobEndedSQL says, of the job j found for an intent (by a LEFT JOIN),
-// that it is gone or finished: Reconcile's rule, in the window that finds
-// suspects and again under lock.
-const jobEndedSQL = `(j.state IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))`
-
-// reconcileWindowSQL reads a window of unsettled intents with a River job
-// of their own (the only ones Reconcile acts on; sendonce_outbox_jobbed_idx
-// holds them) after ($1, $2) in (state, id) order, at most $3, each with whether its job is gone or
-// finished without it: one pass through the window's index entries and a
-// lookup of each job by its id (LIMIT 1 in a LATERAL keeps the planner from
-// hashing all of river_job for every window: 49 ms a window against 300,000
-// jobs, where the lookups take a few). It locks nothing; the suspects are
-// checked again under lock. The window and the check used to be two
-// statements, the second finding the window's rows again by id: 21 ms and
-// 50 ms a window of 5,000 in the drain from a backlog of 1,000,000 (issue
-// 26), against 26–30 ms for this one, measured quiet.
-const reconcileWindowSQL = `WITH w AS MATERIALIZED (
-		SELECT state, id, job_id FROM sendonce_outbox
-		WHERE state IN ('pending', 'sending') AND job_id IS NOT NULL AND batch_key IS NULL
-			AND (state, id) > ($1, $2) ORDER BY state, id LIMIT $3)
-	SELECT w.state, w.id, w.job_id IS NOT NULL AND ` + jobEndedSQL + `
-	FROM w LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = w.job_id LIMIT 1) j ON true`
-
 // reconcileWindow reads up to size unsettled intents after cur and gives a
 // new job to those whose job is gone or finished without them. It returns
 // how many it rescheduled, how many it read and the last one read.
 func (o *Scheduler) reconcileWindow(ctx context.Context, cur reconcileCursor, size int) (n, seen int, last reconcileCursor, err error) {
 	var suspects []int64
-	rows, err := o.Pool.Query(ctx, reconcileWindowSQL, cur.state, cur.after, size)
-	if err == nil {
-		var state string
-		var id int64
-		var suspect bool
-		_, err = pgx.ForEachRow(rows, []any{&state, &id, &suspect}, func() error {
-			seen++
-			if state > last.state || state == last.state && id > last.after {
-				last = reconcileCursor{state, id}
-			}
-			if suspect {
-				suspects = append(suspects, id)
-			}
-			return nil
-		})
-	}
+	err = store.ReconcileWindow(ctx, o.Pool, cur.state, cur.after, size, func(state string, id int64, suspect bool) {
+		seen++
+		if state > last.state || state == last.state && id > last.after {
+			last = reconcileCursor{state, id}
+		}
+		if suspect {
+			suspects = append(suspects, id)
+		}
+	})
 	if err != nil {
 		return 0, 0, last, fmt.Errorf("sendstate: reconcile: %w", err)
 	}
 	if len(suspects) == 0 {
 		return 0, seen, last, nil
 	}
-	n, err = o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, `SELECT o.id, o.idempotency_key, o.kind, o.send_at, coalesce(o.run_key, '') FROM sendonce_outbox o
-		LEFT JOIN LATERAL (SELECT j.state FROM river_job j WHERE j.id = o.job_id LIMIT 1) j ON true
-		WHERE o.id = ANY($2) AND o.state IN ('pending', 'sending') AND o.job_id IS NOT NULL AND o.batch_key IS NULL
-			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = o.run_key AND r.state = 'paused'))
-			AND `+jobEndedSQL+`
-		ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, suspects)
+	n, err = o.rescheduleAll(ctx, "reconcile", sendjob.PriorityNormal, func(tx pgx.Tx) ([]store.StrandedIntent, error) {
+		return store.SelectReconcileIntents(ctx, tx, sweepBatch, suspects)
+	})
 	return n, seen, last, err
 }
 
@@ -338,11 +279,9 @@ func timedOut(ctx context.Context, err error) bool {
 // batch left sending by a worker instance that is gone gets a new batch job
 // at once, which sends the same body under the same key.
 func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace time.Duration) (int, error) {
-	return o.rescheduleBatches(ctx, "rescue batches", sendjob.PriorityUrgent, `SELECT b.id, b.idempotency_key, b.queue, coalesce(b.run_key, '') FROM sendonce_batch b
-		WHERE b.state = 'sending' AND b.claimed_by IS NOT NULL
-			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
-			AND NOT `+held("b.claimed_by")+`
-		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds())
+	return o.rescheduleBatches(ctx, "rescue batches", sendjob.PriorityUrgent, func(tx pgx.Tx) ([]store.StrandedBatch, error) {
+		return store.SelectAbandonedBatches(ctx, tx, sweepBatch, restartGrace)
+	})
 }
 
 // RescueStrandedBatches is RescueStranded for coalesced batches: a pending
@@ -357,14 +296,9 @@ func (o *Scheduler) RescueAbandonedBatches(ctx context.Context, restartGrace tim
 // batch's job and claims nothing (ClaimBatch matches the job). It returns
 // how many batches it rescued.
 func (o *Scheduler) RescueStrandedBatches(ctx context.Context, restartGrace time.Duration) (int, error) {
-	return o.rescheduleBatches(ctx, "rescue stranded batches", sendjob.PriorityUrgent, `SELECT b.id, b.idempotency_key, b.queue, coalesce(b.run_key, '') FROM river_job j
-		JOIN sendonce_batch b ON b.idempotency_key = j.args->>'key' AND b.job_id = j.id
-		WHERE j.state = 'running' AND j.kind = '`+(sendjob.BatchArgs{}).Kind()+`'
-			AND b.state = 'pending'
-			AND now() - pg_postmaster_start_time() > $2::float8 * interval '1 second'
-			AND EXISTS (SELECT 1 FROM sendonce_worker w
-				WHERE w.river_client_id = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.ended_at IS NOT NULL)
-		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`, restartGrace.Seconds())
+	return o.rescheduleBatches(ctx, "rescue stranded batches", sendjob.PriorityUrgent, func(tx pgx.Tx) ([]store.StrandedBatch, error) {
+		return store.SelectStrandedBatches(ctx, tx, sweepBatch, restartGrace)
+	})
 }
 
 // ReconcileBatches is Reconcile for coalesced batches: an unsettled batch
@@ -372,32 +306,38 @@ func (o *Scheduler) RescueStrandedBatches(ctx context.Context, restartGrace time
 // members are never given jobs of their own: a frozen batch's members go
 // out in it, under its key, or not at all.
 func (o *Scheduler) ReconcileBatches(ctx context.Context) (int, error) {
-	return o.rescheduleBatches(ctx, "reconcile batches", sendjob.PriorityNormal, `SELECT b.id, b.idempotency_key, b.queue, coalesce(b.run_key, '') FROM sendonce_batch b
-		LEFT JOIN river_job j ON j.id = b.job_id
-		WHERE b.state IN ('pending', 'sending')
-			AND (b.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run r WHERE r.key = b.run_key AND r.state = 'paused'))
-			AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
-		ORDER BY b.id LIMIT $1 FOR UPDATE OF b SKIP LOCKED`)
+	return o.rescheduleBatches(ctx, "reconcile batches", sendjob.PriorityNormal, func(tx pgx.Tx) ([]store.StrandedBatch, error) {
+		return store.SelectReconcileBatches(ctx, tx, sweepBatch)
+	})
 }
 
-func (o *Scheduler) rescheduleBatches(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
+// rescheduleBatches gives a new batch job, in one transaction, to each of
+// the batches (at most sweepBatch) that selectBatches locks, and names it
+// on the batch and its unsettled members. The owner is forgotten with the
+// old job, as reschedule forgets it.
+func (o *Scheduler) rescheduleBatches(ctx context.Context, op string, priority int, selectBatches func(pgx.Tx) ([]store.StrandedBatch, error)) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
-		var err error
-		n, err = sendjob.Give(ctx, tx, o.River, query, append([]any{sweepBatch}, args...), func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
-			var id int64
-			var key, queue, run string
-			err := rows.Scan(&id, &key, &queue, &run)
-			return id, river.InsertManyParams{Args: sendjob.BatchArgs{Key: key, RunKey: run},
-				InsertOpts: sendjob.InsertOpts(queue, time.Time{}, runPriority(priority, run))}, err
-		}, `WITH b AS (
-				UPDATE sendonce_batch b SET job_id = u.job_id, claimed_by = NULL, updated_at = now()
-				FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE b.id = u.id
-				RETURNING b.idempotency_key, b.member_keys, b.job_id)
-			UPDATE sendonce_outbox o SET job_id = b.job_id, claimed_by = NULL, updated_at = now()
-			FROM b WHERE o.idempotency_key = ANY(b.member_keys) AND o.batch_key = b.idempotency_key
-				AND o.state IN ('pending', 'sending')`)
-		return err
+		batches, err := selectBatches(tx)
+		if err != nil || len(batches) == 0 {
+			return err
+		}
+		ids := make([]int64, len(batches))
+		params := make([]river.InsertManyParams, len(batches))
+		for i, b := range batches {
+			ids[i] = b.ID
+			params[i] = river.InsertManyParams{Args: sendjob.BatchArgs{Key: b.Key, RunKey: b.RunKey},
+				InsertOpts: sendjob.InsertOpts(b.Queue, time.Time{}, runPriority(priority, b.RunKey))}
+		}
+		jobIDs, err := o.insertJobs(ctx, tx, params)
+		if err != nil {
+			return err
+		}
+		if err := store.SetBatchJobs(ctx, tx, ids, jobIDs); err != nil {
+			return err
+		}
+		n = len(ids)
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: %s: %w", op, err)
@@ -414,10 +354,12 @@ func runPriority(priority int, run string) int {
 	return priority
 }
 
-func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
+// rescheduleAll is reschedule until a round gives fewer than sweepBatch
+// intents jobs.
+func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, selectIntents func(pgx.Tx) ([]store.StrandedIntent, error)) (int, error) {
 	total := 0
 	for {
-		n, err := o.reschedule(ctx, op, priority, query, append([]any{sweepBatch}, args...)...)
+		n, err := o.reschedule(ctx, op, priority, selectIntents)
 		total += n
 		if err != nil || n < sweepBatch {
 			return total, err
@@ -425,31 +367,54 @@ func (o *Scheduler) rescheduleAll(ctx context.Context, op string, priority int, 
 	}
 }
 
-// reschedule selects intents (id, key, kind, send_at, run key) with query,
-// locked, and gives each a new River job in the same transaction. The
-// owner is forgotten with the old job: the intent is rescued once, and its
-// new job's claim names the next owner.
-func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, query string, args ...any) (int, error) {
+// reschedule gives a new River job, in one transaction, to each of the
+// intents (at most sweepBatch) that selectIntents locks, and names it on
+// the intent. The owner is forgotten with the old job: the intent is
+// rescued once, and its new job's claim names the next owner.
+func (o *Scheduler) reschedule(ctx context.Context, op string, priority int, selectIntents func(pgx.Tx) ([]store.StrandedIntent, error)) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error {
-		var err error
-		n, err = sendjob.Give(ctx, tx, o.River, query, args, func(rows pgx.Rows) (int64, river.InsertManyParams, error) {
-			var id int64
-			var key, kind, run string
-			var sendAt *time.Time
-			err := rows.Scan(&id, &key, &kind, &sendAt, &run)
+		intents, err := selectIntents(tx)
+		if err != nil || len(intents) == 0 {
+			return err
+		}
+		ids := make([]int64, len(intents))
+		params := make([]river.InsertManyParams, len(intents))
+		for i, in := range intents {
 			var at time.Time
-			if sendAt != nil {
-				at = *sendAt
+			if in.SendAt != nil {
+				at = *in.SendAt
 			}
-			return id, river.InsertManyParams{Args: sendjob.Args{Key: key, IntentKind: kind, RunKey: run},
-				InsertOpts: sendjob.InsertOpts(o.Queue, at, runPriority(priority, run))}, err
-		}, `UPDATE sendonce_outbox o SET job_id = u.job_id, claimed_by = NULL, updated_at = now()
-			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, job_id) WHERE o.id = u.id`)
-		return err
+			ids[i] = in.ID
+			params[i] = river.InsertManyParams{Args: sendjob.Args{Key: in.Key, IntentKind: in.Kind, RunKey: in.RunKey},
+				InsertOpts: sendjob.InsertOpts(o.Queue, at, runPriority(priority, in.RunKey))}
+		}
+		jobIDs, err := o.insertJobs(ctx, tx, params)
+		if err != nil {
+			return err
+		}
+		if err := store.SetIntentJobs(ctx, tx, ids, jobIDs); err != nil {
+			return err
+		}
+		n = len(ids)
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: %s: %w", op, err)
 	}
 	return n, nil
+}
+
+// insertJobs inserts the River jobs params in tx and returns their ids, in
+// order.
+func (o *Scheduler) insertJobs(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]int64, error) {
+	jobs, err := o.River.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("insert river jobs: %w", err)
+	}
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.Job.ID
+	}
+	return ids, nil
 }

@@ -3,6 +3,8 @@ package sendstate
 import (
 	"context"
 	"fmt"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // CompactTally folds the deltas that the outbox's triggers append to its
@@ -12,8 +14,8 @@ import (
 // whatever the outbox's size or rate. Any number of callers may compact at
 // once; a fold never blocks a writer.
 func CompactTally(ctx context.Context, db DB) (int, error) {
-	var n int
-	if err := db.QueryRow(ctx, `SELECT sendonce_tally_compact()`).Scan(&n); err != nil {
+	n, err := store.CompactTally(ctx, db)
+	if err != nil {
 		return 0, fmt.Errorf("sendstate: compact tally: %w", err)
 	}
 	return n, nil

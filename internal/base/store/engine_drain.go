@@ -1,0 +1,129 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// The drain's statements (internal/engine/sendstate's ClaimDue, AnyDue and
+// NextDue): the claim of due intents without a River job of their own, and
+// the looks that tell a drain whether, or when, there is one.
+
+// dueSQL is when a job-less pending intent of the outbox row aliased o is
+// due: its next attempt's time (a drained retry), its send_at, or its
+// creation. It is the second column of sendonce_outbox_due_idx (migration
+// 00024), written the same way so that the index serves the claim's order.
+const dueSQL = `coalesce(o.next_attempt_at, o.send_at, o.created_at)`
+
+// unheldSQL is the SQL condition that the due outbox row aliased o is not
+// held for coalescing, hold being a float8 seconds expression (zero:
+// coalescing is off). A never-attempted email intent in no batch is held
+// until hold has passed since it came due: the coalescer
+// (sendstate.Batcher.FreezeDue) may gather it into a batch until then. Any
+// other intent (another kind, a retry, an intent released by a split) is
+// not held.
+func unheldSQL(hold string) string {
+	return `(` + hold + ` <= 0 OR o.kind <> 'email' OR o.attempts > 0 OR o.batch_key IS NOT NULL
+		OR ` + dueSQL + ` + ` + hold + ` * interval '1 second' <= now())`
+}
+
+// claimDueSQL is ClaimDueIntents' statement.
+var claimDueSQL = `WITH due AS (
+			SELECT o.id AS due_id FROM sendonce_outbox o
+			WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $5
+				AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+				AND ($3::int4 IS NULL OR ` + held("$3::int4") + `)
+				AND ` + unheldSQL("$6::float8") + `
+			ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + `, o.id
+			LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
+		UPDATE sendonce_outbox o
+		SET ` + claimSet("o", "o.state") + `,
+			suppressed_recipients = CASE
+				WHEN o.first_attempt_at IS NOT NULL THEN o.suppressed_recipients
+				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
+					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
+					THEN ` + suppressedSQL + ` END,
+			next_attempt_at = NULL, tries = o.tries + 1, updated_at = now()
+		FROM due WHERE o.id = due.due_id
+		RETURNING ` + claimColumns + `, o.rate_limited, coalesce(o.run_key, ''), o.tries,
+			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8`
+
+// ClaimDueIntents claims up to n due intents of queue without a River job
+// of their own in one statement: intents without a run before those of
+// runs, each in due order, skipping intents of paused runs, rows other
+// drains have locked (SKIP LOCKED), and, when hold is positive, the email
+// intents the coalescer may batch until hold has passed since they came
+// due (unheldSQL). Each claimed row is set as ClaimIntents sets it (under
+// owner's lease, 0: none, which must be held), its next attempt's time
+// cleared and one more try counted. The rows are read to the end, and
+// closed, before it returns: with a pool, the statement's transaction has
+// committed by then.
+func ClaimDueIntents(ctx context.Context, db DB, n int, queue string, owner int32, fingerprint string, window, hold time.Duration) ([]ClaimedIntent, error) {
+	rows, err := db.Query(ctx, claimDueSQL, n, window.Seconds(), engineOwner(owner), fingerprint, queue, hold.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	var out []ClaimedIntent
+	for rows.Next() {
+		var c ClaimedIntent
+		var left float64
+		if err := scanClaimed(rows, &c.Intent, &c.RateLimited, &c.RunKey, &c.Tries, &left); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		c.WindowLeft = engineSeconds(left)
+		out = append(out, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// anyDueSQL is AnyDueIntent's statement: one probe of the due index.
+var anyDueSQL = `SELECT EXISTS (SELECT 1 FROM sendonce_outbox o
+		WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $1
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+			AND ` + unheldSQL("$2::float8") + `)`
+
+// AnyDueIntent reports whether ClaimDueIntents would find a due intent of
+// queue now, with hold, without claiming or locking anything.
+func AnyDueIntent(ctx context.Context, db DB, queue string, hold time.Duration) (bool, error) {
+	var due bool
+	err := db.QueryRow(ctx, anyDueSQL, queue, hold.Seconds()).Scan(&due)
+	return due, err
+}
+
+// nextDueSQL is NextDueIntent's statement: AnyDueIntent's probe, and the
+// first entry past now of each half of the due index (outside runs, and of
+// runs).
+var nextDueSQL = `SELECT EXISTS (SELECT 1 FROM sendonce_outbox o
+		WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $1
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+			AND ` + unheldSQL("$2::float8") + `),
+		(SELECT extract(epoch FROM min(n.at) - now())::float8 FROM (
+			(SELECT ` + dueSQL + ` AS at FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = false AND ` + dueSQL + ` > now() AND o.queue = $1
+				ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + ` LIMIT 1)
+			UNION ALL
+			(SELECT ` + dueSQL + ` AS at FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = true AND ` + dueSQL + ` > now() AND o.queue = $1
+					AND NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused')
+				ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + ` LIMIT 1)) n)`
+
+// NextDueIntent is AnyDueIntent, and when none is due, how long until the
+// first pending intent of queue without a River job comes due (nil: none
+// is pending with a due time ahead); an intent of a paused run does not
+// count. One statement.
+func NextDueIntent(ctx context.Context, db DB, queue string, hold time.Duration) (due bool, next *time.Duration, err error) {
+	var in *float64
+	if err := db.QueryRow(ctx, nextDueSQL, queue, hold.Seconds()).Scan(&due, &in); err != nil {
+		return false, nil, err
+	}
+	if in != nil {
+		d := engineSeconds(*in)
+		next = &d
+	}
+	return due, next, nil
+}

@@ -1,0 +1,69 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// The coalescer of the drain's intents (internal/engine/sendstate's
+// Batcher.FreezeDue): the read of the intents it may gather, and the lock
+// its freezes of one group take turns on. Each batch is frozen with
+// SelectFreezeMembers and InsertBatch (engine_batch.go).
+
+// DueCandidate is an intent FreezeDue may gather: its key, its run (""
+// for none), and how long until its coalesce wait has passed (zero or
+// less: it has).
+type DueCandidate struct {
+	Key    string
+	RunKey string
+	Left   time.Duration
+}
+
+// dueForBatchSQL is SelectDueForBatch's statement.
+var dueForBatchSQL = `SELECT o.idempotency_key, coalesce(o.run_key, ''),
+			extract(epoch FROM ` + dueSQL + ` + $3::float8 * interval '1 second' - now())::float8
+		FROM sendonce_outbox o
+		WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $1
+			AND o.kind = 'email' AND o.attempts = 0 AND o.batch_key IS NULL AND (o.topic IS NULL OR $4)
+			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+		ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + `, o.id
+		LIMIT $2`
+
+// SelectDueForBatch reads, in ClaimDueIntents' order, up to limit intents
+// ClaimDueIntents would claim (pending, without a River job, due, of
+// queue, not of a paused run) that may join a batch (email, never
+// attempted, in no batch, with a topic only when topics), each with how
+// long until wait has passed since it came due. It locks nothing.
+func SelectDueForBatch(ctx context.Context, db DB, queue string, limit int, wait time.Duration, topics bool) ([]DueCandidate, error) {
+	rows, err := db.Query(ctx, dueForBatchSQL, queue, limit, wait.Seconds(), topics)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DueCandidate
+	for rows.Next() {
+		var c DueCandidate
+		var left float64
+		if err := rows.Scan(&c.Key, &c.RunKey, &left); err != nil {
+			return nil, err
+		}
+		c.Left = engineSeconds(left)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// lockFreezeGroupSQL is LockFreezeGroup's statement.
+const lockFreezeGroupSQL = `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text || '/' || $3::text))`
+
+// LockFreezeGroup takes, for the rest of the transaction, the advisory
+// lock (class, a hash of queue and run) on which the freezes of one group
+// take turns across the fleet (pg_advisory_xact_lock: it waits).
+func LockFreezeGroup(ctx context.Context, db DB, class int32, queue, run string) error {
+	_, err := db.Exec(ctx, lockFreezeGroupSQL,
+		class, queue, run)
+	return err
+}

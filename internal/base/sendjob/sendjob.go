@@ -76,8 +76,9 @@ func PriorityFor(run string) int {
 // job makes the id of each row and its job from the row scanned; update
 // then runs with the rows' ids ($1) and their new jobs' ids ($2), in
 // order, to name the jobs on the rows. It returns how many rows it gave
-// jobs to. The sweeper's rescue and reconcile and the outbox's run
-// operations give jobs this way.
+// jobs to. The run operations (store.GiveRunBatchJobs) and the test kit
+// give jobs this way; the sweeper's rescue and reconcile do the same steps
+// with store's select and set statements.
 func Give(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], query string, args []any,
 	job func(pgx.Rows) (int64, river.InsertManyParams, error), update string) (int, error) {
 	rows, err := tx.Query(ctx, query, args...)

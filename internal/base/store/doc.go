@@ -4,7 +4,7 @@
 // runs it; package outbox, package webhook, the worker's engine
 // (internal/engine/sendstate), package worker and the operator surfaces
 // call those functions and hold no SQL of their own on these tables.
-// TestOneOwner (internal/checks/oneowner) holds it once every statement has moved in.
+// TestOneOwner (internal/checks/oneowner) holds it.
 //
 // The functions take a DB (a pool, a connection or a transaction: the
 // caller decides the transaction) and return plain rows (Intent); the

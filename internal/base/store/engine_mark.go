@@ -10,19 +10,34 @@ import (
 // (MarkIntentFailed, MarkIntentPending, MarkIntentSuppressed). A batch's are
 // in engine_batch.go.
 
-// Outcome is what an attempt that did not succeed leaves on its row: the
-// fields of sendstate.Outcome, which says what each means.
+// Outcome is what an attempt that did not succeed leaves on its row.
 type Outcome struct {
-	Key         string
-	JobID       int64
-	Reason      string
-	Uncertain   bool
-	Snoozed     bool
-	Owner       int32
-	RetryIn     time.Duration
+	Key   string
+	JobID int64
+	// Reason becomes last_error.
+	Reason string
+	// Uncertain says the attempt may have reached the API.
+	Uncertain bool
+	// Snoozed counts one more rate-limit snooze.
+	Snoozed bool
+	// Owner is the lease epoch the attempt was claimed under, or 0: with
+	// one, the outcome is recorded only while the claim is the owner's and
+	// its lease is held (see sendstate.MarkSentMany).
+	Owner int32
+	// RetryIn is, for a drained intent (no River job of its own), when
+	// sendstate.MarkPending makes it due again; a River job keeps its own time.
+	RetryIn time.Duration
+	// RateLimited is what sendstate.MarkPending records as the intent's 429s in a
+	// row, or KeepRateLimited to leave the count as it is.
 	RateLimited int
-	GiveBack    bool
-	Attempt     int
+	// GiveBack, for a drained intent, gives the attempt's try back
+	// (sendstate.DrainClaim.Tries): a snooze, or a send cut off by a stop, is no
+	// try, as River gives a snoozed job its attempt back.
+	GiveBack bool
+	// Attempt is, for a batch, the batch's attempt count at the claim
+	// (sendstate.Batch.Attempts), or 0: with one, the outcome is recorded only while
+	// no later claim of the batch was made (see sendstate.ErrSuperseded).
+	Attempt int
 }
 
 // SentMark is an answer MarkIntentsSent recorded: the intent's key, and

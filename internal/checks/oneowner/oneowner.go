@@ -36,7 +36,7 @@ var Exempt = []string{
 }
 
 var (
-	table   = regexp.MustCompile(`\b(sendonce|river)_[a-z_]+`)
+	table = regexp.MustCompile(`\b(sendonce|river)_[a-z_]+`)
 	// keyword is an SQL keyword as sendonce writes them, in capitals (so
 	// that "with" in a sentence is not one), or pg_notify.
 	keyword = regexp.MustCompile(`\b(SELECT|INSERT|UPDATE|DELETE|WITH|LISTEN|NOTIFY|COPY|TRUNCATE|LOCK|RETURNING)\b|\bpg_notify\(`)

@@ -500,7 +500,7 @@ func MarkBatchFailed(ctx context.Context, db DB, o Outcome) error {
 }
 
 func markBatch(ctx context.Context, db DB, state string, o Outcome) error {
-	err := store.MarkBatch(ctx, db, state, o.row())
+	err := store.MarkBatch(ctx, db, state, o)
 	if err != nil {
 		return fmt.Errorf("sendstate: mark batch %s %q: %w", state, o.Key, err)
 	}

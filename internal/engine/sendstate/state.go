@@ -236,58 +236,26 @@ func MarkSent(ctx context.Context, db DB, s Sent) (overrode bool, err error) {
 	return len(keys) > 0, err
 }
 
-// Outcome is what an attempt that did not succeed leaves on the row.
-type Outcome struct {
-	Key   string
-	JobID int64
-	// Reason becomes last_error.
-	Reason string
-	// Uncertain says the attempt may have reached the API.
-	Uncertain bool
-	// Snoozed counts one more rate-limit snooze.
-	Snoozed bool
-	// Owner is the lease epoch the attempt was claimed under, or 0: with
-	// one, the outcome is recorded only while the claim is the owner's and
-	// its lease is held (see MarkSentMany).
-	Owner int32
-	// RetryIn is, for a drained intent (no River job of its own), when
-	// MarkPending makes it due again; a River job keeps its own time.
-	RetryIn time.Duration
-	// RateLimited is what MarkPending records as the intent's 429s in a
-	// row, or KeepRateLimited to leave the count as it is.
-	RateLimited int
-	// GiveBack, for a drained intent, gives the attempt's try back
-	// (DrainClaim.Tries): a snooze, or a send cut off by a stop, is no
-	// try, as River gives a snoozed job its attempt back.
-	GiveBack bool
-	// Attempt is, for a batch, the batch's attempt count at the claim
-	// (Batch.Attempts), or 0: with one, the outcome is recorded only while
-	// no later claim of the batch was made (see ErrSuperseded).
-	Attempt int
-}
+// Outcome is what an attempt that did not succeed leaves on the row (see
+// store.Outcome for its fields).
+type Outcome = store.Outcome
 
 // MarkFailed parks an intent as failed with the reason. Only the intent's
 // own job may, and with an owner only under its lease (see MarkSentMany).
 func MarkFailed(ctx context.Context, db DB, o Outcome) error {
-	return mark(store.MarkIntentFailed(ctx, db, o.row()), "mark failed", o)
+	return mark(store.MarkIntentFailed(ctx, db, o), "mark failed", o)
 }
 
 // MarkPending puts an intent back to pending after an attempt that will be
 // tried again, with what went wrong. Only the intent's own job may, and
 // with an owner only under its lease (see MarkSentMany).
 func MarkPending(ctx context.Context, db DB, o Outcome) error {
-	return mark(store.MarkIntentPending(ctx, db, o.row()), "mark pending", o)
+	return mark(store.MarkIntentPending(ctx, db, o), "mark pending", o)
 }
 
 // KeepRateLimited, as Outcome.RateLimited, leaves an intent's count of
 // 429s in a row as it is.
 const KeepRateLimited = -1
-
-// row is the outcome as package store takes it.
-func (o Outcome) row() store.Outcome {
-	return store.Outcome{Key: o.Key, JobID: o.JobID, Reason: o.Reason, Uncertain: o.Uncertain, Snoozed: o.Snoozed,
-		Owner: o.Owner, RetryIn: o.RetryIn, RateLimited: o.RateLimited, GiveBack: o.GiveBack, Attempt: o.Attempt}
-}
 
 // mark wraps the error of the mark op of o's intent.
 func mark(err error, op string, o Outcome) error {
@@ -305,5 +273,5 @@ func mark(err error, op string, o Outcome) error {
 // the recipients up again. Only the intent's own job may, and
 // with an owner only under its lease (see MarkSentMany).
 func MarkSuppressed(ctx context.Context, db DB, o Outcome) error {
-	return mark(store.MarkIntentSuppressed(ctx, db, o.row()), "mark suppressed", o)
+	return mark(store.MarkIntentSuppressed(ctx, db, o), "mark suppressed", o)
 }

@@ -2,7 +2,9 @@
 // Its folders are the layers, from the bottom up; production code imports
 // only downwards (TestLayers holds it):
 //
-//	base/     under outbox and worker: the River job kinds (sendjob), the
+//	base/     under outbox and worker: every statement on sendonce's and
+//	          River's tables, each beside its Go function (store: the one
+//	          owner of the intent's row, held by checks/oneowner), the River job kinds (sendjob), the
 //	          rate budget (budget), the address rules (suppress), cron specs
 //	          (cronspec), the pending-migration
 //	          error (schemaerr), the unsubscribe tokens (unsub), plans for
@@ -10,7 +12,8 @@
 //	          sendonce's but migrations and each other.
 //	          (above them: the public client, outbox, webhook, migrations)
 //	engine/   the worker's state machine (sendstate): claim an intent, record
-//	          what the API answered, rescue what a crashed worker left. Used
+//	          what the API answered, rescue what a crashed worker left, by
+//	          store's statements. Used
 //	          by package worker and the operator surfaces.
 //	          (above it: the public worker)
 //	ops/      the operator surfaces of cmd/sendonce: the HTTP server
@@ -27,7 +30,8 @@
 //	          assertions (outboxtest), a goroutine-safe buffer (syncbuf),
 //	          the address forms' table (addrforms), the poison intents of
 //	          the bench and the integration test (poison).
-//	checks/   tests of the repository itself: the README's quick start runs,
+//	checks/   tests of the repository itself: no SQL on sendonce's tables
+//	          outside base/store (oneowner); the README's quick start runs,
 //	          the docs' Go snippets compile, and a user's module gets none of
 //	          the command's dependencies (readme); every relative link of the
 //	          Markdown leads somewhere (links).

@@ -21,11 +21,13 @@ type CPU struct {
 	// backends that ended meanwhile included.
 	DB time.Duration
 
-	// backends are the ticks of each backend of the database (and of its
-	// parallel workers) at the reading, by pid; reaped are the server's
-	// ended processes' ticks, as the postmaster counts them (cutime and
-	// cstime: a child's times are added to its parent's when it is
-	// reaped).
+	// backends are the nanoseconds on a CPU of each backend of the
+	// database (and of its parallel workers) at the reading, by pid
+	// (/proc/PID/schedstat); reaped are the server's ended processes'
+	// nanoseconds, as the postmaster counts them (cutime and cstime, in
+	// ticks of 10 ms: a child's times are added to its parent's when it is
+	// reaped). Whole ticks made a second of an idle worker's database
+	// time 0, 10 or 20 ms over a 20 s window.
 	backends map[int]int64
 	reaped   int64
 }
@@ -46,17 +48,17 @@ func (c CPU) Sub(earlier CPU) CPU {
 	if c.backends == nil || earlier.backends == nil {
 		return d
 	}
-	var ticks int64
+	var ns int64
 	for pid, t := range c.backends {
-		ticks += t - earlier.backends[pid]
+		ns += t - earlier.backends[pid]
 	}
 	for pid, t := range earlier.backends {
 		if _, live := c.backends[pid]; !live {
-			ticks -= t
+			ns -= t
 		}
 	}
-	ticks += c.reaped - earlier.reaped
-	d.DB = time.Duration(ticks) * time.Second / clockTicks
+	ns += c.reaped - earlier.reaped
+	d.DB = time.Duration(ns)
 	return d
 }
 
@@ -70,11 +72,11 @@ func (e *Env) ReadCPU() CPU {
 	}
 	if e.db != nil {
 		c.backends, c.reaped = backendsCPU(e.db.Name)
-		var ticks int64
+		var ns int64
 		for _, t := range c.backends {
-			ticks += t
+			ns += t
 		}
-		c.DB = time.Duration(ticks) * time.Second / clockTicks
+		c.DB = time.Duration(ns)
 	}
 	return c
 }
@@ -114,9 +116,11 @@ func readStat(path string) (procStat, bool) {
 	return s, true
 }
 
-// backendsCPU reads the ticks of the PostgreSQL processes working for db
-// (see serves), by pid, and the ticks of the server's reaped children (its
-// postmaster, the backends' parent: cutime + cstime).
+// backendsCPU reads the nanoseconds on a CPU of the PostgreSQL processes
+// working for db (see serves), by pid (/proc/PID/schedstat, or the ticks
+// of /proc/PID/stat where it is missing), and the nanoseconds of the
+// server's reaped children (its postmaster, the backends' parent: cutime +
+// cstime, whole ticks).
 func backendsCPU(db string) (map[int]int64, int64) {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	backends := map[int]int64{}
@@ -147,7 +151,7 @@ func backendsCPU(db string) (map[int]int64, int64) {
 			leaders[pid] = true
 			postmaster = st.ppid
 		}
-		backends[pid] = st.utime + st.stime
+		backends[pid] = onCPU(dir, st)
 	}
 	for pid, leader := range parallel {
 		if !leaders[leader] {
@@ -157,10 +161,24 @@ func backendsCPU(db string) (map[int]int64, int64) {
 	var reaped int64
 	if postmaster > 0 {
 		if st, ok := readStat(filepath.Join("/proc", strconv.Itoa(postmaster), "stat")); ok {
-			reaped = st.cutime + st.cstime
+			reaped = (st.cutime + st.cstime) * int64(time.Second/clockTicks)
 		}
 	}
 	return backends, reaped
+}
+
+// onCPU is the nanoseconds on a CPU of the process whose /proc folder is
+// dir: the first field of its schedstat, or, where the kernel keeps none,
+// its stat's user and system ticks.
+func onCPU(dir string, st procStat) int64 {
+	if b, err := os.ReadFile(filepath.Join(dir, "schedstat")); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				return ns
+			}
+		}
+	}
+	return (st.utime + st.stime) * int64(time.Second/clockTicks)
 }
 
 // serves says whether the process of a title works for db, and for a

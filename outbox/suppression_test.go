@@ -62,3 +62,28 @@ func TestSuppressionList(t *testing.T) {
 		t.Error("the table took an address not in normal form")
 	}
 }
+
+// Unsubscriptions of every topic (Topic empty) lists them in topic and
+// address order and pages with the documented "topic\x00address" cursor.
+// It used to send the cursor and a chr(0) to PostgreSQL, whose text holds
+// no NUL: every call failed with SQLSTATE 54000 once any address was
+// unsubscribed.
+func TestUnsubscriptionsOfEveryTopicPage(t *testing.T) {
+	t.Parallel()
+	_, ob := outboxtest.New(t)
+	ctx := context.Background()
+	for _, u := range [][2]string{{"bo@example.com", "news"}, {"ada@example.com", "news"}, {"ada@example.com", "digest"}} {
+		if _, err := ob.Unsubscribe(ctx, u[0], u[1], "test"); err != nil {
+			t.Fatalf("unsubscribe %v: %v", u, err)
+		}
+	}
+	first, err := ob.Unsubscriptions(ctx, &outbox.UnsubscriptionParams{Limit: 2})
+	if err != nil || len(first) != 2 || first[0].Topic != "digest" || first[1].Topic != "news" || first[1].Address != "ada@example.com" {
+		t.Fatalf("first page %+v, %v; want digest/ada, news/ada", first, err)
+	}
+	after := first[1].Topic + "\x00" + first[1].Address
+	rest, err := ob.Unsubscriptions(ctx, &outbox.UnsubscriptionParams{After: after})
+	if err != nil || len(rest) != 1 || rest[0].Topic != "news" || rest[0].Address != "bo@example.com" {
+		t.Fatalf("second page %+v, %v; want news/bo alone", rest, err)
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -110,9 +111,11 @@ type UnsubscribeRow struct {
 }
 
 // outboxUnsubscriptionsSQL pages the unsubscribes in topic and address
-// order.
+// order: of topic $1 after address $2, or, $1 empty, of every topic after
+// ($4, $2), compared as a row as ORDER BY sorts them. (PostgreSQL's text
+// holds no NUL, so the cursor's "topic\x00address" is split in Go.)
 const outboxUnsubscriptionsSQL = `SELECT address, topic, source, created_at FROM sendonce_unsubscribe
-		WHERE ($1 = '' OR topic = $1) AND CASE WHEN $1 = '' THEN topic || chr(0) || address ELSE address END > $2
+		WHERE ($1 = '' OR topic = $1) AND CASE WHEN $1 = '' THEN (topic, address) > ($4, $2) ELSE address > $2 END
 		ORDER BY topic, address LIMIT $3`
 
 // ListUnsubscriptions returns at most limit unsubscribes in topic and address
@@ -120,7 +123,11 @@ const outboxUnsubscriptionsSQL = `SELECT address, topic, source, created_at FROM
 // "topic\x00address" when topic is ""). The error is the database's,
 // unwrapped.
 func ListUnsubscriptions(ctx context.Context, db DB, topic, after string, limit int) ([]UnsubscribeRow, error) {
-	rows, err := db.Query(ctx, outboxUnsubscriptionsSQL, topic, after, limit)
+	afterTopic := ""
+	if topic == "" {
+		afterTopic, after, _ = strings.Cut(after, "\x00")
+	}
+	rows, err := db.Query(ctx, outboxUnsubscriptionsSQL, topic, after, limit, afterTopic)
 	if err != nil {
 		return nil, err
 	}

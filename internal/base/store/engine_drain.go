@@ -39,11 +39,7 @@ var claimDueSQL = `WITH due AS (
 			LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
 		UPDATE sendonce_outbox o
 		SET ` + claimSet("o", "o.state") + `,
-			suppressed_recipients = CASE
-				WHEN o.first_attempt_at IS NOT NULL THEN o.suppressed_recipients
-				WHEN (SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
-					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe)))
-					THEN ` + suppressedSQL + ` END,
+			` + claimSuppressedSet + `
 			next_attempt_at = NULL, tries = o.tries + 1, updated_at = now()
 		FROM due WHERE o.id = due.due_id
 		RETURNING ` + claimColumns + `, o.rate_limited, coalesce(o.run_key, ''), o.tries,

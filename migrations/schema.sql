@@ -1125,7 +1125,11 @@ CREATE TRIGGER sendonce_outbox_tally_insert AFTER INSERT ON public.sendonce_outb
 CREATE TRIGGER sendonce_outbox_tally_truncate AFTER TRUNCATE ON public.sendonce_outbox FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally_truncate();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_tally_update
-CREATE TRIGGER sendonce_outbox_tally_update AFTER UPDATE ON public.sendonce_outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally();
+CREATE TRIGGER sendonce_outbox_tally_update AFTER UPDATE ON public.sendonce_outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN (
+        CASE
+            WHEN (current_setting('sendonce.tallied'::text, true) = 'on'::text) THEN (set_config('sendonce.tallied'::text, ''::text, true) IS NULL)
+            ELSE true
+        END) EXECUTE FUNCTION public.sendonce_outbox_tally();
 
 -- TRIGGER sendonce_outbox sendonce_outbox_tombstone
 CREATE TRIGGER sendonce_outbox_tombstone BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_tombstone();

@@ -45,10 +45,13 @@ type batcher struct {
 	// flying are the drained intents claimed and handed out whose attempt
 	// has not ended: what the worker has in flight (see orphans).
 	flying flights
-	// claimFailedAt is when a claim of due intents last failed (unix
-	// nanoseconds; 0: never): its answer may have been lost after the
-	// database committed it, leaving orphans (see drain.releaseOrphans).
-	claimFailedAt atomic.Int64
+	// orphansAt is when orphans (see drain.releaseOrphans) last may have
+	// come to be (unix nanoseconds; 0: never): a claim of due intents
+	// failed, and its answer may have been lost after the database
+	// committed it; or the sweeper lost its connection, and a database
+	// crash may have lost marks it had acknowledged (a lone mark commits
+	// without waiting for the WAL flush).
+	orphansAt atomic.Int64
 }
 
 // flights is a set of the keys of drained intents in flight: added when
@@ -251,7 +254,10 @@ func (b *batcher) round(ctx context.Context, claims []claimRequest, sents []sent
 	case len(sent) == 0:
 		claimed, err = sendstate.ClaimMany(ctx, b.pool, reqs, opts)
 	case len(reqs) == 0:
-		overrode, notOwned, err = sendstate.MarkSentMany(ctx, b.pool, sent)
+		// The answers alone: their commit need not wait for the WAL
+		// flush (a crash that loses them leaves orphans, sent again under
+		// their keys; see sweeper.lost).
+		overrode, notOwned, err = sendstate.MarkSentManyAsyncCommit(ctx, b.pool, sent)
 	default:
 		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 			var err error
@@ -346,7 +352,7 @@ func (b *batcher) claimDues(ctx context.Context, dues []dueRequest) {
 // requests left over get none (nothing more is due), and all get err.
 func (b *batcher) handOut(dues []dueRequest, claimed []*sendstate.DrainClaim, err error) {
 	if err != nil {
-		b.claimFailedAt.Store(time.Now().UnixNano())
+		b.orphansAt.Store(time.Now().UnixNano())
 	}
 	if err == nil {
 		for _, c := range claimed {

@@ -314,15 +314,23 @@ func (d *drain) release(key string, owner int32) {
 // from its commit to its hand-out.
 const orphanAge = 10 * time.Second
 
-// claimFailedWithin reports whether a claim of the drain's failed within
-// the last d: the only way an orphan comes to be (see releaseOrphans).
-func (d *drain) claimFailedWithin(dur time.Duration) bool {
+// orphansWithin reports whether orphans may have come to be within the
+// last d (see batcher.orphansAt): the only ways one does.
+func (d *drain) orphansWithin(dur time.Duration) bool {
 	b := d.w.batch
 	if b == nil {
 		return false
 	}
-	at := b.claimFailedAt.Load()
+	at := b.orphansAt.Load()
 	return at != 0 && time.Since(time.Unix(0, at)) < dur
+}
+
+// connectionLost tells the drain the database may have crashed: marks it
+// acknowledged may be lost, and the orphans they leave are looked for.
+func (d *drain) connectionLost() {
+	if b := d.w.batch; b != nil {
+		b.orphansAt.Store(time.Now().UnixNano())
+	}
 }
 
 // releaseOrphans gives back the drained intents sending under this

@@ -116,8 +116,9 @@ const quietNetEvery = 30
 // of a new reconcile pass.
 const rescueNetEvery = 60
 
-// orphanLookFor is how long after a failed claim the worker looks for its
-// orphans at every sweep: past orphanAge, with room for a slow sweep.
+// orphanLookFor is how long after a failed claim, or a lost connection,
+// the worker looks for its orphans at every sweep: past orphanAge, with
+// room for a slow sweep.
 const orphanLookFor = 3 * orphanAge
 
 // reconcileEvery is how many sweeps pass between two calls of Reconcile:
@@ -143,6 +144,7 @@ func (s *sweeper) run(ctx context.Context) {
 			return
 		}
 		s.logger.Warn("sweeper: lost its connection, reconnecting", "error", err)
+		s.drain.connectionLost()
 		select {
 		case <-ctx.Done():
 		case <-time.After(s.interval):
@@ -287,9 +289,10 @@ func (s *sweeper) sweep(ctx context.Context, look bool) {
 	}
 	// Every worker, not only the fleet's sweeper: only this one knows
 	// what it has in flight. An orphan comes only of a claim whose answer
-	// was lost, so the look is made after a failed claim (for a while:
-	// the orphan must be orphanAge old), and every rescueNetEvery sweeps.
-	if s.drain.claimFailedWithin(orphanLookFor) || rare {
+	// was lost, or of a mark a database crash lost, so the look is made
+	// after a failed claim or a lost connection (for a while: the orphan
+	// must be orphanAge old), and every rescueNetEvery sweeps.
+	if s.drain.orphansWithin(orphanLookFor) || rare {
 		s.do(ctx, s.drain.releaseOrphans, "release orphans", "gave back drained intents this worker claimed "+
 			"but never took up (the claim's answer was lost with the connection); they are sent again with the same key")
 	}
@@ -404,6 +407,9 @@ func (s *sweeper) do(ctx context.Context, fn func(context.Context) (int, error),
 	if err != nil {
 		if ctx.Err() == nil {
 			s.logger.Warn("sweeper: "+op+" failed", "error", err)
+			// The database may be down, or back from a crash (polling,
+			// no lost LISTEN connection tells the sweeper so).
+			s.drain.connectionLost()
 		}
 		return false
 	}

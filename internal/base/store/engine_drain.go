@@ -28,7 +28,10 @@ func unheldSQL(hold string) string {
 		OR ` + dueSQL + ` + ` + hold + ` * interval '1 second' <= now())`
 }
 
-// claimDueSQL is ClaimDueIntents' statement.
+// claimDueSQL is ClaimDueIntents' statement. It moves pending rows to
+// sending, which the tallies count alike (migration 00028), so it appends
+// nothing to them and says so (selfTallied): the tally's statement trigger
+// stands aside.
 var claimDueSQL = `WITH due AS (
 			SELECT o.id AS due_id FROM sendonce_outbox o
 			WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $5
@@ -43,7 +46,7 @@ var claimDueSQL = `WITH due AS (
 			next_attempt_at = NULL, tries = o.tries + 1, updated_at = now()
 		FROM due WHERE o.id = due.due_id
 		RETURNING ` + claimColumns + `, o.rate_limited, coalesce(o.run_key, ''), o.tries,
-			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8`
+			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8, ` + selfTallied
 
 // claimDueOneSQL is claimDueSQL for a claim of one intent (a slot that
 // asks alone: the usual claim of a worker paced by a rate), LIMIT 1 in its
@@ -81,7 +84,8 @@ func ClaimDueIntents(ctx context.Context, db DB, n int, queue string, owner int3
 	for rows.Next() {
 		var c ClaimedIntent
 		var left float64
-		if err := scanClaimed(rows, &c.Intent, &c.RateLimited, &c.RunKey, &c.Tries, &left); err != nil {
+		var tallied string
+		if err := scanClaimed(rows, &c.Intent, &c.RateLimited, &c.RunKey, &c.Tries, &left, &tallied); err != nil {
 			rows.Close()
 			return nil, err
 		}

@@ -48,7 +48,9 @@ type SentMark struct {
 }
 
 // markSentSQL is MarkIntentsSent's statement, joined to the answers
-// (rows of (key, message_id, replayed, owner) from $1 to $4).
+// (rows of (key, message_id, replayed, owner) from $1 to $4); with
+// asyncCommit, its transaction commits without waiting for the WAL flush
+// (see MarkIntentsSent).
 //
 // Like claimSQL it is one UPDATE joined to the answers, in key order, with
 // its state check written so that no index can serve it. The form it
@@ -64,8 +66,19 @@ type SentMark struct {
 // PostgreSQL 15's UPDATE cannot return a column's old value, so whether the
 // row was failed is read back from the last_error the SET list wrote: it is
 // set exactly when the row was failed, and NULL otherwise.
-func markSentSQL(answers string) string {
-	return `UPDATE sendonce_outbox o
+//
+// It keeps the tallies itself (selfTallied), as the statement trigger
+// would: each intent out of its state before (pending and sending are
+// counted alike, under pending; or failed) and into sent at its minute,
+// and for the members of runs the same by second. The delivery status and
+// the run key are the row's, which the mark does not change.
+func markSentSQL(answers string, asyncCommit bool) string {
+	commit := ``
+	if asyncCommit {
+		commit = `, set_config('synchronous_commit', 'off', true)`
+	}
+	return `WITH m AS (
+		UPDATE sendonce_outbox o
 		SET state = 'sent', message_id = m.message_id, replayed = m.replayed,
 			last_error = CASE WHEN o.state = 'failed'
 				THEN 'sent by an attempt that overlapped the one that parked it: ' || coalesce(o.last_error, '') END,
@@ -73,15 +86,35 @@ func markSentSQL(answers string) string {
 		FROM ` + answers + ` AS m(key, message_id, replayed, owner)
 		WHERE o.idempotency_key = m.key AND (o.state IN ('pending', 'sending', 'failed')) IS TRUE
 			AND (o.state = 'failed' OR ` + owned("o", "m.owner") + `)
-		RETURNING o.idempotency_key, o.last_error IS NOT NULL`
+		RETURNING o.idempotency_key AS key, o.last_error IS NOT NULL AS was_failed, o.run_key,
+			coalesce(o.delivery_status, '') AS delivery_status, ` + selfTallied + commit + `),
+	t AS (
+		INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
+		SELECT v.minute, v.state, m.delivery_status, sum(v.n) FROM m,
+			LATERAL (VALUES (NULL::timestamptz, CASE WHEN m.was_failed THEN 'failed' ELSE 'pending' END, -1),
+				(date_trunc('minute', now()), 'sent', 1)) AS v(minute, state, n)
+		GROUP BY 1, 2, 3),
+	r AS (
+		INSERT INTO sendonce_run_tally (run_key, at, state, delivery_status, n)
+		SELECT m.run_key, v.at, v.state, m.delivery_status, sum(v.n) FROM m,
+			LATERAL (VALUES (NULL::timestamptz, CASE WHEN m.was_failed THEN 'failed' ELSE 'pending' END, -1),
+				(date_trunc('second', now()), 'sent', 1)) AS v(at, state, n)
+		WHERE m.run_key IS NOT NULL
+		GROUP BY 1, 2, 3, 4)
+	SELECT key, was_failed FROM m`
 }
 
 // markSentOneSQL and markSentManySQL are MarkIntentsSent's statement for
 // one answer and for many: a one-row VALUES, and arrays unnested through
 // scalar subqueries, so that both keep a generic plan (see claimOneSQL).
+// The Async ones commit without waiting for the WAL flush.
 var (
-	markSentOneSQL  = markSentSQL(`(VALUES ($1::text, $2::text, $3::bool, $4::int4))`)
-	markSentManySQL = markSentSQL(`unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::bool[]), (SELECT $4::int4[]))`)
+	markSentOneSQL       = markSentSQL(markSentOne, false)
+	markSentManySQL      = markSentSQL(markSentMany, false)
+	markSentOneAsyncSQL  = markSentSQL(markSentOne, true)
+	markSentManyAsyncSQL = markSentSQL(markSentMany, true)
+	markSentOne          = `(VALUES ($1::text, $2::text, $3::bool, $4::int4))`
+	markSentMany         = `unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::bool[]), (SELECT $4::int4[]))`
 )
 
 // MarkIntentsSent records the API's answers in one statement: the intent
@@ -90,10 +123,25 @@ var (
 // them). A pending, sending or failed intent is recorded; with an owner,
 // one that is not failed only while its claim is the owner's and the
 // lease is held. It returns the answers it recorded.
-func MarkIntentsSent(ctx context.Context, db DB, keys, messageIDs []string, replayed []bool, owners []int32) ([]SentMark, error) {
-	sql, args := markSentManySQL, []any{keys, messageIDs, replayed, owners}
+//
+// With asyncCommit, and db a pool (the statement its own transaction),
+// the commit does not wait for its WAL to reach the disk
+// (synchronous_commit off for this transaction alone): the flush cost a
+// lone mark about as much of the server's CPU as the statement itself. A
+// crash of the database can then lose a mark it had acknowledged, for at
+// most three times wal_writer_delay; the intent is then sending under
+// its claim, and goes out again under its key, which the API replays.
+// The claim, which must be durable before the send, is never made so.
+// In a transaction of the caller's, asyncCommit applies to its commit:
+// pass false there.
+func MarkIntentsSent(ctx context.Context, db DB, keys, messageIDs []string, replayed []bool, owners []int32, asyncCommit bool) ([]SentMark, error) {
+	one, many := markSentOneSQL, markSentManySQL
+	if asyncCommit {
+		one, many = markSentOneAsyncSQL, markSentManyAsyncSQL
+	}
+	sql, args := many, []any{keys, messageIDs, replayed, owners}
 	if len(keys) == 1 {
-		sql, args = markSentOneSQL, []any{keys[0], messageIDs[0], replayed[0], owners[0]}
+		sql, args = one, []any{keys[0], messageIDs[0], replayed[0], owners[0]}
 	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {

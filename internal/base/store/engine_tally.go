@@ -14,3 +14,12 @@ func CompactTally(ctx context.Context, db DB) (int, error) {
 	err := db.QueryRow(ctx, compactTallySQL).Scan(&n)
 	return n, err
 }
+
+// selfTallied is the RETURNING item of a statement on the outbox that
+// keeps the tallies itself (the drain's claim and its mark of sent
+// intents): set for every row the statement changed, it tells the tally's
+// statement trigger, whose WHEN reads and clears it as the statement's
+// UPDATE ends, to stand aside for this statement alone (migration 00029).
+// A statement that changed no row sets nothing, and the trigger runs as it
+// always did, on empty transition tables.
+const selfTallied = `set_config('sendonce.tallied', 'on', true)`

@@ -199,6 +199,21 @@ type Sent struct {
 // Like ClaimMany it is one UPDATE joined to the answers, in key order:
 // store.MarkIntentsSent.
 func MarkSentMany(ctx context.Context, db DB, sent []Sent) (overrode, notOwned []string, err error) {
+	return markSentMany(ctx, db, sent, false)
+}
+
+// MarkSentManyAsyncCommit is MarkSentMany in a transaction of its own (db a
+// pool) whose commit does not wait for the WAL flush: a lone mark, which no
+// claim shares. A database crash can lose such a mark after it was
+// acknowledged; the intent is then sending under its claim, given back by
+// the orphans' look (or a lapsed lease's rescue), and sent again under its
+// key, which the API replays: never a second delivery. See
+// store.MarkIntentsSent.
+func MarkSentManyAsyncCommit(ctx context.Context, db DB, sent []Sent) (overrode, notOwned []string, err error) {
+	return markSentMany(ctx, db, sent, true)
+}
+
+func markSentMany(ctx context.Context, db DB, sent []Sent, asyncCommit bool) (overrode, notOwned []string, err error) {
 	sorted := slices.SortedFunc(slices.Values(sent), func(a, b Sent) int { return strings.Compare(a.Key, b.Key) })
 	keys := make([]string, len(sorted))
 	ids := make([]string, len(sorted))
@@ -207,7 +222,7 @@ func MarkSentMany(ctx context.Context, db DB, sent []Sent) (overrode, notOwned [
 	for i, s := range sorted {
 		keys[i], ids[i], replayed[i], owners[i] = s.Key, s.MessageID, s.Replayed, s.Owner
 	}
-	marks, err := store.MarkIntentsSent(ctx, db, keys, ids, replayed, owners)
+	marks, err := store.MarkIntentsSent(ctx, db, keys, ids, replayed, owners, asyncCommit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sendstate: mark sent: %w", err)
 	}

@@ -110,7 +110,37 @@ func TestTallyAgreesWithCount(t *testing.T) {
 			for _, k := range pick("sending", "failed") {
 				sent = append(sent, sendstate.Sent{Key: k, MessageID: "m-" + k})
 			}
-			if _, _, err := sendstate.MarkSentMany(ctx, pool, sent); err != nil {
+			mark := sendstate.MarkSentMany
+			if rng.IntN(2) == 0 {
+				mark = sendstate.MarkSentManyAsyncCommit
+			}
+			if _, _, err := mark(ctx, pool, sent); err != nil {
+				t.Fatal(err)
+			}
+		},
+		func() {
+			// The drain's round: its answers and its next claims in one
+			// transaction, and then an update the trigger tallies (the
+			// hot statements keep the tallies themselves; the trigger
+			// stands aside for them alone).
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				var sent []sendstate.Sent
+				for _, k := range pick("sending", "failed") {
+					sent = append(sent, sendstate.Sent{Key: k, MessageID: "m-" + k})
+				}
+				if _, _, err := sendstate.MarkSentMany(ctx, tx, sent); err != nil {
+					return err
+				}
+				opts := claimOpts
+				opts.Owner = lease.Epoch
+				if _, err := sendstate.ClaimDue(ctx, tx, 1+rng.IntN(5), opts); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET delivery_status = 'delivered', delivery_status_at = now()
+					WHERE idempotency_key = ANY($1)`, pick("sent"))
+				return err
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -338,4 +368,110 @@ func TestRunKeyMovedIsTallied(t *testing.T) {
 	checkTally(t, pool, ob, 0)
 	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET run_key = 'run-2' WHERE idempotency_key = 'moved:2'`)
 	checkTally(t, pool, ob, 1)
+}
+
+// Issue 44's lean hot path: the drain's claim and its mark of sent intents
+// keep the tallies themselves, and the tally's statement trigger does not
+// run for them; the next update of the same transaction, which does not
+// keep them, runs it as before. Counted by PostgreSQL itself
+// (track_functions, pg_stat_xact_user_functions).
+func TestHotPathRunsNoTallyTrigger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "hot:1", "hot:2")
+	lease := takeLease(t, pool, "hot")
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET track_functions = 'pl'"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, "RESET track_functions")
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	calls := func() int64 {
+		t.Helper()
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_xact_user_functions
+			WHERE funcname = 'sendonce_outbox_tally'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	opts := claimOpts
+	opts.Owner = lease.Epoch
+	claimed, err := sendstate.ClaimDue(ctx, tx, 2, opts)
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("claim: %d claimed, %v", len(claimed), err)
+	}
+	if n := calls(); n != 0 {
+		t.Fatalf("the claim of due intents ran the tally trigger %d times, want 0", n)
+	}
+	sent := []sendstate.Sent{{Key: "hot:1", MessageID: "m-1", Owner: lease.Epoch}, {Key: "hot:2", MessageID: "m-2", Owner: lease.Epoch}}
+	if _, notOwned, err := sendstate.MarkSentMany(ctx, tx, sent); err != nil || len(notOwned) > 0 {
+		t.Fatalf("mark: not owned %v, %v", notOwned, err)
+	}
+	if n := calls(); n != 0 {
+		t.Fatalf("the mark of sent intents ran the tally trigger %d times, want 0", n)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE sendonce_outbox SET delivery_status = 'delivered' WHERE idempotency_key = 'hot:1'`); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls(); n != 1 {
+		t.Fatalf("an update after them ran the tally trigger %d times, want 1", n)
+	}
+	var sentTally, deliveredTally int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(n) FILTER (WHERE state = 'sent'), 0)::int8,
+		coalesce(sum(n) FILTER (WHERE delivery_status = 'delivered'), 0)::int8 FROM sendonce_outbox_tally`).Scan(&sentTally, &deliveredTally); err != nil {
+		t.Fatal(err)
+	}
+	if sentTally != 2 || deliveredTally != 1 {
+		t.Fatalf("tally: %d sent, %d delivered; want 2 and 1", sentTally, deliveredTally)
+	}
+}
+
+// A lone mark commits without waiting for the WAL flush; a mark that
+// shares its transaction (the drain's round, with its claims) does not
+// change how it commits.
+func TestMarkSentAsyncCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t, "async:1", "async:2")
+	for _, c := range []struct {
+		key  string
+		mark func(context.Context, sendstate.DB, []sendstate.Sent) ([]string, []string, error)
+		want string
+	}{
+		{"async:1", sendstate.MarkSentMany, "on"},
+		{"async:2", sendstate.MarkSentManyAsyncCommit, "off"},
+	} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			// The test server may run with it off for every transaction.
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+				return err
+			}
+			if _, _, err := c.mark(ctx, tx, []sendstate.Sent{{Key: c.key, MessageID: "m"}}); err != nil {
+				return err
+			}
+			var got string
+			if err := tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&got); err != nil {
+				return err
+			}
+			if got != c.want {
+				t.Errorf("%s: synchronous_commit %q after the mark, want %q", c.key, got, c.want)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := get(t, pool, c.key); r.State != "sent" {
+			t.Errorf("%s: %s after the mark, want sent", c.key, r.State)
+		}
+	}
 }

@@ -610,6 +610,40 @@ CREATE FUNCTION public.sendonce_recipients(kind text, payload jsonb) RETURNS SET
         ELSE '[]' END) AS r
 $_$;
 
+-- FUNCTION sendonce_run_tenant()
+CREATE FUNCTION public.sendonce_run_tenant() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    run_tenant text;
+BEGIN
+    SELECT r.tenant INTO run_tenant FROM sendonce_run r WHERE r.key = NEW.run_key;
+    IF NOT FOUND THEN
+        RETURN NEW; -- no such run: the foreign key refuses the row
+    END IF;
+    IF NEW.tenant IS NULL THEN
+        NEW.tenant := run_tenant;
+    ELSIF NEW.tenant IS DISTINCT FROM run_tenant THEN
+        RAISE EXCEPTION 'sendonce: intent % names tenant %, but its run % is tenant %: a run''s members are its tenant''s (name none to take the run''s)',
+            quote_literal(NEW.idempotency_key), quote_literal(NEW.tenant), quote_literal(NEW.run_key),
+            quote_literal(coalesce(run_tenant, 'default'))
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'sendonce_outbox_run_tenant';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- FUNCTION sendonce_run_tenant_fixed()
+CREATE FUNCTION public.sendonce_run_tenant_fixed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'sendonce: cannot change the tenant of run % from % to %: a run''s tenant is set when it is created, and its members have it',
+        quote_literal(OLD.key), quote_literal(coalesce(OLD.tenant, 'default')), quote_literal(coalesce(NEW.tenant, 'default'))
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'sendonce_run_tenant_fixed';
+END
+$$;
+
 -- FUNCTION sendonce_run_topic()
 CREATE FUNCTION public.sendonce_run_topic() RETURNS trigger
     LANGUAGE plpgsql
@@ -789,6 +823,7 @@ CREATE TABLE public.sendonce_outbox (
     tries integer DEFAULT 0 NOT NULL,
     queue text DEFAULT 'sendonce'::text NOT NULL,
     checked boolean DEFAULT false NOT NULL,
+    tenant text,
     CONSTRAINT sendonce_outbox_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT sendonce_outbox_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text, 'canceled'::text, 'suppressed'::text]))),
     CONSTRAINT sendonce_outbox_topic_check CHECK (((topic IS NULL) OR ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text) AND (kind <> 'broadcast'::text)))),
@@ -862,8 +897,10 @@ CREATE TABLE public.sendonce_run (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     topic text,
+    tenant text,
     CONSTRAINT sendonce_run_key_check CHECK ((key ~ '^[A-Za-z0-9_.:-]{1,200}$'::text)),
     CONSTRAINT sendonce_run_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'canceled'::text]))),
+    CONSTRAINT sendonce_run_tenant_check CHECK (((tenant ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'::text) AND (tenant <> 'default'::text))),
     CONSTRAINT sendonce_run_topic_check CHECK ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text))
 );
 
@@ -893,9 +930,11 @@ CREATE TABLE public.sendonce_schedule (
     failed_at timestamp with time zone,
     retry_at timestamp with time zone,
     topic text,
+    tenant text,
     CONSTRAINT sendonce_schedule_missed_check CHECK ((missed = ANY (ARRAY['late'::text, 'skip'::text]))),
     CONSTRAINT sendonce_schedule_name_check CHECK ((name ~ '^[A-Za-z0-9_.-]{1,100}$'::text)),
     CONSTRAINT sendonce_schedule_source_check CHECK (((producer IS NULL) <> (statement IS NULL))),
+    CONSTRAINT sendonce_schedule_tenant_check CHECK (((tenant ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'::text) AND (tenant <> 'default'::text))),
     CONSTRAINT sendonce_schedule_topic_check CHECK ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text))
 );
 
@@ -1005,6 +1044,10 @@ ALTER TABLE ONLY public.sendonce_outbox
 ALTER TABLE public.sendonce_outbox
     ADD CONSTRAINT sendonce_outbox_queue_check CHECK (((length(queue) <= 64) AND (queue ~ '^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$'::text))) NOT VALID;
 
+-- CHECK CONSTRAINT sendonce_outbox sendonce_outbox_tenant_check
+ALTER TABLE public.sendonce_outbox
+    ADD CONSTRAINT sendonce_outbox_tenant_check CHECK (((tenant ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'::text) AND (tenant <> 'default'::text))) NOT VALID;
+
 -- CONSTRAINT sendonce_rate_budget sendonce_rate_budget_pkey
 ALTER TABLE ONLY public.sendonce_rate_budget
     ADD CONSTRAINT sendonce_rate_budget_pkey PRIMARY KEY (key_fingerprint);
@@ -1109,6 +1152,12 @@ CREATE TRIGGER sendonce_outbox_run_key_moved AFTER UPDATE OF run_key ON public.s
 -- TRIGGER sendonce_outbox sendonce_outbox_run_member
 CREATE TRIGGER sendonce_outbox_run_member BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_outbox_run_member();
 
+-- TRIGGER sendonce_outbox sendonce_outbox_run_tenant
+CREATE TRIGGER sendonce_outbox_run_tenant BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.run_key IS NOT NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_run_tenant();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_run_tenant_update
+CREATE TRIGGER sendonce_outbox_run_tenant_update BEFORE UPDATE OF run_key, tenant ON public.sendonce_outbox FOR EACH ROW WHEN (((new.run_key IS NOT NULL) AND ((old.run_key IS DISTINCT FROM new.run_key) OR (old.tenant IS DISTINCT FROM new.tenant)))) EXECUTE FUNCTION public.sendonce_run_tenant();
+
 -- TRIGGER sendonce_outbox sendonce_outbox_run_topic
 CREATE TRIGGER sendonce_outbox_run_topic BEFORE INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.topic IS NULL) AND (new.run_key IS NOT NULL))) EXECUTE FUNCTION public.sendonce_run_topic();
 
@@ -1136,6 +1185,9 @@ CREATE TRIGGER sendonce_outbox_tombstone BEFORE INSERT ON public.sendonce_outbox
 
 -- TRIGGER sendonce_outbox sendonce_outbox_tombstone_after
 CREATE TRIGGER sendonce_outbox_tombstone_after AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_tombstone();
+
+-- TRIGGER sendonce_run sendonce_run_tenant_fixed
+CREATE TRIGGER sendonce_run_tenant_fixed BEFORE UPDATE OF tenant ON public.sendonce_run FOR EACH ROW WHEN ((old.tenant IS DISTINCT FROM new.tenant)) EXECUTE FUNCTION public.sendonce_run_tenant_fixed();
 
 -- FK CONSTRAINT sendonce_outbox sendonce_outbox_run_key_fkey
 ALTER TABLE ONLY public.sendonce_outbox

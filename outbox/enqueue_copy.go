@@ -54,8 +54,9 @@ import (
 //     deleted the key's row committed, with its tombstone, before the COPY
 //     wrote it.
 //   - The rows are marked checked, as insertSQL's are: the producer
-//     triggers skip them; the run's topic trigger, the run key's foreign
-//     key and the tally trigger fire for COPY as for INSERT.
+//     triggers skip them (the run's tenant trigger too: EnqueueRun gave
+//     the members their run's tenant); the run's topic trigger, the run
+//     key's foreign key and the tally trigger fire for COPY as for INSERT.
 //   - postcheckSQL notifies the workers, as insertSQL does: once per call,
 //     a row due later too (its drain then reads its due time).
 //
@@ -199,7 +200,7 @@ func appendCopyRows(buf []byte, batch []Intent, ids []int64, run, parent, state,
 	for n := range batch {
 		b := &batch[n]
 		size += 2 + len(store.OutboxCopyColumns)*4 + 8 + len(b.Key) + len(b.Kind) + 1 + len(b.raw) + len(b.TemplateID) + 8 +
-			len(run) + len(parent) + len(state) + len(b.Topic) + len(queue) + 1
+			len(run) + len(parent) + len(state) + len(b.Topic) + len(queue) + 1 + len(b.Tenant)
 	}
 	buf = slices.Grow(buf, size)
 	buf = append(buf, copyHeader...)
@@ -229,6 +230,7 @@ func appendCopyRows(buf []byte, batch []Intent, ids []int64, run, parent, state,
 		buf = appendCopyText(buf, queue, false)
 		buf = binary.BigEndian.AppendUint32(buf, 1)
 		buf = append(buf, 1) // checked
+		buf = appendCopyText(buf, b.Tenant, true)
 	}
 	return binary.BigEndian.AppendUint16(buf, 0xFFFF) // the trailer
 }

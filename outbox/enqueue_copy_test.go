@@ -284,7 +284,7 @@ func TestEnqueueManyCopiesAtMostMaxCopiesPerTransaction(t *testing.T) {
 // statement's rows hold, column by column, for values of every column it
 // writes: send times to the microsecond (and below it, truncated), before
 // 2000 and far ahead, text beyond ASCII, payloads with escapes, a topic,
-// a run, the trace context of the caller's span.
+// a run and its tenant, the trace context of the caller's span.
 func TestEnqueueManyCopyStoresWhatTheStatementStores(t *testing.T) {
 	t.Parallel()
 	ctx := spanCtx(t, "vendor=a")
@@ -304,7 +304,7 @@ func TestEnqueueManyCopyStoresWhatTheStatementStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"id bigint", "idempotency_key text", "kind text", "payload jsonb", "template_id text", "send_at timestamp with time zone",
-		"run_key text", "traceparent text", "tracestate text", "topic text", "queue text", "checked boolean"}
+		"run_key text", "traceparent text", "tracestate text", "topic text", "queue text", "checked boolean", "tenant text"}
 	if fmt.Sprint(types) != fmt.Sprint(want) {
 		t.Fatalf("the COPY's columns are %q, appendCopyRows writes %q", types, want)
 	}
@@ -329,7 +329,7 @@ func TestEnqueueManyCopyStoresWhatTheStatementStores(t *testing.T) {
 	}{{"copied", pgx.ReadCommitted, true}, {"inserted", pgx.RepeatableRead, false}} {
 		err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: p.iso}, func(tx pgx.Tx) error {
 			in := intents(p.prefix)
-			if _, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "run-" + p.prefix, Topic: "digest", Intents: in}); err != nil {
+			if _, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "run-" + p.prefix, Topic: "digest", Tenant: "acme", Intents: in}); err != nil {
 				return err
 			}
 			if copied, _ := copiedIn(t, tx, keysOf(in)); (copied == len(in)) != p.copies {
@@ -345,9 +345,9 @@ func TestEnqueueManyCopyStoresWhatTheStatementStores(t *testing.T) {
 	err = pool.QueryRow(ctx, `SELECT coalesce(array_agg(c.idempotency_key ORDER BY c.idempotency_key), '{}') FROM sendonce_outbox c
 		JOIN sendonce_outbox i ON i.idempotency_key = 'inserted' || substr(c.idempotency_key, 7)
 		WHERE c.idempotency_key LIKE 'copied:%' AND
-			(c.kind, c.payload, c.template_id, c.send_at, c.run_key, c.traceparent, c.tracestate, c.topic, c.queue, c.checked, c.state)
+			(c.kind, c.payload, c.template_id, c.send_at, c.run_key, c.traceparent, c.tracestate, c.topic, c.queue, c.checked, c.state, c.tenant)
 			IS DISTINCT FROM
-			(i.kind, i.payload, i.template_id, i.send_at, replace(i.run_key, 'inserted', 'copied'), i.traceparent, i.tracestate, i.topic, i.queue, i.checked, i.state)`).Scan(&differ)
+			(i.kind, i.payload, i.template_id, i.send_at, replace(i.run_key, 'inserted', 'copied'), i.traceparent, i.tracestate, i.topic, i.queue, i.checked, i.state, i.tenant)`).Scan(&differ)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,13 +61,21 @@ func (o *Outbox) insert(ctx context.Context, tx producerTx, in []Intent, idx []i
 	}
 	kinds, payloads, templates, sendAts := columnsOf(batch)
 	topics := make([]string, len(batch))
+	var tenants []string // nil when no intent names a tenant
 	for n := range batch {
 		topics[n] = batch[n].Topic
+		if batch[n].Tenant != "" && tenants == nil {
+			tenants = make([]string, len(batch))
+		}
+		if tenants != nil {
+			tenants[n] = batch[n].Tenant
+		}
 	}
 	parent, state := traceContext(ctx)
 	inserted, seen, snapshot, err := scanInserted(ctx, tx, batch, parent, state, &store.InsertIntentsArgs{
 		Keys: keys, Kinds: kinds, Payloads: payloads, Templates: templates, SendAts: sendAts, Run: run,
-		TraceParent: parent, TraceState: state, Announce: announce, Topics: topics, KeyHashes: hashes, Queue: o.queue})
+		TraceParent: parent, TraceState: state, Announce: announce, Topics: topics, KeyHashes: hashes, Queue: o.queue,
+		Tenants: tenants})
 	if err != nil {
 		if isSerializationFailure(err) {
 			// A row under one of the keys committed after the snapshot
@@ -121,8 +129,9 @@ func scanInserted(ctx context.Context, tx producerTx, batch []Intent, parent, st
 }
 
 // newRecord is the Record of intent in as insertSQL stored it: pending, with
-// the id, creation time and topic the database gave it, and the
-// trace context of the caller's span. Its Payload is the text given, which
+// the id, creation time and topic the database gave it, the trace context
+// of the caller's span, and its tenant (a run member's is its run's
+// already: see EnqueueRun). Its Payload is the text given, which
 // the database holds as jsonb (the same JSON value; Get returns the stored
 // text).
 func newRecord(in *Intent, id int64, created time.Time, topic, parent, state string) *Record {
@@ -136,7 +145,7 @@ func newRecord(in *Intent, id int64, created time.Time, topic, parent, state str
 // copy of in's) as its Payload.
 func fillRecord(r *Record, in *Intent, payload json.RawMessage, id int64, created time.Time, topic, parent, state string) {
 	*r = Record{ID: id, Key: in.Key, Kind: in.Kind, Payload: payload, TemplateID: in.TemplateID, State: StatePending,
-		CreatedAt: created, UpdatedAt: created, TraceParent: parent, TraceState: state, Topic: topic}
+		CreatedAt: created, UpdatedAt: created, TraceParent: parent, TraceState: state, Topic: topic, Tenant: in.Tenant}
 	if !in.SendAt.IsZero() {
 		at := in.SendAt
 		r.SendAt = &at

@@ -428,5 +428,6 @@ func recordFields(r outbox.Record) map[string]any {
 	return map[string]any{"id": r.ID, "key": r.Key, "kind": r.Kind, "template": r.TemplateID, "sendAt": deref(r.SendAt),
 		"state": r.State, "attempts": r.Attempts, "job": job, "created": r.CreatedAt.UnixMicro(), "updated": r.UpdatedAt.UnixMicro(),
 		"traceparent": r.TraceParent, "tracestate": r.TraceState, "topic": r.Topic, "messageId": r.MessageID,
-		"firstAttempt": deref(r.FirstAttemptAt), "suppressed": r.SuppressedRecipients, "listUnsubscribe": string(r.ListUnsubscribe)}
+		"firstAttempt": deref(r.FirstAttemptAt), "suppressed": r.SuppressedRecipients, "listUnsubscribe": string(r.ListUnsubscribe),
+		"tenant": r.Tenant}
 }

@@ -80,6 +80,69 @@ func ValidateTopic(topic string) error {
 	return nil
 }
 
+// TenantPattern is the rule for a tenant's name, in Go as in the tables'
+// checks (sendonce_outbox_tenant_check, and the run's and the schedule's):
+// 1 to 64 lowercase letters, digits, "_", "." and "-", starting with a
+// letter or a digit. Lowercase only, so that a tenant has one spelling;
+// a digit first, "." and "-", so that a customer number, a UUID or a
+// domain is a name as it is. DefaultTenant is refused besides.
+const TenantPattern = `^[a-z0-9][a-z0-9_.-]{0,63}$`
+
+// DefaultTenant is the name shown for the tenant of every intent that
+// names none (an empty Tenant, NULL in the table). It is no name an intent
+// can give: the default tenant is named by giving none, so that it has one
+// spelling.
+const DefaultTenant = "default"
+
+// TenantName is how a tenant is shown: DefaultTenant for "" (the default
+// tenant), any other as it is.
+func TenantName(tenant string) string {
+	if tenant == "" {
+		return DefaultTenant
+	}
+	return tenant
+}
+
+// tenantCheck names the table's check of a tenant, which the refusals of a
+// tenant quote.
+const tenantCheck = "sendonce_outbox_tenant_check"
+
+// ValidateTenant checks a tenant's name (of an intent, a run or a
+// schedule) against TenantPattern; the empty name is valid (the default
+// tenant), the name DefaultTenant is not.
+func ValidateTenant(tenant string) error {
+	if tenant == "" {
+		return nil
+	}
+	if tenant == DefaultTenant {
+		return invalid("tenant", fmt.Sprintf(
+			"%q: the default tenant is the one of intents that name none: leave the tenant empty ("+tenantCheck+")", tenant))
+	}
+	if !validTenant(tenant) {
+		return invalid("tenant", fmt.Sprintf(
+			"%q: want 1 to 64 lowercase letters, digits, \"_\", \".\" and \"-\", starting with a letter or a digit ("+tenantCheck+")",
+			shorten(tenant)))
+	}
+	return nil
+}
+
+// validTenant matches TenantPattern (a loop: it runs for every tenanted
+// intent enqueued).
+func validTenant(t string) bool {
+	if len(t) == 0 || len(t) > 64 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		switch c := t[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Intent is a send the application wants made: the API body of one of the
 // four send calls, and the idempotency key that makes it happen once.
 type Intent struct {
@@ -108,6 +171,13 @@ type Intent struct {
 	// unsubscribed from its topic. A run's topic (Run.Topic) is its
 	// members' unless they name their own. Not for a broadcast.
 	Topic string
+	// Tenant names whom the send is for, among the customers of an
+	// application that sends for many ("acme"; TenantPattern). Empty: the
+	// default tenant (shown as DefaultTenant), the one of every intent
+	// that names none. A run's members are its tenant's (Run.Tenant): a
+	// member that names none takes the run's, one that names another is
+	// refused.
+	Tenant string
 
 	raw json.RawMessage // Payload as JSON text, once validated
 	run string          // the run's key, when enqueued by EnqueueRun
@@ -269,6 +339,9 @@ func (in *Intent) check(payload json.RawMessage, members jsonObject) error {
 		return invalid("kind", fmt.Sprintf("unknown kind %q: want email, batch, template or broadcast", in.Kind))
 	}
 	if err := ValidateTopic(in.Topic); err != nil {
+		return err
+	}
+	if err := ValidateTenant(in.Tenant); err != nil {
 		return err
 	}
 	if kind == KindBroadcast && in.Topic != "" {

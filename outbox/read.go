@@ -59,6 +59,9 @@ type ListParams struct {
 	KeyPrefix string
 	// Run keeps only the members of this run; empty keeps all.
 	Run string
+	// Tenant keeps only the intents of this tenant (DefaultTenant: those
+	// that name none); empty keeps all.
+	Tenant string
 	// CreatedFrom and CreatedBefore, when not zero, keep only intents
 	// enqueued at or after CreatedFrom and before CreatedBefore.
 	CreatedFrom, CreatedBefore time.Time
@@ -90,6 +93,16 @@ func (o *Outbox) List(ctx context.Context, params *ListParams) ([]*Record, error
 	if p.Kind != "" && !p.Kind.Valid() {
 		return nil, fmt.Errorf("outbox: list: unknown kind %q: want email, batch, template or broadcast", p.Kind)
 	}
+	var tenant *string
+	switch {
+	case p.Tenant == DefaultTenant:
+		tenant = new(string)
+	case p.Tenant != "":
+		if err := ValidateTenant(p.Tenant); err != nil {
+			return nil, err
+		}
+		tenant = &p.Tenant
+	}
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
@@ -104,7 +117,7 @@ func (o *Outbox) List(ctx context.Context, params *ListParams) ([]*Record, error
 	// Two orders, each a walk of the primary key's index, not a sort (see
 	// store.ListIntents).
 	rows, err := store.ListIntents(ctx, o.pool, &store.IntentFilter{State: string(p.State), Delivery: string(p.Delivery),
-		Kind: string(p.Kind), KeyPrefix: p.KeyPrefix, Run: p.Run, CreatedFrom: from, CreatedBefore: before,
+		Kind: string(p.Kind), KeyPrefix: p.KeyPrefix, Run: p.Run, Tenant: tenant, CreatedFrom: from, CreatedBefore: before,
 		AfterID: p.AfterID, BeforeID: p.BeforeID, Newest: p.Newest, Limit: p.Limit})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)

@@ -89,6 +89,9 @@ type Record struct {
 	// of an intent with a topic froze (an object; for a batch, an array of
 	// one per email), sent with every attempt; nil until then.
 	ListUnsubscribe json.RawMessage `json:"listUnsubscribe,omitempty"`
+	// Tenant is the intent's tenant (Intent.Tenant, or its run's); empty
+	// for the default tenant (DefaultTenant).
+	Tenant string `json:"tenant,omitempty"`
 	// PrunedAt is set only on the Record of an EnqueueResult whose key
 	// names an intent pruned by retention (sendonce prune): when it was
 	// pruned. Such a Record has no ID, job or times; its State is the
@@ -113,7 +116,7 @@ func record(in *store.Intent) *Record {
 		Snoozes: in.Snoozes, APIKeyFingerprint: in.APIKeyFingerprint, ForcedRetryAt: in.ForcedRetryAt,
 		ClaimedBy: in.ClaimedBy, BatchKey: in.BatchKey, DeliveryStatus: DeliveryStatus(in.DeliveryStatus),
 		DeliveryStatusAt: in.DeliveryStatusAt, SuppressedRecipients: in.SuppressedRecipients,
-		TraceParent: in.TraceParent, TraceState: in.TraceState, Topic: in.Topic, ListUnsubscribe: in.ListUnsubscribe,
+		TraceParent: in.TraceParent, TraceState: in.TraceState, Topic: in.Topic, ListUnsubscribe: in.ListUnsubscribe, Tenant: in.Tenant,
 		PrunedAt: in.PrunedAt, CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt, SentAt: in.SentAt}
 }
 

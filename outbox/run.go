@@ -34,6 +34,13 @@ type Run struct {
 	// inserted by SQL with the run's key alike. It is set when the run is
 	// created; enqueueing into the run again leaves its topic as it was.
 	Topic string
+	// Tenant is the run's tenant, and its members' (see Intent.Tenant):
+	// a member that names none takes it, one that names another is
+	// refused (*InvalidError), in Go and for members inserted by SQL with
+	// the run's key alike. Empty: the default tenant for a new run; for a
+	// run there already, its tenant as it was set when it was created
+	// (a run's tenant never changes: another is refused).
+	Tenant string
 }
 
 // RunState is where a run stands.
@@ -65,8 +72,11 @@ type RunStatus struct {
 	SendAt     *time.Time `json:"sendAt,omitempty"`
 	Schedule   string     `json:"schedule,omitempty"`
 	Occurrence *time.Time `json:"occurrence,omitempty"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	UpdatedAt  time.Time  `json:"updatedAt"`
+	// Tenant is the run's tenant, and its members'; empty for the default
+	// tenant (DefaultTenant).
+	Tenant    string    `json:"tenant,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 	// Counts holds the members in each state (every state present).
 	Counts map[State]int64 `json:"counts"`
 	// Total is the number of members.
@@ -127,6 +137,17 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	if err := ValidateTopic(run.Topic); err != nil {
 		return nil, err
 	}
+	if err := ValidateTenant(run.Tenant); err != nil {
+		return nil, err
+	}
+	// Before anything is written: a member naming another tenant than the
+	// one the run is given. (With none given, the run's tenant is known
+	// once its row is read: the default tenant's for a new run.)
+	if run.Tenant != "" {
+		if err := sameTenant(run.Key, run.Tenant, run.Intents); err != nil {
+			return nil, err
+		}
+	}
 	var sendAt *time.Time
 	if !run.SendAt.IsZero() {
 		sendAt = &run.SendAt
@@ -141,11 +162,20 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	// The run's row is read FOR SHARE, so that a cancel under way is
 	// waited for (issue 22; see store.CreateRun).
 	var created bool
-	var st string
-	created, st, err = store.CreateRun(ctx, tx, run.Key, sendAt, run.Topic)
+	var st, tenant string
+	created, st, tenant, err = store.CreateRun(ctx, tx, run.Key, sendAt, run.Topic, run.Tenant)
 	res.Created, state = created, RunState(st)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: enqueue run %q: %w", run.Key, err)
+	}
+	if run.Tenant != "" && run.Tenant != tenant {
+		return nil, invalid("tenant", fmt.Sprintf("run %q is tenant %q, not %q: a run's tenant is set when it is created",
+			run.Key, TenantName(tenant), run.Tenant))
+	}
+	// With no tenant given, the members are the tenant's of the run as it
+	// is (of a run there already, nothing was written).
+	if err := sameTenant(run.Key, tenant, run.Intents); err != nil {
+		return nil, err
 	}
 	if state == RunCanceled {
 		// Members already there are Existing as ever; a new one is refused.
@@ -167,12 +197,35 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 		if in.SendAt.IsZero() {
 			in.SendAt = run.SendAt
 		}
+		// The run's tenant, as the run's tenant trigger gives it to
+		// plain-SQL members: EnqueueMany's rows are checked, and skip it.
+		in.Tenant = tenant
 		intents[i] = in
 	}
 	if res.Intents, err = o.EnqueueMany(ctx, tx, intents); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// sameTenant refuses a member of run key that names a tenant other than
+// the run's (tenant; "": the default tenant). A member that names none
+// takes the run's.
+func sameTenant(key, tenant string, members []Intent) error {
+	for i := range members {
+		t := members[i].Tenant
+		if t == "" || t == tenant {
+			continue
+		}
+		if err := ValidateTenant(t); err != nil {
+			err.(*InvalidError).Index = i
+			return err
+		}
+		return &InvalidError{Index: i, Field: "tenant", Reason: fmt.Sprintf(
+			"intent %q names tenant %q, but its run %q is tenant %q: a run's members are its tenant's (name none to take the run's)",
+			shorten(members[i].Key), t, shorten(key), TenantName(tenant))}
+	}
+	return nil
 }
 
 // RunListParams select runs for Runs.
@@ -229,7 +282,7 @@ func runStatuses(ctx context.Context, db store.DB, read func() ([]store.RunRow, 
 			st.Counts[s] = 0
 		}
 		st.Key, st.State, st.SendAt, st.Schedule, st.Occurrence = r.Key, RunState(r.State), r.SendAt, r.Schedule, r.Occurrence
-		st.CreatedAt, st.UpdatedAt = r.CreatedAt, r.UpdatedAt
+		st.CreatedAt, st.UpdatedAt, st.Tenant = r.CreatedAt, r.UpdatedAt, r.Tenant
 		out[i] = st
 	}
 	byKey := make(map[string]*RunStatus, len(out))

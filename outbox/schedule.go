@@ -43,6 +43,9 @@ type Schedule struct {
 	// Topic is the topic of the runs it creates, and so of their members
 	// (see Run.Topic); empty: none.
 	Topic string `json:"topic,omitempty"`
+	// Tenant is the tenant of the runs it creates, and so of their members
+	// (see Run.Tenant); empty: the default tenant.
+	Tenant string `json:"tenant,omitempty"`
 	// NextAt is the next occurrence (read only).
 	NextAt time.Time `json:"nextAt"`
 	// LastRun is the key of the last run created (read only).
@@ -95,12 +98,15 @@ func (o *Outbox) SaveSchedule(ctx context.Context, s Schedule) (*Schedule, error
 	if err := ValidateTopic(s.Topic); err != nil {
 		return nil, err
 	}
+	if err := ValidateTenant(s.Tenant); err != nil {
+		return nil, err
+	}
 	s.NextAt = sched.Next(time.Now())
 	if s.NextAt.IsZero() {
 		return nil, invalid("spec", fmt.Sprintf("%q never occurs", s.Spec))
 	}
 	err = store.SaveSchedule(ctx, o.pool, &store.SavedSchedule{Name: s.Name, Spec: s.Spec, Producer: s.Producer,
-		Statement: s.Statement, Missed: string(s.Missed), NextAt: s.NextAt, Topic: s.Topic})
+		Statement: s.Statement, Missed: string(s.Missed), NextAt: s.NextAt, Topic: s.Topic, Tenant: s.Tenant})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: save schedule %q: %w", s.Name, err)
 	}
@@ -117,7 +123,7 @@ func (o *Outbox) Schedules(ctx context.Context) ([]*Schedule, error) {
 	for i, r := range rows {
 		out[i] = &Schedule{Name: r.Name, Spec: r.Spec, Producer: r.Producer, Statement: r.Statement, Missed: Missed(r.Missed),
 			NextAt: r.NextAt, LastRun: r.LastRun, Failures: r.Failures, LastError: r.LastError, FailedAt: r.FailedAt,
-			RetryAt: r.RetryAt, Topic: r.Topic}
+			RetryAt: r.RetryAt, Topic: r.Topic, Tenant: r.Tenant}
 	}
 	return out, nil
 }

@@ -31,8 +31,9 @@ anything is written.
 
 --run KEY enqueues the members of a run (a billing run, a campaign) instead,
 all in one transaction: the input is NDJSON, one member per line, each a JSON
-object {"key": …, "payload": {…}} with optional "kind", "templateId" and
-"sendAt"; --send-at holds the whole run. Running it again is idempotent as a
+object {"key": …, "payload": {…}} with optional "kind", "templateId",
+"sendAt", "topic" and "tenant"; --send-at holds the whole run, --tenant
+names its tenant (a member naming another is refused). Running it again is idempotent as a
 whole: members already there are left as they are.`
 
 const enqueueExamples = `  sendonce enqueue --key invoice:inv_4192 --file invoice.json
@@ -52,6 +53,7 @@ type enqueueOptions struct {
 	json     bool
 	run      string
 	topic    string
+	tenant   string
 }
 
 // enqueueOutput is enqueue's --json answer.
@@ -82,6 +84,7 @@ func (a *app) enqueueCommand() *cobra.Command {
 	f.StringVar(&o.queue, "queue", outbox.DefaultQueue, "queue whose workers' drains send the intent; the worker must work the same queue")
 	f.StringVar(&o.run, "run", "", "enqueue the members of this run, read as NDJSON (one member per line), instead of one intent")
 	f.StringVar(&o.topic, "topic", "", "the intent's topic (with --run: the run's), e.g. digest: List-Unsubscribe headers, and no send to an address unsubscribed from it")
+	f.StringVar(&o.tenant, "tenant", "", "the intent's tenant (with --run: the run's and its members'), e.g. acme; none: the default tenant")
 	f.BoolVar(&o.json, "json", false, "print the intent as JSON")
 	bindEnv(f, "queue", "SENDONCE_QUEUE")
 	return cmd
@@ -89,8 +92,11 @@ func (a *app) enqueueCommand() *cobra.Command {
 
 // readIntent checks the flags and reads the body, before any connection.
 func (a *app) readIntent(o *enqueueOptions) (outbox.Intent, error) {
-	in := outbox.Intent{Key: o.key, Kind: outbox.Kind(o.kind), TemplateID: o.template, Topic: o.topic}
+	in := outbox.Intent{Key: o.key, Kind: outbox.Kind(o.kind), TemplateID: o.template, Topic: o.topic, Tenant: o.tenant}
 	if err := outbox.ValidateTopic(o.topic); err != nil {
+		return in, usageError{err}
+	}
+	if err := outbox.ValidateTenant(o.tenant); err != nil {
 		return in, usageError{err}
 	}
 	if o.key == "" {
@@ -213,7 +219,10 @@ func (a *app) enqueueRun(cmd *cobra.Command, o *enqueueOptions) error {
 	case o.queue == "":
 		return usagef("--queue must not be empty")
 	}
-	run := outbox.Run{Key: o.run, Topic: o.topic}
+	if err := outbox.ValidateTenant(o.tenant); err != nil {
+		return usageError{err}
+	}
+	run := outbox.Run{Key: o.run, Topic: o.topic, Tenant: o.tenant}
 	if o.sendAt != "" {
 		t, err := time.Parse(time.RFC3339, o.sendAt)
 		if err != nil {

@@ -109,17 +109,19 @@ func (a *app) listCommand() *cobra.Command {
 		asJSON   bool
 		state    string
 		delivery string
+		tenant   string
 		limit    int
 		after    int64
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--state S] [--delivery D] [--limit N] [--after ID]",
+		Use:   "list [--state S] [--delivery D] [--tenant T] [--limit N] [--after ID]",
 		Short: "List intents in id order, optionally of one state or delivery status",
 		Long: `list prints intents in id order, a page at a time: --limit caps the page, and
 --after ID continues after the last id of the previous page (printed as a hint
 when the page is full). --delivery keeps the intents whose delivery status
 (from the API's delivery webhooks) is one of delivery_delayed, delivered,
-failed, bounced, suppressed or complained.`,
+failed, bounced, suppressed or complained. --tenant keeps one tenant's intents
+("default": those that name none).`,
 		Example: `  sendonce list --state failed
   sendonce list --delivery bounced
   sendonce list --limit 500 --after 1200 --json`,
@@ -136,11 +138,16 @@ failed, bounced, suppressed or complained.`,
 			if limit < 1 || limit > 10_000 {
 				return usagef("--limit %d: want 1 to 10000", limit)
 			}
+			if tenant != outbox.DefaultTenant {
+				if err := outbox.ValidateTenant(tenant); err != nil {
+					return usageError{err}
+				}
+			}
 			if after < 0 {
 				return usagef("--after %d: want an id, 0 or more", after)
 			}
 			recs, err := fromOutbox(cmd.Context(), a, "", func(ob *outbox.Outbox, ctx context.Context) ([]*outbox.Record, error) {
-				return ob.List(ctx, &outbox.ListParams{State: st, Delivery: dl, AfterID: after, Limit: limit})
+				return ob.List(ctx, &outbox.ListParams{State: st, Delivery: dl, Tenant: tenant, AfterID: after, Limit: limit})
 			})
 			if err != nil {
 				return err
@@ -164,6 +171,7 @@ failed, bounced, suppressed or complained.`,
 	f.StringVar(&state, "state", "", "only intents in this state: "+stateList)
 	f.StringVar(&delivery, "delivery", "",
 		"only intents with this delivery status: delivery_delayed, delivered, failed, bounced, suppressed or complained")
+	f.StringVar(&tenant, "tenant", "", `only intents of this tenant ("default": those that name none)`)
 	f.IntVar(&limit, "limit", 100, "at most this many intents (1 to 10000)")
 	f.Int64Var(&after, "after", 0, "only intents with an id above this one (to page)")
 	return cmd

@@ -50,6 +50,9 @@ func summary(r *outbox.Record) string {
 	if r.Replayed {
 		s += ", replayed"
 	}
+	if r.Tenant != "" {
+		s += ", tenant " + r.Tenant
+	}
 	return s + ")"
 }
 
@@ -72,6 +75,7 @@ func printRecord(w io.Writer, r *outbox.Record) {
 	row("id", fmt.Sprint(r.ID))
 	row("kind", string(r.Kind))
 	row("template", r.TemplateID)
+	row("tenant", r.Tenant)
 	row("state", string(r.State))
 	row("attempts", fmt.Sprint(r.Attempts))
 	if r.Uncertain && r.State != outbox.StateSent {

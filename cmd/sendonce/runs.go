@@ -57,10 +57,23 @@ first: their state and their members by state.`,
 			if err != nil {
 				return err
 			}
-			return printList(a.stdout, asJSON, runs, "KEY\tSTATE\tMEMBERS\tSENT\tFAILED\tCANCELED\tTO SEND\tCREATED", func(r *outbox.RunStatus) string {
-				return fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", r.Key, r.State, r.Total, r.Counts[outbox.StateSent],
+			// A TENANT column only when a run has one: a sender for one
+			// customer sees the table as it was.
+			header, tenants := "KEY\tSTATE\tMEMBERS\tSENT\tFAILED\tCANCELED\tTO SEND\tCREATED", false
+			for _, r := range runs {
+				tenants = tenants || r.Tenant != ""
+			}
+			if tenants {
+				header += "\tTENANT"
+			}
+			return printList(a.stdout, asJSON, runs, header, func(r *outbox.RunStatus) string {
+				line := fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", r.Key, r.State, r.Total, r.Counts[outbox.StateSent],
 					r.Counts[outbox.StateFailed], r.Counts[outbox.StateCanceled],
 					r.Counts[outbox.StatePending]+r.Counts[outbox.StateSending], stamp(r.CreatedAt))
+				if tenants {
+					line += "\t" + outbox.TenantName(r.Tenant)
+				}
+				return line
 			})
 		}),
 	}
@@ -201,6 +214,9 @@ func printRun(w io.Writer, r *outbox.RunStatus) {
 	if r.Schedule != "" {
 		fmt.Fprintf(tw, "schedule:\t%s\n", r.Schedule)
 	}
+	if r.Tenant != "" {
+		fmt.Fprintf(tw, "tenant:\t%s\n", r.Tenant)
+	}
 	fmt.Fprintf(tw, "members:\t%d\n", r.Total)
 	for _, s := range outbox.States {
 		fmt.Fprintf(tw, "  %s:\t%d\n", s, r.Counts[s])
@@ -246,7 +262,7 @@ func (a *app) scheduleCommand() *cobra.Command {
   sendonce schedule list
   sendonce schedule remove digest`,
 	}
-	var spec, sqlFile, producer, missed, topic string
+	var spec, sqlFile, producer, missed, topic, tenant string
 	var asJSON bool
 	add := &cobra.Command{
 		Use:   "add NAME --spec SPEC (--sql-file F | --producer NAME)",
@@ -258,7 +274,8 @@ func (a *app) scheduleCommand() *cobra.Command {
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			s := outbox.Schedule{Name: args[0], Spec: spec, Producer: producer, Missed: outbox.Missed(missed), Topic: topic}
+			s := outbox.Schedule{Name: args[0], Spec: spec, Producer: producer, Missed: outbox.Missed(missed), Topic: topic,
+				Tenant: tenant}
 			if spec == "" {
 				return usagef("--spec is required, as in --spec '0 8 * * MON Europe/Berlin'")
 			}
@@ -297,6 +314,7 @@ func (a *app) scheduleCommand() *cobra.Command {
 	add.Flags().StringVar(&producer, "producer", "", "the name of a Go producer registered with the workers")
 	add.Flags().StringVar(&missed, "missed", string(outbox.MissedLate), "occurrences missed while no worker ran: late or skip")
 	add.Flags().StringVar(&topic, "topic", "", "the topic of the runs it creates and their members (one-click unsubscribe; see docs/webhooks.md)")
+	add.Flags().StringVar(&tenant, "tenant", "", "the tenant of the runs it creates and their members; none: the default tenant")
 	add.Flags().BoolVar(&asJSON, "json", false, "print the schedule as JSON")
 	list := &cobra.Command{
 		Use:   "list",
@@ -353,10 +371,11 @@ type runLine struct {
 	SendAt     *time.Time      `json:"sendAt"`
 	Payload    json.RawMessage `json:"payload"`
 	Topic      string          `json:"topic"`
+	Tenant     string          `json:"tenant"`
 }
 
 // readRunIntents reads NDJSON members: one JSON object per line with key,
-// payload and optionally kind, templateId, sendAt and topic. Every line is checked
+// payload and optionally kind, templateId, sendAt, topic and tenant. Every line is checked
 // before anything is written; an error names the line.
 func readRunIntents(r io.Reader, source string) ([]outbox.Intent, error) {
 	var out []outbox.Intent
@@ -378,7 +397,8 @@ func readRunIntents(r io.Reader, source string) ([]outbox.Intent, error) {
 		if l.Key == "" {
 			return nil, fmt.Errorf("%s line %d: no \"key\": derive each member's key from the cause of its send", source, n)
 		}
-		in := outbox.Intent{Key: l.Key, Kind: outbox.Kind(l.Kind), TemplateID: l.TemplateID, Payload: []byte(l.Payload), Topic: l.Topic}
+		in := outbox.Intent{Key: l.Key, Kind: outbox.Kind(l.Kind), TemplateID: l.TemplateID, Payload: []byte(l.Payload), Topic: l.Topic,
+			Tenant: l.Tenant}
 		if l.SendAt != nil {
 			in.SendAt = *l.SendAt
 		}

@@ -38,6 +38,7 @@ type Intent struct {
 	TraceState           string
 	Topic                string
 	ListUnsubscribe      json.RawMessage
+	Tenant               string
 	PrunedAt             *time.Time
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
@@ -50,7 +51,8 @@ const IntentColumns = `id, idempotency_key, kind, payload, coalesce(template_id,
 	coalesce(message_id, ''), replayed, coalesce(last_error, ''), job_id, first_attempt_at,
 	created_at, updated_at, sent_at, uncertain, snoozes, coalesce(api_key_fingerprint, ''), forced_retry_at, claimed_by,
 	coalesce(batch_key, ''), coalesce(delivery_status, ''), delivery_status_at, suppressed_recipients,
-	coalesce(traceparent, ''), coalesce(tracestate, ''), coalesce(topic, ''), list_unsubscribe`
+	coalesce(traceparent, ''), coalesce(tracestate, ''), coalesce(topic, ''), list_unsubscribe,
+	coalesce(tenant, '')`
 
 // ScanIntent scans a row of IntentColumns (and extra after them) into an
 // Intent. The kind, state and delivery status are scanned as strings (as
@@ -63,7 +65,7 @@ func ScanIntent(row pgx.Row, extra ...any) (*Intent, error) {
 		&r.MessageID, &r.Replayed, &r.LastError, &r.JobID, &r.FirstAttemptAt,
 		&r.CreatedAt, &r.UpdatedAt, &r.SentAt, &r.Uncertain, &r.Snoozes, &r.APIKeyFingerprint, &r.ForcedRetryAt, &r.ClaimedBy,
 		&r.BatchKey, &r.DeliveryStatus, &r.DeliveryStatusAt, &r.SuppressedRecipients, &r.TraceParent, &r.TraceState,
-		&r.Topic, &r.ListUnsubscribe}
+		&r.Topic, &r.ListUnsubscribe, &r.Tenant}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ const outboxPostcheckSQL = `
 // PostgreSQL documents (CREATE TABLE: "In the COPY command, user-specified
 // values are always used regardless of this setting").
 var OutboxCopyColumns = []string{"id", "idempotency_key", "kind", "payload", "template_id", "send_at", "run_key",
-	"traceparent", "tracestate", "topic", "queue", "checked"}
+	"traceparent", "tracestate", "topic", "queue", "checked", "tenant"}
 
 // outboxCopySQL is the COPY of OutboxCopyColumns, in PostgreSQL's binary
 // format, which package outbox's appendCopyRows writes. pgx's CopyFrom

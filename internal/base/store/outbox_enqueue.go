@@ -32,11 +32,11 @@ import (
 // time and sent each payload back.
 const outboxInsertSQL = `
 	WITH i AS MATERIALIZED (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $10::text[], $11::bytea[]) WITH ORDINALITY
-			AS i(key, kind, payload, template_id, send_at, topic, key_hash, ord)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $10::text[], $11::bytea[], $13::text[]) WITH ORDINALITY
+			AS i(key, kind, payload, template_id, send_at, topic, key_hash, tenant, ord)
 	), o AS (
-		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, run_key, traceparent, tracestate, topic, queue, checked)
-		SELECT key, kind, payload::jsonb, template_id, send_at, nullif($6, ''), nullif($7, ''), nullif($8, ''), nullif(topic, ''), $12, true FROM i
+		INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, send_at, run_key, traceparent, tracestate, topic, queue, checked, tenant)
+		SELECT key, kind, payload::jsonb, template_id, send_at, nullif($6, ''), nullif($7, ''), nullif($8, ''), nullif(topic, ''), $12, true, nullif(tenant, '') FROM i
 		WHERE NOT EXISTS (SELECT 1 FROM sendonce_tombstone t WHERE t.key_hash = i.key_hash)
 		ORDER BY ord
 		ON CONFLICT (idempotency_key) DO NOTHING
@@ -106,6 +106,10 @@ type InsertIntentsArgs struct {
 	// KeyHashes are the keys' sendonce_key_hash.
 	KeyHashes [][]byte
 	Queue     string
+	// Tenants are the intents' tenants ("": the default tenant, NULL), a
+	// run's members' already their run's (the rows are checked, so the
+	// run's tenant trigger skips them).
+	Tenants []string
 }
 
 // InsertedIntent is a row InsertIntents inserted: what the database chose
@@ -126,7 +130,7 @@ type InsertedIntent struct {
 // the database's, or each's, unwrapped.
 func InsertIntents(ctx context.Context, db DB, a *InsertIntentsArgs, each func(InsertedIntent) error) (snapshot bool, _ error) {
 	rows, err := db.Query(ctx, outboxInsertSQL,
-		a.Keys, a.Kinds, a.Payloads, a.Templates, a.SendAts, a.Run, a.TraceParent, a.TraceState, a.Announce, a.Topics, a.KeyHashes, a.Queue)
+		a.Keys, a.Kinds, a.Payloads, a.Templates, a.SendAts, a.Run, a.TraceParent, a.TraceState, a.Announce, a.Topics, a.KeyHashes, a.Queue, a.Tenants)
 	if err != nil {
 		return false, err
 	}

@@ -36,6 +36,9 @@ type IntentFilter struct {
 	KeyPrefix string
 	// Run keeps the members of the run with this key.
 	Run string
+	// Tenant, when not nil, keeps the intents of this tenant ("": the
+	// default tenant, NULL).
+	Tenant *string
 	// CreatedFrom and CreatedBefore, when not nil, bound created_at.
 	CreatedFrom, CreatedBefore *time.Time
 	// AfterID keeps ids above it; BeforeID, when positive, ids below it.
@@ -55,6 +58,7 @@ func outboxListSQL(order string) string {
 			AND ($5 = '' OR kind = $5) AND ($6 = '' OR starts_with(idempotency_key, $6))
 			AND ($7::timestamptz IS NULL OR created_at >= $7) AND ($8::timestamptz IS NULL OR created_at < $8)
 			AND ($9 = '' OR run_key = $9) AND ($10 = 0 OR id < $10)
+			AND ($11::text IS NULL OR coalesce(tenant, '') = $11)
 		ORDER BY id ` + order + ` LIMIT $3`
 }
 
@@ -67,7 +71,7 @@ func ListIntents(ctx context.Context, db DB, f *IntentFilter) ([]*Intent, error)
 	}
 	rows, err := db.Query(ctx, outboxListSQL(order),
 		f.State, f.AfterID, f.Limit, f.Delivery, f.Kind, f.KeyPrefix, f.CreatedFrom, f.CreatedBefore, f.Run,
-		f.BeforeID)
+		f.BeforeID, f.Tenant)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 // The statements of package outbox's runs (run.go): a run's row in
 // sendonce_run, and the operations on its members.
 
-// outboxCreateRunSQL makes run $1 (send_at $2, topic $3) if it is not
-// there, and reads its state. The run's row is read FOR SHARE, which
+// outboxCreateRunSQL makes run $1 (send_at $2, topic $3, tenant $4) if it
+// is not there, and reads its state and tenant. The run's row is read FOR SHARE, which
 // conflicts with CancelRun's lock and update of it (issue 22): read
 // plainly, a run canceled while this statement waited for it was read
 // active, and the new members went in pending after the cancel. Now a
@@ -22,16 +22,18 @@ import (
 // later waits for this transaction and cancels its members with the
 // others.
 const outboxCreateRunSQL = `WITH i AS (
-			INSERT INTO sendonce_run (key, send_at, topic) VALUES ($1, $2, nullif($3, '')) ON CONFLICT (key) DO NOTHING RETURNING state)
-		SELECT true, state FROM i UNION ALL
-		SELECT false, state FROM (SELECT state FROM sendonce_run WHERE key = $1 FOR SHARE) r WHERE NOT EXISTS (SELECT 1 FROM i)`
+			INSERT INTO sendonce_run (key, send_at, topic, tenant) VALUES ($1, $2, nullif($3, ''), nullif($4, ''))
+			ON CONFLICT (key) DO NOTHING RETURNING state, tenant)
+		SELECT true, state, coalesce(tenant, '') FROM i UNION ALL
+		SELECT false, state, coalesce(tenant, '') FROM (SELECT state, tenant FROM sendonce_run WHERE key = $1 FOR SHARE) r
+		WHERE NOT EXISTS (SELECT 1 FROM i)`
 
 // CreateRun makes the run with key key if it is not there (outboxCreateRunSQL),
-// and returns whether it made it and the run's state, read FOR SHARE. The
-// error is the database's, unwrapped.
-func CreateRun(ctx context.Context, db DB, key string, sendAt *time.Time, topic string) (created bool, state string, _ error) {
-	err := db.QueryRow(ctx, outboxCreateRunSQL, key, sendAt, topic).Scan(&created, &state)
-	return created, state, err
+// and returns whether it made it, the run's state, read FOR SHARE, and its
+// tenant ("": the default tenant). The error is the database's, unwrapped.
+func CreateRun(ctx context.Context, db DB, key string, sendAt *time.Time, topic, tenant string) (created bool, state, runTenant string, _ error) {
+	err := db.QueryRow(ctx, outboxCreateRunSQL, key, sendAt, topic, tenant).Scan(&created, &state, &runTenant)
+	return created, state, runTenant, err
 }
 
 // outboxAnyNewKeySQL tells whether one of the keys $1 has no intent.
@@ -51,6 +53,7 @@ type RunRow struct {
 	Key, State           string
 	SendAt               *time.Time
 	Schedule             string // the schedule that made it, or ""
+	Tenant               string // "": the default tenant
 	Occurrence           *time.Time
 	CreatedAt, UpdatedAt time.Time
 }
@@ -58,7 +61,7 @@ type RunRow struct {
 // outboxRunsSQL reads the runs that rest selects (a WHERE, ORDER BY or
 // LIMIT clause over sendonce_run).
 func outboxRunsSQL(rest string) string {
-	return `SELECT key, state, send_at, coalesce(schedule_name, ''), occurrence, created_at, updated_at
+	return `SELECT key, state, send_at, coalesce(schedule_name, ''), occurrence, created_at, updated_at, coalesce(tenant, '')
 		FROM sendonce_run ` + rest
 }
 
@@ -70,7 +73,7 @@ func outboxReadRuns(ctx context.Context, db DB, rest string, args ...any) ([]Run
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunRow, error) {
 		var x RunRow
-		err := r.Scan(&x.Key, &x.State, &x.SendAt, &x.Schedule, &x.Occurrence, &x.CreatedAt, &x.UpdatedAt)
+		err := r.Scan(&x.Key, &x.State, &x.SendAt, &x.Schedule, &x.Occurrence, &x.CreatedAt, &x.UpdatedAt, &x.Tenant)
 		return x, err
 	})
 }

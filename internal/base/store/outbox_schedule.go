@@ -20,6 +20,7 @@ type SavedSchedule struct {
 	Missed              string
 	NextAt              time.Time
 	Topic               string
+	Tenant              string
 	// Read only: the last run made, and the failures of the due
 	// occurrence.
 	LastRun   string
@@ -31,14 +32,15 @@ type SavedSchedule struct {
 
 // outboxSaveScheduleSQL creates or replaces schedule $1; replacing a
 // failing schedule clears its failures.
-const outboxSaveScheduleSQL = `INSERT INTO sendonce_schedule (name, spec, producer, statement, missed, next_at, topic)
-		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''))
+const outboxSaveScheduleSQL = `INSERT INTO sendonce_schedule (name, spec, producer, statement, missed, next_at, topic, tenant)
+		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), nullif($8, ''))
 		ON CONFLICT (name) DO UPDATE SET spec = $2, producer = $3, statement = $4, missed = $5, next_at = $6, topic = nullif($7, ''),
+			tenant = nullif($8, ''),
 			failures = 0, last_error = NULL, failed_at = NULL, retry_at = NULL, updated_at = now()`
 
 // SaveSchedule creates or replaces the schedule s.Name (its Name, Spec,
-// Producer or Statement, Missed, NextAt and Topic; "" is NULL for Producer,
-// Statement and Topic), clearing its failures. The error is the
+// Producer or Statement, Missed, NextAt, Topic and Tenant; "" is NULL for
+// Producer, Statement, Topic and Tenant), clearing its failures. The error is the
 // database's, unwrapped.
 func SaveSchedule(ctx context.Context, db DB, s *SavedSchedule) error {
 	var producer, statement *string
@@ -47,13 +49,14 @@ func SaveSchedule(ctx context.Context, db DB, s *SavedSchedule) error {
 	} else {
 		statement = &s.Statement
 	}
-	_, err := db.Exec(ctx, outboxSaveScheduleSQL, s.Name, s.Spec, producer, statement, s.Missed, s.NextAt, s.Topic)
+	_, err := db.Exec(ctx, outboxSaveScheduleSQL, s.Name, s.Spec, producer, statement, s.Missed, s.NextAt, s.Topic, s.Tenant)
 	return err
 }
 
 // outboxSchedulesSQL lists the schedules by name.
 const outboxSchedulesSQL = `SELECT name, spec, coalesce(producer, ''), coalesce(statement, ''), missed, next_at, coalesce(last_run, ''),
-			failures, coalesce(last_error, ''), failed_at, retry_at, coalesce(topic, '')
+			failures, coalesce(last_error, ''), failed_at, retry_at, coalesce(topic, ''),
+			coalesce(tenant, '')
 		FROM sendonce_schedule ORDER BY name`
 
 // ListSchedules returns every schedule, by name. The error is the
@@ -66,7 +69,7 @@ func ListSchedules(ctx context.Context, db DB) ([]*SavedSchedule, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*SavedSchedule, error) {
 		s := &SavedSchedule{}
 		return s, r.Scan(&s.Name, &s.Spec, &s.Producer, &s.Statement, &s.Missed, &s.NextAt, &s.LastRun,
-			&s.Failures, &s.LastError, &s.FailedAt, &s.RetryAt, &s.Topic)
+			&s.Failures, &s.LastError, &s.FailedAt, &s.RetryAt, &s.Topic, &s.Tenant)
 	})
 }
 

@@ -100,13 +100,13 @@ func WorkerScheduleFailed(ctx context.Context, tx DB, name string, failures int,
 }
 
 // workerCreateRunSQL creates an occurrence's run, with its schedule's
-// topic, unless the run is there already.
-const workerCreateRunSQL = `INSERT INTO sendonce_run (key, schedule_name, occurrence, topic)
-		SELECT $1, $2, $3, (SELECT topic FROM sendonce_schedule WHERE name = $2)
+// topic and tenant, unless the run is there already.
+const workerCreateRunSQL = `INSERT INTO sendonce_run (key, schedule_name, occurrence, topic, tenant)
+		SELECT $1, $2, $3, (SELECT topic FROM sendonce_schedule WHERE name = $2), (SELECT tenant FROM sendonce_schedule WHERE name = $2)
 		ON CONFLICT (key) DO NOTHING`
 
 // WorkerCreateRun creates the run key of the schedule name's occurrence at
-// occurrence, with the schedule's topic, and reports whether it did (false:
+// occurrence, with the schedule's topic and tenant, and reports whether it did (false:
 // the run was there already). The error is the statement's, unwrapped.
 func WorkerCreateRun(ctx context.Context, tx DB, key, name string, occurrence time.Time) (bool, error) {
 	tag, err := tx.Exec(ctx, workerCreateRunSQL, key, name, occurrence)

@@ -91,14 +91,15 @@ func (f *flights) list() []string {
 	return out
 }
 
-// dueRequest asks for one due intent of the drain's (sendstate.ClaimDue).
+// dueRequest asks for n due intents of the drain's (sendstate.ClaimDue).
 type dueRequest struct {
+	n    int
 	done chan dueResult
 }
 
 type dueResult struct {
-	claim *sendstate.DrainClaim // nil: nothing due
-	err   error
+	claims []*sendstate.DrainClaim // fewer than asked for: no more due
+	err    error
 }
 
 // batchMax bounds the claims, and the answers, of one round.
@@ -153,14 +154,24 @@ func (b *batcher) claim(ctx context.Context, r sendstate.ClaimRequest) (*sendsta
 // claims are queued, in one statement; nil when none is due. Once queued it
 // waits for the answer whatever ctx says: a claim made must be sent.
 func (b *batcher) claimDue(ctx context.Context) (*sendstate.DrainClaim, error) {
-	req := dueRequest{done: make(chan dueResult, 1)}
+	cs, err := b.claimDues(ctx, 1)
+	if len(cs) == 0 {
+		return nil, err
+	}
+	return cs[0], err
+}
+
+// claimDues is claimDue for up to n due intents, in one request (a slot
+// holding n tokens); fewer when no more are due.
+func (b *batcher) claimDues(ctx context.Context, n int) ([]*sendstate.DrainClaim, error) {
+	req := dueRequest{n: n, done: make(chan dueResult, 1)}
 	select {
 	case b.dues <- req:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	res := <-req.done
-	return res.claim, res.err
+	return res.claims, res.err
 }
 
 // markSent waits for its batch whatever ctx says: once the API has answered,
@@ -193,7 +204,7 @@ func (b *batcher) loop(ctx context.Context) {
 			return
 		}
 	queued:
-		for len(claims) < batchMax && len(sents) < batchMax && len(dues) < dueMax {
+		for len(claims) < batchMax && len(sents) < batchMax && dueCount(dues) < dueMax {
 			select {
 			case r := <-b.claims:
 				claims = append(claims, r)
@@ -220,7 +231,7 @@ func (b *batcher) loop(ctx context.Context) {
 				b.round(context.WithoutCancel(ctx), claims, sents)
 			}
 			if len(dues) > 0 {
-				b.claimDues(context.WithoutCancel(ctx), dues)
+				b.claimAllDue(context.WithoutCancel(ctx), dues)
 			}
 		}
 	}
@@ -321,7 +332,7 @@ func (b *batcher) markAndClaimDues(ctx context.Context, sents []sentRequest, due
 			if overrode, notOwned, err = sendstate.MarkSentMany(ctx, tx, sent); err != nil {
 				return err
 			}
-			claimed, err = sendstate.ClaimDue(ctx, tx, len(dues), opts)
+			claimed, err = sendstate.ClaimDue(ctx, tx, dueCount(dues), opts)
 			return err
 		})
 	}
@@ -336,20 +347,31 @@ func (b *batcher) markAndClaimDues(ctx context.Context, sents []sentRequest, due
 	b.handOut(dues, claimed, err)
 }
 
-// claimDues claims as many due intents as dues asks for, in one statement
-// that has committed before any is handed out, and hands one to each
-// request, in order; the requests left over get none (nothing more is due).
-func (b *batcher) claimDues(ctx context.Context, dues []dueRequest) {
+// claimAllDue claims as many due intents as dues asks for, in one statement
+// that has committed before any is handed out, and hands each request
+// what it asked for, in order; the requests left over get fewer, or none
+// (nothing more is due).
+func (b *batcher) claimAllDue(ctx context.Context, dues []dueRequest) {
 	opts, err := b.opts()
 	var claimed []*sendstate.DrainClaim
 	if err == nil {
-		claimed, err = sendstate.ClaimDue(ctx, b.pool, len(dues), opts)
+		claimed, err = sendstate.ClaimDue(ctx, b.pool, dueCount(dues), opts)
 	}
 	b.handOut(dues, claimed, err)
 }
 
-// handOut gives one claimed intent to each due request, in order; the
-// requests left over get none (nothing more is due), and all get err.
+// dueCount is how many intents the requests ask for.
+func dueCount(dues []dueRequest) int {
+	n := 0
+	for _, r := range dues {
+		n += r.n
+	}
+	return n
+}
+
+// handOut gives each due request as many claimed intents as it asked
+// for, in order; the requests left over get fewer or none (nothing more is
+// due), and all get err.
 func (b *batcher) handOut(dues []dueRequest, claimed []*sendstate.DrainClaim, err error) {
 	if err != nil {
 		b.orphansAt.Store(time.Now().UnixNano())
@@ -359,14 +381,13 @@ func (b *batcher) handOut(dues []dueRequest, claimed []*sendstate.DrainClaim, er
 			b.flying.add(c.Record.Key)
 		}
 	}
-	for i, r := range dues {
-		switch {
-		case err != nil:
+	for _, r := range dues {
+		if err != nil {
 			r.done <- dueResult{err: err}
-		case i < len(claimed):
-			r.done <- dueResult{claim: claimed[i]}
-		default:
-			r.done <- dueResult{}
+			continue
 		}
+		n := min(r.n, len(claimed))
+		r.done <- dueResult{claims: claimed[:n:n]}
+		claimed = claimed[n:]
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -48,18 +49,37 @@ var claimDueSQL = `WITH due AS (
 		RETURNING ` + claimColumns + `, o.rate_limited, coalesce(o.run_key, ''), o.tries,
 			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8, ` + selfTallied
 
-// claimDueOneSQL is claimDueSQL for a claim of one intent (a slot that
-// asks alone: the usual claim of a worker paced by a rate), LIMIT 1 in its
-// text. With LIMIT $1 the planner costs the generic plan for a tenth of
+// claimDueSmallSQL[1] is claimDueSQL for a claim of one intent (a slot
+// that asks alone: the usual claim of a worker paced by a rate), LIMIT 1
+// in its text. With LIMIT $1 the planner costs the generic plan for a tenth of
 // the due rows, far above a custom plan of one row, so PostgreSQL plans
 // every such claim anew: in the rate-limited benchmark (3 workers at
 // 20/s), 2,688 plans of 2,995 claims at 1.2 ms each, half the database's
 // CPU per intent. With LIMIT 1 the generic plan is chosen after the first
 // five (87 plans of 3,004). $1 stays in a one-time filter, so both texts
 // take the same arguments.
-var claimDueOneSQL = strings.Replace(strings.Replace(claimDueSQL,
-	"LIMIT $1 FOR UPDATE OF o SKIP LOCKED", "LIMIT 1 FOR UPDATE OF o SKIP LOCKED", 1),
-	"WHERE o.state = 'pending' AND o.job_id IS NULL", "WHERE $1::int4 > 0 AND o.state = 'pending' AND o.job_id IS NULL", 1)
+//
+// The same holds for the few intents a slot paced by a low rate claims
+// with the tokens it took ahead (worker's drain, budget.TakeAhead): up to
+// claimDueSmall, each count has its own text, LIMIT n, and keeps its plan.
+var claimDueSmallSQL = func() []string {
+	out := make([]string, claimDueSmall+1)
+	for n := 1; n <= claimDueSmall; n++ {
+		out[n] = claimDueLimitSQL(n)
+	}
+	return out
+}()
+
+// claimDueSmall is the largest claim with a text of its own.
+const claimDueSmall = 8
+
+// claimDueLimitSQL is claimDueSQL with LIMIT n in its text, $1 kept in a
+// one-time filter (see claimDueSmallSQL).
+func claimDueLimitSQL(n int) string {
+	return strings.Replace(strings.Replace(claimDueSQL,
+		"LIMIT $1 FOR UPDATE OF o SKIP LOCKED", "LIMIT "+strconv.Itoa(n)+" FOR UPDATE OF o SKIP LOCKED", 1),
+		"WHERE o.state = 'pending' AND o.job_id IS NULL", "WHERE $1::int4 > 0 AND o.state = 'pending' AND o.job_id IS NULL", 1)
+}
 
 // ClaimDueIntents claims up to n due intents of queue without a River job
 // of their own in one statement: intents without a run before those of
@@ -73,8 +93,8 @@ var claimDueOneSQL = strings.Replace(strings.Replace(claimDueSQL,
 // committed by then.
 func ClaimDueIntents(ctx context.Context, db DB, n int, queue string, owner int32, fingerprint string, window, hold time.Duration) ([]ClaimedIntent, error) {
 	sql := claimDueSQL
-	if n == 1 {
-		sql = claimDueOneSQL
+	if n >= 1 && n <= claimDueSmall {
+		sql = claimDueSmallSQL[n]
 	}
 	rows, err := db.Query(ctx, sql, n, window.Seconds(), engineOwner(owner), fingerprint, queue, hold.Seconds())
 	if err != nil {

@@ -104,8 +104,8 @@ type Budget struct {
 	known          bool          // the last lease found the fleet's rate known (bucket.known); before one, a rate is configured
 	mismatchLogged bool          // a fleet's rate other than this worker's was logged
 	leasing        chan struct{} // closed when the lease in flight is done
-	tickets        int64         // turns given to sends napping for tokens leased ahead (see wait)
-	served         int64         // tokens taken, and turns given up, since the first
+	turns          turns         // of the sends napping for tokens leased ahead (see wait)
+	urgentTurns    turns         // the same of the sends that are not bulk, which bulk ones step aside for
 	waiting        int
 	urgent         int // waiting sends that are not bulk (WaitBulk yields to them)
 }
@@ -211,7 +211,14 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token,
 	// its own token, not all of them at the next one's (with 500 sends
 	// waiting, every token woke every napping send: about five wakes of
 	// each send per token, the drain's largest cost after the client's).
+	// An urgent send counts only the urgent turns ahead of it: the bulk
+	// sends before it step aside for it (WaitBulk) and take none of the
+	// tokens it waits for.
 	ticket := int64(-1)
+	mine := &b.turns
+	if !bulk {
+		mine = &b.urgentTurns
+	}
 	b.mu.Lock()
 	b.waiting++
 	if !bulk {
@@ -219,7 +226,7 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token,
 	}
 	defer func() {
 		if ticket >= 0 {
-			b.served++ // given up: the turns after it move up
+			b.gaveUp(mine) // the turns after it move up
 		}
 		b.waiting--
 		if !bulk {
@@ -276,10 +283,12 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token,
 				// ticket) nears, the sends ahead of it one token each, up
 				// to the lease's last.
 				if ticket < 0 {
-					ticket = b.tickets
-					b.tickets++
+					ticket = mine.take()
+					if mine != &b.turns {
+						b.turns.take()
+					}
 				}
-				ahead := min(ticket-b.served, int64(b.tokens-1))
+				ahead := min(ticket-mine.served, int64(b.tokens-1))
 				if ahead < 0 {
 					ahead = 0
 				}
@@ -291,7 +300,10 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token,
 			// Due now or within the horizon: this send takes it, and
 			// waits for its own token's time.
 			b.tokens--
-			b.served++
+			b.turns.served++
+			if !bulk {
+				b.urgentTurns.served++
+			}
 			ticket = -1
 			leasedAt := b.leasedAt
 			b.readyAt = b.readyAt.Add(b.every) // the lease's next token
@@ -319,6 +331,29 @@ func (b *Budget) wait(ctx context.Context, max time.Duration, bulk bool) (Token,
 		if err != nil || wait > 0 {
 			return Token{RetryIn: b.capped(wait)}, err
 		}
+	}
+}
+
+// turns are the turns at tokens leased ahead of sends napping for them:
+// a ticket is a send's turn; tickets-served are the turns ahead of a new
+// one.
+type turns struct {
+	tickets int64 // turns given out
+	served  int64 // tokens taken, and turns given up, since the first
+}
+
+// take gives out the next turn.
+func (t *turns) take() int64 {
+	t.tickets++
+	return t.tickets - 1
+}
+
+// gaveUp counts a turn given up by a send of mine (b.turns or
+// b.urgentTurns), in b.turns too.
+func (b *Budget) gaveUp(mine *turns) {
+	mine.served++
+	if mine != &b.turns {
+		b.turns.served++
 	}
 }
 

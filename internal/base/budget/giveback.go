@@ -58,7 +58,10 @@ func (b *Budget) TakeAhead(ahead time.Duration, bulk bool) (t Token, ok bool) {
 	}
 	at := b.readyAt
 	b.tokens--
-	b.served++
+	b.turns.served++
+	if !bulk {
+		b.urgentTurns.served++
+	}
 	b.readyAt = b.readyAt.Add(b.every)
 	b.own.take()
 	return Token{OK: true, LeasedAt: b.leasedAt, At: at}, true

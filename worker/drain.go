@@ -190,6 +190,7 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 			return false
 		case err != nil:
 			w.cfg.Logger.Warn("drain: cannot look for due intents", "error", err)
+			d.connectionLost()
 			d.gate.again()
 			return sleepCtx(ctx, d.interval) == nil
 		case !due:
@@ -358,6 +359,10 @@ func (d *drain) orphansWithin(dur time.Duration) bool {
 
 // connectionLost tells the drain the database may have crashed: marks it
 // acknowledged may be lost, and the orphans they leave are looked for.
+// Any statement of the worker's that fails says so: through a pooler in
+// transaction mode the worker's own connections outlive the server's, and
+// only a statement sent while the server is down fails (the sweeper's, the
+// drain's look, the lease's renewal).
 func (d *drain) connectionLost() {
 	if b := d.w.batch; b != nil {
 		b.orphansAt.Store(time.Now().UnixNano())

@@ -64,6 +64,9 @@ type liveness struct {
 	// the fleet's sweeper and the one before did not: the sweeper sweeps
 	// at once, to end the dead sweeper's lease and rescue what it left.
 	promoted func()
+	// troubled, when set, is called when a renewal fails: the database
+	// may be down, or back from a crash (see drain.connectionLost).
+	troubled func()
 }
 
 // errLeaseStopped is the cause of the sends cut off by the lease.
@@ -220,6 +223,9 @@ func (l *liveness) renew(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			l.logger.Warn("worker: cannot renew its lease yet", "error", err)
+			if l.troubled != nil {
+				l.troubled()
+			}
 		}
 		return
 	}

@@ -115,6 +115,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	sw := &sweeper{pool: pool, jobs: jobs, drain: dr, schedules: schedules, interval: conf.SweepInterval, logger: logger,
 		restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly, role: lease, kick: make(chan struct{}, 1)}
 	lease.promoted = sw.kicked
+	lease.troubled = dr.connectionLost
 	return &Worker{
 		report:       rep,
 		drain:        dr,

@@ -73,9 +73,14 @@ type SentMark struct {
 // and for the members of runs the same by second. The delivery status and
 // the run key are the row's, which the mark does not change.
 func markSentSQL(answers string, asyncCommit bool) string {
-	commit := ``
+	// The answers alone (asyncCommit) commit without waiting for the WAL
+	// flush, unless one of them overrode a failed intent: lost to a crash,
+	// that record would leave it failed, though its email went out, where
+	// a lost record of a sending intent has it sent again under its key.
+	from := `m`
 	if asyncCommit {
-		commit = `, set_config('synchronous_commit', 'off', true)`
+		from = `m, (SELECT set_config('synchronous_commit',
+			CASE WHEN bool_or(was_failed) THEN current_setting('synchronous_commit') ELSE 'off' END, true) FROM m) AS c`
 	}
 	return `WITH m AS (
 		UPDATE sendonce_outbox o
@@ -87,7 +92,7 @@ func markSentSQL(answers string, asyncCommit bool) string {
 		WHERE o.idempotency_key = m.key AND (o.state IN ('pending', 'sending', 'failed')) IS TRUE
 			AND (o.state = 'failed' OR ` + owned("o", "m.owner") + `)
 		RETURNING o.idempotency_key AS key, o.last_error IS NOT NULL AS was_failed, o.run_key,
-			coalesce(o.delivery_status, '') AS delivery_status, ` + selfTallied + commit + `),
+			coalesce(o.delivery_status, '') AS delivery_status, ` + selfTallied + `),
 	t AS (
 		INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
 		SELECT v.minute, v.state, m.delivery_status, sum(v.n) FROM m,
@@ -101,7 +106,7 @@ func markSentSQL(answers string, asyncCommit bool) string {
 				(date_trunc('second', now()), 'sent', 1)) AS v(at, state, n)
 		WHERE m.run_key IS NOT NULL
 		GROUP BY 1, 2, 3, 4)
-	SELECT key, was_failed FROM m`
+	SELECT key, was_failed FROM ` + from
 }
 
 // markSentOneSQL and markSentManySQL are MarkIntentsSent's statement for
@@ -131,7 +136,9 @@ var (
 // crash of the database can then lose a mark it had acknowledged, for at
 // most three times wal_writer_delay; the intent is then sending under
 // its claim, and goes out again under its key, which the API replays.
-// The claim, which must be durable before the send, is never made so.
+// An answer that overrides a failed intent keeps the commit waiting for
+// the flush: lost, it would leave the intent failed, its email sent. The
+// claim, which must be durable before the send, is never made so.
 // In a transaction of the caller's, asyncCommit applies to its commit:
 // pass false there.
 func MarkIntentsSent(ctx context.Context, db DB, keys, messageIDs []string, replayed []bool, owners []int32, asyncCommit bool) ([]SentMark, error) {

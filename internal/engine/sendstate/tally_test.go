@@ -441,7 +441,12 @@ func TestHotPathRunsNoTallyTrigger(t *testing.T) {
 func TestMarkSentAsyncCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _, _ := setup(t, "async:1", "async:2")
+	pool, _, _ := setup(t, "async:1", "async:2", "async:3")
+	// A success over a failed intent waits for the flush all the same:
+	// lost to a crash, it would leave the intent failed, its email sent.
+	if err := sendstate.MarkFailed(context.Background(), pool, sendstate.Outcome{Key: "async:3", Reason: "no"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		key  string
 		mark func(context.Context, sendstate.DB, []sendstate.Sent) ([]string, []string, error)
@@ -449,6 +454,7 @@ func TestMarkSentAsyncCommit(t *testing.T) {
 	}{
 		{"async:1", sendstate.MarkSentMany, "on"},
 		{"async:2", sendstate.MarkSentManyAsyncCommit, "off"},
+		{"async:3", sendstate.MarkSentManyAsyncCommit, "on"},
 	} {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			// The test server may run with it off for every transaction.

@@ -205,7 +205,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.drain.coalesce != nil {
 		freeze = w.drain.freeze
 	}
-	w.sendWorker.batch = newBatcher(bgCtx, w.pool, w.sendWorker.claimOptions, freeze)
+	w.sendWorker.batch = newBatcher(w.pool, w.sendWorker.claimOptions, freeze)
+	w.done.Go(func() { w.sendWorker.batch.loop(bgCtx) })
 	if w.coalesce >= 2 {
 		w.sendWorker.coalesce = newCoalescer(bgCtx, w.batcher, w.coalesce, w.coalesceWait, w.sendWorker.cfg.Logger)
 	}

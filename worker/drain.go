@@ -8,7 +8,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sendonce/sendonce/internal/base/budget"
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
 )
 
@@ -218,21 +217,9 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 		}
 		return true // waited for the budget as long as it asked
 	}
-	// Paced by a low rate, the slot takes the next few tokens leased
-	// ahead too, claims their intents with its own in one statement, and
-	// sends them one after another, each at its token's time: one claim
-	// for a lease's worth of sends, not a claim of one for each.
-	toks := []budget.Token{{OK: token, LeasedAt: leasedAt}}
-	for token && len(toks) < aheadMax {
-		t, ok := w.budget.TakeAhead(claimAhead, *bulk)
-		if !ok {
-			break
-		}
-		toks = append(toks, t)
-	}
-	cs, err := w.batch.claimDues(ctx, len(toks))
-	if token && len(cs) < len(toks) {
-		w.budget.Return(len(toks) - len(cs)) // no request: the tokens are the fleet's again
+	c, err := w.batch.claimDue(ctx)
+	if c == nil && token {
+		w.budget.Return(1) // no request: the token is the fleet's again
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -245,34 +232,16 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 			d.gate.again()
 		}
 		return sleepCtx(ctx, d.interval) == nil
-	case len(cs) == 0:
+	case c == nil:
 		d.gate.shut(gen)
 		return true
 	case probe:
 		d.gate.open()
 	}
-	for i, c := range cs {
-		if wait := time.Until(toks[i].At); wait > 0 {
-			// Claimed ahead of its token's time; a claim made must be
-			// sent, so the wait ends only at halt.
-			sleepCtx(d.work, wait)
-		}
-		*bulk = c.RunKey != ""
-		d.send(c, toks[i].LeasedAt, token)
-	}
+	*bulk = c.RunKey != ""
+	d.send(c, leasedAt, token)
 	return true
 }
-
-// claimAhead and aheadMax bound the tokens a slot takes ahead
-// (budget.TakeAhead) beside the one it waited for: those due within 250
-// ms, at most 4 more. At 20 a second that is a lease's worth, and the
-// last of them is sent 200 ms after its claim; should the worker die
-// meanwhile, the intent is sent again under its key, as any a crash left
-// sending.
-const (
-	claimAhead = 250 * time.Millisecond
-	aheadMax   = 5
-)
 
 // token waits for a token of the fleet's budget (none without a budget);
 // a bulk one yields to the sends waiting that are not.

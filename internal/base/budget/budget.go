@@ -174,9 +174,6 @@ type Token struct {
 	// clock): Refused tells a 429 of a request sent at a rate the fleet
 	// has cut since from one at the cut rate.
 	LeasedAt time.Time
-	// At is TakeAhead's token's time, when its send may go (by this
-	// process's clock); zero for Acquire's, which is due when it returns.
-	At time.Time
 }
 
 // Acquire is Wait (bulk: WaitBulk) that also says when the token was

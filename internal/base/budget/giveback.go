@@ -37,36 +37,3 @@ func (p *pace) give(n int) {
 		p.tokens = math.Min(math.Max(1, p.rate), p.tokens+float64(n))
 	}
 }
-
-// TakeAhead takes, without waiting, a token this worker has leased that is
-// due within ahead, when the fleet's rate spaces its tokens at least
-// aheadSpacing apart (a rate of 100 a second or less): a send that holds
-// one token takes the next few this way, claims their intents with its own
-// in one statement, and sends them one after another, each at its token's
-// time (Token.At). Faster, one send's request may outlast the spacing, and
-// the sends take their tokens one by one (Acquire). ok is false when no
-// such token is leased, a bulk send would take it from a send waiting that
-// is not, or this worker's own rate has none to spare.
-func (b *Budget) TakeAhead(ahead time.Duration, bulk bool) (t Token, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	switch {
-	case b.isClosed(), bulk && b.urgent > 0, b.every < aheadSpacing, b.tokens <= 0,
-		now.Sub(b.readyAt) >= tokenTTL, b.readyAt.Sub(now) > ahead, b.own.wait(now) > 0:
-		return Token{}, false
-	}
-	at := b.readyAt
-	b.tokens--
-	b.turns.served++
-	if !bulk {
-		b.urgentTurns.served++
-	}
-	b.readyAt = b.readyAt.Add(b.every)
-	b.own.take()
-	return Token{OK: true, LeasedAt: b.leasedAt, At: at}, true
-}
-
-// aheadSpacing is the least spacing of the fleet's tokens at which
-// TakeAhead takes one: 10 ms, a rate of 100 a second.
-const aheadSpacing = 10 * time.Millisecond

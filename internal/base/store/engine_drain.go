@@ -59,9 +59,9 @@ var claimDueSQL = `WITH due AS (
 // five (87 plans of 3,004). $1 stays in a one-time filter, so both texts
 // take the same arguments.
 //
-// The same holds for the few intents a slot paced by a low rate claims
-// with the tokens it took ahead (worker's drain, budget.TakeAhead): up to
-// claimDueSmall, each count has its own text, LIMIT n, and keeps its plan.
+// The same holds for the small claims of a round where a few slots ask at
+// once: up to claimDueSmall, each count has its own text, LIMIT n, and
+// keeps its plan.
 var claimDueSmallSQL = func() []string {
 	out := make([]string, claimDueSmall+1)
 	for n := 1; n <= claimDueSmall; n++ {

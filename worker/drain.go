@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -41,6 +42,14 @@ type drain struct {
 	dueMu sync.Mutex
 	due   *time.Timer
 	dueAt time.Time
+
+	// waiting counts the slots waiting for a token of the budget; ahead
+	// holds the intents claimed for them (see ahead).
+	waiting atomic.Int32
+	ahead   ahead
+	// afterAhead, set by tests, hears how many intents each claim left
+	// ahead.
+	afterAhead func(n int)
 
 	work   context.Context // sends run in it; cancelled when a stop gives up waiting
 	cancel context.CancelFunc
@@ -138,6 +147,11 @@ func (d *drain) halt(ctx context.Context) {
 		d.cancel()
 		<-finished
 	}
+	// What was claimed ahead and not taken goes back (bounded: a stop
+	// that gave up waiting leaves it to the sweeper's rescue).
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	d.unclaimAhead(uctx)
+	cancel()
 	d.cancel()
 }
 
@@ -217,7 +231,7 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 		}
 		return true // waited for the budget as long as it asked
 	}
-	c, err := w.batch.claimDue(ctx)
+	c, err := d.claim(ctx, token)
 	if c == nil && token {
 		w.budget.Return(1) // no request: the token is the fleet's again
 	}
@@ -253,7 +267,9 @@ func (d *drain) token(ctx context.Context, bulk bool) (leasedAt time.Time, ok bo
 		return time.Time{}, false, nil
 	}
 	start := time.Now()
+	d.waiting.Add(1)
 	t, err := b.Acquire(ctx, maxBudgetWait, bulk)
+	d.waiting.Add(-1)
 	if err != nil {
 		return time.Time{}, false, err
 	}

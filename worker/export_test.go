@@ -27,3 +27,8 @@ func SetAfterFreezeDue(w *Worker, f func(batches, members int)) {
 		w.drain.coalesce.afterFreeze = func(r sendstate.FrozenDue) { f(r.Batches, r.Members) }
 	}
 }
+
+// SetAfterClaimAhead makes the drain of w call f with the number of
+// intents each claim left for the slots about to get a token. Set it
+// before Start.
+func SetAfterClaimAhead(w *Worker, f func(n int)) { w.drain.afterAhead = f }

@@ -206,6 +206,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		freeze = w.drain.freeze
 	}
 	w.sendWorker.batch = newBatcher(w.pool, w.sendWorker.claimOptions, freeze)
+	if w.sendWorker.budget != nil {
+		w.sendWorker.batch.paced = func() bool { return w.drain.waiting.Load() > 0 }
+	}
 	w.done.Go(func() { w.sendWorker.batch.loop(bgCtx) })
 	if w.coalesce >= 2 {
 		w.sendWorker.coalesce = newCoalescer(bgCtx, w.batcher, w.coalesce, w.coalesceWait, w.sendWorker.cfg.Logger)

@@ -37,3 +37,15 @@ func (p *pace) give(n int) {
 		p.tokens = math.Min(math.Max(1, p.rate), p.tokens+float64(n))
 	}
 }
+
+// Leased is how many tokens this worker holds leased and not yet taken by
+// a send: the sends waiting for a token take them next, one each, at the
+// lease's spacing. The drain claims that many intents ahead for them.
+func (b *Budget) Leased() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if time.Since(b.readyAt) >= tokenTTL {
+		return 0
+	}
+	return b.tokens
+}

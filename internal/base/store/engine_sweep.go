@@ -63,6 +63,24 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 	return tag.RowsAffected() > 0, err
 }
 
+// unclaimDrainedSQL is UnclaimDrained's statement.
+const unclaimDrainedSQL = `UPDATE sendonce_outbox o
+		SET state = 'pending', claimed_by = NULL, next_attempt_at = NULL,
+			attempts = greatest(o.attempts - 1, 0), tries = greatest(o.tries - 1, 0),
+			first_attempt_at = CASE WHEN o.attempts <= 1 THEN NULL ELSE o.first_attempt_at END,
+			updated_at = now()
+		WHERE o.idempotency_key = ANY($1::text[]) AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL
+			AND o.claimed_by = $2`
+
+// UnclaimDrained gives the drained intents of keys that are sending under
+// owner's claim back to pending as they were before the claim: its
+// attempt and try not counted, due at once, uncertain as it was (no
+// request of the claim was made). It returns how many it gave back.
+func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
+	tag, err := db.Exec(ctx, unclaimDrainedSQL, keys, owner)
+	return int(tag.RowsAffected()), err
+}
+
 // releaseOrphansSQL is ReleaseOrphans's statement.
 const releaseOrphansSQL = `UPDATE sendonce_outbox o
 		SET state = 'pending', uncertain = true, claimed_by = NULL, next_attempt_at = NULL,

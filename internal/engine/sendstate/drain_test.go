@@ -246,3 +246,52 @@ func TestClaimOfOneKeepsItsPlan(t *testing.T) {
 		t.Fatalf("%d claims of one: %d custom plans and %d generic; want at most the first 5 planned for their arguments, then the generic plan", claims, custom, generic)
 	}
 }
+
+// UnclaimDrained gives a claim that was never attempted back as it was:
+// pending, its attempt and try not counted, no first attempt, not
+// uncertain; the next claim takes it again, first in due order. A claim of
+// another owner and a sent intent stay as they are.
+func TestUnclaimDrained(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := outboxtest.New(t)
+	for _, k := range []string{"u:1", "u:2", "u:3"} {
+		insertSQL(t, pool, k, "")
+	}
+	opts := claimOpts
+	if got := claimDue(t, pool, 3, opts); !equal(got, "u:1", "u:2", "u:3") {
+		t.Fatalf("claim %v, want all three", got)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET claimed_by = 7`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET claimed_by = 8 WHERE idempotency_key = 'u:2'`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET state = 'sent', message_id = 'm' WHERE idempotency_key = 'u:3'`)
+	n, err := sendstate.UnclaimDrained(ctx, pool, []string{"u:1", "u:2", "u:3"}, 7)
+	if err != nil || n != 1 {
+		t.Fatalf("UnclaimDrained = %d, %v; want 1", n, err)
+	}
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, uncertain, attempts, tries, first_attempt_at IS NULL,
+		coalesce(claimed_by, 0) FROM sendonce_outbox ORDER BY idempotency_key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"u:1": "pending false 0 0 true 0", "u:2": "sending false 1 1 false 8", "u:3": "sent false 1 1 false 7",
+	}
+	for rows.Next() {
+		var key, state string
+		var uncertain, noFirst bool
+		var attempts, tries, owner int
+		if err := rows.Scan(&key, &state, &uncertain, &attempts, &tries, &noFirst, &owner); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%s %v %d %d %v %d", state, uncertain, attempts, tries, noFirst, owner); got != want[key] {
+			t.Errorf("%s: %s, want %s (state uncertain attempts tries no-first-attempt owner)", key, got, want[key])
+		}
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if got := claimDue(t, pool, 3, opts); !equal(got, "u:1") {
+		t.Fatalf("claim after the unclaim %v, want u:1 again", got)
+	}
+}

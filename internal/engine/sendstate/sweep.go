@@ -138,6 +138,20 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 	return released, nil
 }
 
+// UnclaimDrained gives back the drained intents of keys that owner claimed
+// and never attempted (claimed ahead for a send that did not come to
+// take them: see the worker's drain), as they were before the claim:
+// pending and due at once, the claim's attempt and try not counted, and
+// no more uncertain than they were. An intent no longer sending under
+// owner's claim is left as it is. It returns how many it gave back.
+func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
+	n, err := store.UnclaimDrained(ctx, db, keys, owner)
+	if err != nil {
+		return 0, fmt.Errorf("sendstate: give back %d unsent claims: %w", len(keys), err)
+	}
+	return n, nil
+}
+
 // ReleaseOrphans gives back to pending, uncertain and due at once, its try
 // given back, every drained intent left sending under owner's claim that
 // owner no longer has in flight (flying: the keys of its claims whose

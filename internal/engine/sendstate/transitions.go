@@ -162,6 +162,11 @@ var Transitions = []Transition{
 		By: "the drain whose attempt's outcome could not be recorded",
 		Rule: "no River job and no batch; still sending under the drain's own claim. The intent becomes uncertain " +
 			"and due at once, and its next claim replays it; after a recorded outcome it changes nothing"},
+	{From: outbox.StateSending, To: outbox.StatePending, Statement: "UnclaimDrained",
+		By: "the drain, for an intent it claimed ahead for a slot about to get a token, which no slot took in time " +
+			"(the budget stopped granting, or the worker stopped)",
+		Rule: "no River job and no batch; still sending under the drain's own claim, never attempted. The intent is " +
+			"as it was before the claim: due at once, the claim's attempt and try not counted, uncertain as it was"},
 	{From: outbox.StateSending, To: outbox.StatePending, Statement: "ReleaseOrphans",
 		By: "the worker that claimed it, at each sweep interval for a while after a failed claim, and every 60",
 		Rule: "no River job and no batch; sending under the worker's own claim, claimed more than a few seconds ago, " +

@@ -449,6 +449,12 @@ var transitionCases = []transitionCase{
 			}
 			return nil
 		}},
+	{name: "UnclaimDrained", statement: "UnclaimDrained", rows: sqlRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET claimed_by = $1`, e.lease.Epoch)
+			_, err := sendstate.UnclaimDrained(ctx, e.pool, e.allKeys(), e.lease.Epoch)
+			return err
+		}},
 	{name: "ReleaseOrphans", statement: "ReleaseOrphans", rows: sqlRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET claimed_by = $1, updated_at = now() - interval '1 minute'`, e.lease.Epoch)

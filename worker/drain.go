@@ -47,6 +47,9 @@ type drain struct {
 	// holds the intents claimed for them (see ahead).
 	waiting atomic.Int32
 	ahead   ahead
+	// lastToken and tokenGap time this worker's tokens (unix ns, and a
+	// moving average of the time between them; see slowPace).
+	lastToken, tokenGap atomic.Int64
 	// afterAhead, set by tests, hears how many intents each claim left
 	// ahead.
 	afterAhead func(n int)
@@ -246,6 +249,14 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 			d.gate.again()
 		}
 		return sleepCtx(ctx, d.interval) == nil
+	case c == nil && d.aheadLeft():
+		// Nothing more due, but intents claimed ahead wait for slots:
+		// the gate stays open until they are taken (shut, it left them
+		// to expire, 2 s at the end of every backlog).
+		if probe {
+			d.gate.open()
+		}
+		return true
 	case c == nil:
 		d.gate.shut(gen)
 		return true
@@ -277,6 +288,7 @@ func (d *drain) token(ctx context.Context, bulk bool) (leasedAt time.Time, ok bo
 		d.w.cfg.Observer.Observe(Outcome{Result: ResultBudgetSnoozed, BudgetWait: time.Since(start)})
 		return time.Time{}, false, sleepCtx(ctx, min(max(t.RetryIn, time.Second), d.w.cfg.MaxPause))
 	}
+	d.tokenTaken()
 	d.w.cfg.Observer.Observe(Outcome{Result: ResultBudgetToken, BudgetWait: time.Since(start)})
 	return t.LeasedAt, true, nil
 }

@@ -207,7 +207,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.sendWorker.batch = newBatcher(w.pool, w.sendWorker.claimOptions, freeze)
 	if w.sendWorker.budget != nil {
-		w.sendWorker.batch.paced = func() bool { return w.drain.waiting.Load() > 0 }
+		w.sendWorker.batch.paced = w.drain.paced
 	}
 	w.done.Go(func() { w.sendWorker.batch.loop(bgCtx) })
 	if w.coalesce >= 2 {

@@ -119,16 +119,41 @@ func (d *drain) putAhead(cs []*sendstate.DrainClaim) {
 }
 
 // takeAhead takes the oldest intent claimed ahead that has not expired;
-// nil when there is none.
+// nil when there is none. What remains of its replay window is what the
+// claim found, less the time it waited. One claimed under a lease that is
+// no longer known to be held (the worker was paused past it) is not sent:
+// the intent may be another worker's by now; it is given back if it is
+// still this worker's.
 func (d *drain) takeAhead() *sendstate.DrainClaim {
+	var stale []*sendstate.DrainClaim
+	defer func() {
+		if len(stale) > 0 {
+			go d.unclaim(d.work, stale)
+		}
+	}()
 	d.ahead.mu.Lock()
 	defer d.ahead.mu.Unlock()
 	for len(d.ahead.claims) > 0 && time.Since(d.ahead.claims[0].at) < aheadTTL {
-		c := d.ahead.claims[0].c
+		a := d.ahead.claims[0]
 		d.ahead.claims = d.ahead.claims[1:]
-		return c
+		if !d.held(a.c.Owner) {
+			stale = append(stale, a.c)
+			continue
+		}
+		a.c.WindowLeft -= time.Since(a.at)
+		return a.c
 	}
 	return nil
+}
+
+// held reports whether the lease of epoch is known to be held now (no
+// lease: a worker without one, in tests).
+func (d *drain) held(epoch int32) bool {
+	if d.w.lease == nil || epoch == 0 {
+		return true
+	}
+	owner, ok := d.w.lease.owner()
+	return ok && owner == epoch
 }
 
 // aheadLeft reports whether intents claimed ahead wait for a slot.

@@ -160,3 +160,63 @@ func firstGivenBack(ctx context.Context, t *testing.T, pool *pgxpool.Pool) strin
 	}
 	return key
 }
+
+// A run canceled while some of its members wait, claimed ahead, for slots
+// (the cancel leaves a claimed member to its send) does not send them once
+// they are given back: a member given back is canceled, as the cancel
+// would have canceled it unclaimed. Nothing is left pending or sending,
+// and the API received exactly the members recorded sent.
+func TestRunCanceledWhileClaimedAheadSendsNoMore(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	ctx, pool, ob, fake, cfg := aheadSetup(t, 0, "10/s", 8)
+	var in []outbox.Intent
+	for i := range n {
+		body := json.RawMessage(fmt.Sprintf(`{"from":"news@example.com","to":["r%d@example.com"],"subject":"Digest","text":"x"}`, i))
+		in = append(in, outbox.Intent{Key: fmt.Sprintf("digest:%d", i), Payload: body})
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.EnqueueRun(ctx, tx, outbox.Run{Key: "digest", Intents: in})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aheadOf3 := make(chan struct{})
+	var once sync.Once
+	worker.SetAfterClaimAhead(w, func(n int) {
+		if n >= 3 {
+			once.Do(func() { close(aheadOf3) })
+		}
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-aheadOf3:
+	case <-ctx.Done():
+		t.Fatal("no claim left three intents ahead")
+	}
+	if _, err := ob.CancelRun(ctx, "digest"); err != nil {
+		t.Fatal(err)
+	}
+	w.Stop(ctx)
+	var pending, sending, sent int
+	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'sending'),
+		count(*) FILTER (WHERE state = 'sent') FROM sendonce_outbox WHERE run_key = 'digest'`).Scan(&pending, &sending, &sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after the cancel and the stop: %d pending, %d sending, %d sent, %d delivered", pending, sending, sent, len(fake.Deliveries()))
+	if pending != 0 || sending != 0 {
+		t.Fatalf("%d members pending and %d sending after the run's cancel and the stop; want none: a member claimed ahead "+
+			"and given back must be canceled, not sent later", pending, sending)
+	}
+	if got := len(fake.Deliveries()); got != sent {
+		t.Fatalf("%d deliveries, %d members recorded sent; want as many", got, sent)
+	}
+}

@@ -65,7 +65,9 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 
 // unclaimDrainedSQL is UnclaimDrained's statement.
 const unclaimDrainedSQL = `UPDATE sendonce_outbox o
-		SET state = 'pending', claimed_by = NULL, next_attempt_at = NULL,
+		SET state = CASE WHEN o.run_key IS NOT NULL AND EXISTS (SELECT 1 FROM sendonce_run run
+				WHERE run.key = o.run_key AND run.state = 'canceled') THEN 'canceled' ELSE 'pending' END,
+			claimed_by = NULL, next_attempt_at = NULL,
 			attempts = greatest(o.attempts - 1, 0), tries = greatest(o.tries - 1, 0),
 			first_attempt_at = CASE WHEN o.attempts <= 1 THEN NULL ELSE o.first_attempt_at END,
 			updated_at = now()
@@ -75,7 +77,9 @@ const unclaimDrainedSQL = `UPDATE sendonce_outbox o
 // UnclaimDrained gives the drained intents of keys that are sending under
 // owner's claim back to pending as they were before the claim: its
 // attempt and try not counted, due at once, uncertain as it was (no
-// request of the claim was made). It returns how many it gave back.
+// request of the claim was made). A member of a run canceled meanwhile is
+// canceled, as the run's cancel would have canceled it had it not been
+// claimed. It returns how many it gave back.
 func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
 	tag, err := db.Exec(ctx, unclaimDrainedSQL, keys, owner)
 	return int(tag.RowsAffected()), err

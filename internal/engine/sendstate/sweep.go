@@ -142,8 +142,10 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 // and never attempted (claimed ahead for a send that did not come to
 // take them: see the worker's drain), as they were before the claim:
 // pending and due at once, the claim's attempt and try not counted, and
-// no more uncertain than they were. An intent no longer sending under
-// owner's claim is left as it is. It returns how many it gave back.
+// no more uncertain than they were; a member of a run canceled meanwhile
+// is canceled (the run's cancel left it, claimed, to its send). An intent
+// no longer sending under owner's claim is left as it is. It returns how
+// many it gave back.
 func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
 	n, err := store.UnclaimDrained(ctx, db, keys, owner)
 	if err != nil {

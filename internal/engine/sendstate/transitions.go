@@ -167,6 +167,10 @@ var Transitions = []Transition{
 			"(the budget stopped granting, or the worker stopped)",
 		Rule: "no River job and no batch; still sending under the drain's own claim, never attempted. The intent is " +
 			"as it was before the claim: due at once, the claim's attempt and try not counted, uncertain as it was"},
+	{From: outbox.StateSending, To: outbox.StateCanceled, Statement: "UnclaimDrained", Case: "its run canceled",
+		By: "the drain, for an intent it claimed ahead, of a run canceled while the claim waited",
+		Rule: "as to pending; the run's cancel left the member to its send, which never came, so it is canceled " +
+			"as the cancel would have canceled it unclaimed"},
 	{From: outbox.StateSending, To: outbox.StatePending, Statement: "ReleaseOrphans",
 		By: "the worker that claimed it, at each sweep interval for a while after a failed claim, and every 60",
 		Rule: "no River job and no batch; sending under the worker's own claim, claimed more than a few seconds ago, " +

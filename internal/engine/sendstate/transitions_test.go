@@ -455,6 +455,13 @@ var transitionCases = []transitionCase{
 			_, err := sendstate.UnclaimDrained(ctx, e.pool, e.allKeys(), e.lease.Epoch)
 			return err
 		}},
+	{name: "UnclaimDrained, its run canceled", statement: "UnclaimDrained/its run canceled", rows: runRows,
+		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
+			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET claimed_by = $1`, e.lease.Epoch)
+			pgtest.Exec(t, e.pool, `UPDATE sendonce_run SET state = 'canceled' WHERE key = $1`, testRun)
+			_, err := sendstate.UnclaimDrained(ctx, e.pool, e.allKeys(), e.lease.Epoch)
+			return err
+		}},
 	{name: "ReleaseOrphans", statement: "ReleaseOrphans", rows: sqlRows,
 		run: func(ctx context.Context, t *testing.T, e *stateEnv) error {
 			pgtest.Exec(t, e.pool, `UPDATE sendonce_outbox SET claimed_by = $1, updated_at = now() - interval '1 minute'`, e.lease.Epoch)

@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // versions is the number of sendonce migrations in sql/.
-const versions = 28
+const versions = 29
 
 func TestUpTwiceIsNoOp(t *testing.T) {
 	t.Parallel()

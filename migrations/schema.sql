@@ -955,6 +955,27 @@ CREATE TABLE public.sendonce_suppression_change (
     removed boolean NOT NULL
 );
 
+-- TABLE sendonce_tenant
+CREATE TABLE public.sendonce_tenant (
+    name text NOT NULL,
+    weight integer DEFAULT 1 NOT NULL,
+    rate double precision,
+    quota_day bigint,
+    quota_month bigint,
+    tokens double precision DEFAULT 0 NOT NULL,
+    refilled_at timestamp with time zone,
+    day_start timestamp with time zone,
+    day_count bigint DEFAULT 0 NOT NULL,
+    month_start timestamp with time zone,
+    month_count bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sendonce_tenant_name_check CHECK (((name = ''::text) OR ((name ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'::text) AND (name <> 'default'::text)))),
+    CONSTRAINT sendonce_tenant_quota_day_check CHECK ((quota_day >= 0)),
+    CONSTRAINT sendonce_tenant_quota_month_check CHECK ((quota_month >= 0)),
+    CONSTRAINT sendonce_tenant_rate_check CHECK (((rate > (0)::double precision) AND (rate <= (1000000)::double precision))),
+    CONSTRAINT sendonce_tenant_weight_check CHECK (((weight >= 1) AND (weight <= 1000)))
+);
+
 -- TABLE sendonce_tombstone
 CREATE TABLE public.sendonce_tombstone (
     key_hash bytea NOT NULL,
@@ -1072,6 +1093,10 @@ ALTER TABLE ONLY public.sendonce_suppression_change
 ALTER TABLE ONLY public.sendonce_suppression
     ADD CONSTRAINT sendonce_suppression_pkey PRIMARY KEY (address);
 
+-- CONSTRAINT sendonce_tenant sendonce_tenant_pkey
+ALTER TABLE ONLY public.sendonce_tenant
+    ADD CONSTRAINT sendonce_tenant_pkey PRIMARY KEY (name);
+
 -- CONSTRAINT sendonce_tombstone sendonce_tombstone_pkey
 ALTER TABLE ONLY public.sendonce_tombstone
     ADD CONSTRAINT sendonce_tombstone_pkey PRIMARY KEY (key_hash);
@@ -1104,9 +1129,6 @@ CREATE INDEX sendonce_event_unmatched_idx ON public.sendonce_event USING btree (
 -- INDEX sendonce_outbox_batch_message_ids_idx
 CREATE INDEX sendonce_outbox_batch_message_ids_idx ON public.sendonce_outbox USING gin (string_to_array(message_id, ','::text)) WHERE ((kind = 'batch'::text) AND (message_id IS NOT NULL));
 
--- INDEX sendonce_outbox_due_idx
-CREATE INDEX sendonce_outbox_due_idx ON public.sendonce_outbox USING btree (((run_key IS NOT NULL)), COALESCE(next_attempt_at, send_at, created_at), id) WHERE ((state = 'pending'::text) AND (job_id IS NULL));
-
 -- INDEX sendonce_outbox_failed_idx
 CREATE INDEX sendonce_outbox_failed_idx ON public.sendonce_outbox USING btree (updated_at) WHERE (state = 'failed'::text);
 
@@ -1121,6 +1143,9 @@ CREATE INDEX sendonce_outbox_run_key_idx ON public.sendonce_outbox USING btree (
 
 -- INDEX sendonce_outbox_run_unsettled_idx
 CREATE INDEX sendonce_outbox_run_unsettled_idx ON public.sendonce_outbox USING btree (run_key) WHERE ((run_key IS NOT NULL) AND (state = ANY (ARRAY['pending'::text, 'sending'::text])));
+
+-- INDEX sendonce_outbox_tenant_due_idx
+CREATE INDEX sendonce_outbox_tenant_due_idx ON public.sendonce_outbox USING btree (((run_key IS NOT NULL)), COALESCE(tenant, ''::text), COALESCE(next_attempt_at, send_at, created_at), id) WHERE ((state = 'pending'::text) AND (job_id IS NULL));
 
 -- INDEX sendonce_outbox_unsettled_idx
 CREATE INDEX sendonce_outbox_unsettled_idx ON public.sendonce_outbox USING btree (state, id) WHERE (state = ANY (ARRAY['pending'::text, 'sending'::text]));

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,10 @@ type batcher struct {
 	// not by the slots, so an answer may wait a little for others, or for
 	// a claim, to be recorded with them (see holdAnswers).
 	paced func() bool
+	// fair, when set (by Worker.Start, the drain's), shares the claims of
+	// due intents among the tenants (see fair); nil: claims take them in
+	// the due index's order (sendstate.ClaimDue).
+	fair *fair
 	// flying are the drained intents claimed and handed out whose attempt
 	// has not ended: what the worker has in flight (see orphans).
 	flying flights
@@ -408,7 +413,7 @@ func (b *batcher) markAndClaimDues(ctx context.Context, db roundDB, sents []sent
 			if overrode, notOwned, err = sendstate.MarkSentMany(ctx, tx, sent); err != nil {
 				return err
 			}
-			claimed, err = sendstate.ClaimDue(ctx, tx, dueCount(dues), opts)
+			claimed, err = b.claimFair(ctx, tx, dueCount(dues), opts)
 			return err
 		})
 	}
@@ -432,10 +437,56 @@ func (b *batcher) claimAllDue(ctx context.Context, db roundDB, dues []dueRequest
 	opts, err := b.opts()
 	var claimed []*sendstate.DrainClaim
 	if err == nil {
-		claimed, err = sendstate.ClaimDue(ctx, db, dueCount(dues), opts)
+		claimed, err = b.claimFair(ctx, db, dueCount(dues), opts)
 	}
 	b.handOut(dues, claimed, err)
 	return err != nil
+}
+
+// claimFair claims up to n due intents, shared among the tenants with
+// due intents by the scheduler (see fair), looking at which are due first
+// when it asks. Should a share come back short (its tenant ran dry, or
+// its limits stopped it), it looks again and claims the rest once more.
+func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts sendstate.ClaimOptions) ([]*sendstate.DrainClaim, error) {
+	if b.fair == nil {
+		return sendstate.ClaimDue(ctx, db, n, opts)
+	}
+	var claimed []*sendstate.DrainClaim
+	asked := false // ClaimShares ran: it checks the lease when it claims nothing
+	for round := 0; round < 2 && len(claimed) < n; round++ {
+		if now := time.Now(); b.fair.needLook(now) {
+			ts, err := sendstate.DueTenants(ctx, db, opts.Queue, opts.CoalesceWait)
+			if err != nil {
+				return nil, err
+			}
+			b.fair.update(ts, now)
+		}
+		shares := b.fair.shares(n-len(claimed), time.Now())
+		if len(shares) == 0 {
+			break
+		}
+		cs, err := sendstate.ClaimShares(ctx, db, shares, opts)
+		if err != nil {
+			return nil, err
+		}
+		asked = true
+		claimed = append(claimed, cs...)
+		if !b.fair.took(shares, cs) {
+			break
+		}
+	}
+	if len(claimed) == 0 && !asked && opts.Owner != 0 {
+		// ClaimDue's answer when nothing was claimed under a lease that
+		// has ended.
+		ok, err := sendstate.LeaseHeld(ctx, db, opts.Owner)
+		if err != nil {
+			return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("sendstate: claim due intents: %w", sendstate.ErrLeaseLost)
+		}
+	}
+	return claimed, nil
 }
 
 // roundDB is what a round's statements run on: the loop's held

@@ -36,6 +36,9 @@ type drain struct {
 	// coalesce, set (by New) with Config.Coalesce, batches the due
 	// email intents; nil: coalescing is off.
 	coalesce *dueCoalescer
+	// fair shares the claims among the tenants with due intents (the
+	// batcher's claims ask it).
+	fair fair
 
 	// dueMu guards due and dueAt: the timer that wakes the drain when the
 	// next pending intent of its queue comes due (wakeIn), and when.
@@ -75,6 +78,7 @@ func (d *drain) start(ctx context.Context) {
 // wake tells the slots there may be due intents.
 func (d *drain) wake() {
 	if d != nil {
+		d.fair.poke()
 		if d.coalesce != nil {
 			d.coalesce.woken()
 		}
@@ -197,7 +201,7 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 		// freezes first: NextDue does not see intents held for that.
 		// What comes due later wakes the drain then.
 		d.freeze(ctx)
-		due, next, later, err := sendstate.NextDue(ctx, w.pool, w.queue, w.coalesceWait)
+		due, next, later, err := d.look(ctx)
 		if err == nil && later {
 			d.wakeIn(next)
 		}
@@ -266,6 +270,35 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 	*bulk = c.RunKey != ""
 	d.send(c, leasedAt, token)
 	return true
+}
+
+// look is a probe's look at the tenants with intents pending (which the
+// scheduler takes too): whether one is due and not held back by its
+// limits, and if none is, how long until one comes due or its limits let
+// it send (later false: none is pending).
+func (d *drain) look(ctx context.Context) (due bool, next time.Duration, later bool, err error) {
+	w := d.w
+	now := time.Now()
+	ts, err := sendstate.DueTenants(ctx, w.pool, w.queue, w.coalesceWait)
+	if err != nil {
+		return false, 0, false, err
+	}
+	d.fair.update(ts, now)
+	for _, t := range ts {
+		switch {
+		case t.Due && t.Allow > 0:
+			return true, 0, false, nil
+		case t.Due:
+			if !later || t.Wait < next {
+				next, later = t.Wait, true
+			}
+		case t.Next != nil:
+			if !later || *t.Next < next {
+				next, later = *t.Next, true
+			}
+		}
+	}
+	return false, next, later, nil
 }
 
 // token waits for a token of the fleet's budget (none without a budget);

@@ -206,6 +206,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		freeze = w.drain.freeze
 	}
 	w.sendWorker.batch = newBatcher(w.pool, w.sendWorker.claimOptions, freeze)
+	w.drain.fair.wakeIn = w.drain.wakeIn
+	w.sendWorker.batch.fair = &w.drain.fair
 	if w.sendWorker.budget != nil {
 		w.sendWorker.batch.paced = w.drain.paced
 	}

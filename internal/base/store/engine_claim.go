@@ -67,6 +67,7 @@ type ClaimedIntent struct {
 	RateLimited int
 	RunKey      string
 	Tries       int
+	Tenant      string // "" for the default tenant
 }
 
 // claimSQL is ClaimIntents' statement, joined to the requests reqs (rows

@@ -13,9 +13,23 @@ import (
 
 // dueSQL is when a job-less pending intent of the outbox row aliased o is
 // due: its next attempt's time (a drained retry), its send_at, or its
-// creation. It is the second column of sendonce_outbox_due_idx (migration
-// 00024), written the same way so that the index serves the claim's order.
+// creation. It is the third column of sendonce_outbox_tenant_due_idx
+// (migration 00031), written the same way so that the index serves the
+// claim's order.
 const dueSQL = `coalesce(o.next_attempt_at, o.send_at, o.created_at)`
+
+// tenantSQL is the tenant of the outbox row aliased o, '' for the default
+// tenant: the second column of sendonce_outbox_tenant_due_idx, after the
+// class (run_key IS NOT NULL).
+const tenantSQL = `coalesce(o.tenant, '')`
+
+// dueOrderSQL is the order of sendonce_outbox_tenant_due_idx: class, then
+// tenant, then due time.
+const dueOrderSQL = `(o.run_key IS NOT NULL), ` + tenantSQL + `, ` + dueSQL + `, o.id`
+
+// notPausedSQL is the SQL condition that the outbox row aliased o is not
+// a member of a paused run.
+const notPausedSQL = `(o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))`
 
 // unheldSQL is the SQL condition that the due outbox row aliased o is not
 // held for coalescing, hold being a float8 seconds expression (zero:
@@ -36,10 +50,10 @@ func unheldSQL(hold string) string {
 var claimDueSQL = `WITH due AS (
 			SELECT o.id AS due_id FROM sendonce_outbox o
 			WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $5
-				AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
+				AND ` + notPausedSQL + `
 				AND ($3::int4 IS NULL OR ` + held("$3::int4") + `)
 				AND ` + unheldSQL("$6::float8") + `
-			ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + `, o.id
+			ORDER BY ` + dueOrderSQL + `
 			LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
 		UPDATE sendonce_outbox o
 		SET ` + claimSet("o", "o.state") + `,
@@ -47,7 +61,7 @@ var claimDueSQL = `WITH due AS (
 			next_attempt_at = NULL, tries = o.tries + 1, updated_at = now()
 		FROM due WHERE o.id = due.due_id
 		RETURNING ` + claimColumns + `, o.rate_limited, coalesce(o.run_key, ''), o.tries,
-			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8, ` + selfTallied
+			extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8, ` + tenantSQL + `, ` + selfTallied
 
 // claimDueSmallSQL[1] is claimDueSQL for a claim of one intent (a slot
 // that asks alone: the usual claim of a worker paced by a rate), LIMIT 1
@@ -82,8 +96,11 @@ func claimDueLimitSQL(n int) string {
 }
 
 // ClaimDueIntents claims up to n due intents of queue without a River job
-// of their own in one statement: intents without a run before those of
-// runs, each in due order, skipping intents of paused runs, rows other
+// of their own in one statement, in the due index's order: intents
+// without a run before those of runs, and of each tenant in turn ("" the
+// default tenant first), each in due order, its limits not applied (the
+// drain claims with ClaimDueShares; this is the claim of tests and
+// tools), skipping intents of paused runs, rows other
 // drains have locked (SKIP LOCKED), and, when hold is positive, the email
 // intents the coalescer may batch until hold has passed since they came
 // due (unheldSQL). Each claimed row is set as ClaimIntents sets it (under
@@ -105,7 +122,7 @@ func ClaimDueIntents(ctx context.Context, db DB, n int, queue string, owner int3
 		var c ClaimedIntent
 		var left float64
 		var tallied string
-		if err := scanClaimed(rows, &c.Intent, &c.RateLimited, &c.RunKey, &c.Tries, &left, &tallied); err != nil {
+		if err := scanClaimed(rows, &c.Intent, &c.RateLimited, &c.RunKey, &c.Tries, &left, &c.Tenant, &tallied); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -117,51 +134,4 @@ func ClaimDueIntents(ctx context.Context, db DB, n int, queue string, owner int3
 		return nil, err
 	}
 	return out, nil
-}
-
-// anyDueSQL is AnyDueIntent's statement: one probe of the due index.
-var anyDueSQL = `SELECT EXISTS (SELECT 1 FROM sendonce_outbox o
-		WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $1
-			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
-			AND ` + unheldSQL("$2::float8") + `)`
-
-// AnyDueIntent reports whether ClaimDueIntents would find a due intent of
-// queue now, with hold, without claiming or locking anything.
-func AnyDueIntent(ctx context.Context, db DB, queue string, hold time.Duration) (bool, error) {
-	var due bool
-	err := db.QueryRow(ctx, anyDueSQL, queue, hold.Seconds()).Scan(&due)
-	return due, err
-}
-
-// nextDueSQL is NextDueIntent's statement: AnyDueIntent's probe, and the
-// first entry past now of each half of the due index (outside runs, and of
-// runs).
-var nextDueSQL = `SELECT EXISTS (SELECT 1 FROM sendonce_outbox o
-		WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $1
-			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
-			AND ` + unheldSQL("$2::float8") + `),
-		(SELECT extract(epoch FROM min(n.at) - now())::float8 FROM (
-			(SELECT ` + dueSQL + ` AS at FROM sendonce_outbox o
-				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = false AND ` + dueSQL + ` > now() AND o.queue = $1
-				ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + ` LIMIT 1)
-			UNION ALL
-			(SELECT ` + dueSQL + ` AS at FROM sendonce_outbox o
-				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = true AND ` + dueSQL + ` > now() AND o.queue = $1
-					AND NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused')
-				ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + ` LIMIT 1)) n)`
-
-// NextDueIntent is AnyDueIntent, and when none is due, how long until the
-// first pending intent of queue without a River job comes due (nil: none
-// is pending with a due time ahead); an intent of a paused run does not
-// count. One statement.
-func NextDueIntent(ctx context.Context, db DB, queue string, hold time.Duration) (due bool, next *time.Duration, err error) {
-	var in *float64
-	if err := db.QueryRow(ctx, nextDueSQL, queue, hold.Seconds()).Scan(&due, &in); err != nil {
-		return false, nil, err
-	}
-	if in != nil {
-		d := engineSeconds(*in)
-		next = &d
-	}
-	return due, next, nil
 }

@@ -16,20 +16,22 @@ import (
 type DueCandidate struct {
 	Key    string
 	RunKey string
+	Tenant string // "" for the default tenant
 	Left   time.Duration
 }
 
 // dueForBatchSQL is SelectDueForBatch's statement.
-var dueForBatchSQL = `SELECT o.idempotency_key, coalesce(o.run_key, ''),
+var dueForBatchSQL = `SELECT o.idempotency_key, coalesce(o.run_key, ''), ` + tenantSQL + `,
 			extract(epoch FROM ` + dueSQL + ` + $3::float8 * interval '1 second' - now())::float8
 		FROM sendonce_outbox o
 		WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $1
 			AND o.kind = 'email' AND o.attempts = 0 AND o.batch_key IS NULL AND (o.topic IS NULL OR $4)
-			AND (o.run_key IS NULL OR NOT EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'paused'))
-		ORDER BY (o.run_key IS NOT NULL), ` + dueSQL + `, o.id
+			AND ` + notPausedSQL + `
+		ORDER BY ` + dueOrderSQL + `
 		LIMIT $2`
 
-// SelectDueForBatch reads, in ClaimDueIntents' order, up to limit intents
+// SelectDueForBatch reads, in the due index's order (class, tenant, due
+// time), up to limit intents
 // ClaimDueIntents would claim (pending, without a River job, due, of
 // queue, not of a paused run) that may join a batch (email, never
 // attempted, in no batch, with a topic only when topics), each with how
@@ -44,7 +46,7 @@ func SelectDueForBatch(ctx context.Context, db DB, queue string, limit int, wait
 	for rows.Next() {
 		var c DueCandidate
 		var left float64
-		if err := rows.Scan(&c.Key, &c.RunKey, &left); err != nil {
+		if err := rows.Scan(&c.Key, &c.RunKey, &c.Tenant, &left); err != nil {
 			return nil, err
 		}
 		c.Left = engineSeconds(left)

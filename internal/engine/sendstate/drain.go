@@ -27,13 +27,15 @@ func holdFor(wait time.Duration) time.Duration {
 	return wait + CoalesceGrace
 }
 
-// DrainClaim is one intent that ClaimDue claimed.
+// DrainClaim is one intent that ClaimDue or ClaimShares claimed.
 type DrainClaim struct {
 	Claimed
 	// RateLimited is the intent's 429s in a row before this attempt.
 	RateLimited int
 	// RunKey is the intent's run, or "": a send of a run is bulk.
 	RunKey string
+	// Tenant is the intent's tenant, "" for the default tenant.
+	Tenant string
 	// Tries is this attempt's number as River numbers a job's: the claims
 	// whose attempt counted, this one included (a snooze, or a send cut
 	// off by a stop or a crash, gives its try back). MaxAttempts and the
@@ -41,12 +43,21 @@ type DrainClaim struct {
 	Tries int
 }
 
+// Share asks a fair claim (ClaimShares) for up to N due intents of one
+// tenant ("" the default tenant) of one class (Bulk: of runs).
+type Share = store.Share
+
+// MaxShares is the most shares one ClaimShares takes.
+const MaxShares = store.MaxShares
+
 // ClaimDue claims up to n due intents of opts.Queue that have no River job
 // of their own (job_id NULL: the drain's intents) in one statement and commits the claim
 // before it returns, so that no send starts before its claim is durable:
 // the rows are read to the end of RETURNING first. It takes intents
-// without a run (transactional) before those of runs (bulk), each in due
-// order, skips intents of paused runs and rows other drains have locked
+// without a run (transactional) before those of runs (bulk), and within
+// each class one tenant's after another's, each in due order, with no
+// regard to the tenants' weights or limits (the drain claims with
+// ClaimShares). It skips intents of paused runs and rows other drains have locked
 // (SKIP LOCKED), and sets each claimed row as ClaimMany does: one attempt
 // more, sending, owned by opts.Owner, the suppression list looked up at
 // the first claim. With opts.CoalesceWait it holds the email intents that
@@ -63,13 +74,36 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 	// committed by then), before any claim is handed out.
 	claims, err := store.ClaimDueIntents(ctx, db, n, queueOrDefault(opts.Queue), opts.Owner, opts.KeyFingerprint,
 		opts.ReplayWindow, holdFor(opts.CoalesceWait))
+	return drainClaims(ctx, db, claims, err, opts)
+}
+
+// ClaimShares is ClaimDue for a fair drain: each share takes up to its N
+// due intents of its tenant and class, in due order, and no more than the
+// tenant's own limits (its rate and quotas, sendonce_tenant) allow now,
+// which it spends: every claim takes a token of the tenant's rate, and a
+// first attempt counts against its quotas. A share may come back short:
+// the tenant had fewer due, or its limits stopped it. At most MaxShares
+// shares.
+func ClaimShares(ctx context.Context, db DB, shares []Share, opts ClaimOptions) ([]*DrainClaim, error) {
+	if len(shares) == 0 {
+		return nil, nil
+	}
+	claims, err := store.ClaimDueShares(ctx, db, shares, queueOrDefault(opts.Queue), opts.Owner, opts.KeyFingerprint,
+		opts.ReplayWindow, holdFor(opts.CoalesceWait))
+	return drainClaims(ctx, db, claims, err, opts)
+}
+
+// drainClaims is the claims a drain's claim statement returned, or its
+// error; with an owner and no claim, ErrLeaseLost when the owner's lease
+// is no longer held.
+func drainClaims(ctx context.Context, db DB, claims []store.ClaimedIntent, err error, opts ClaimOptions) ([]*DrainClaim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sendstate: claim due intents: %w", err)
 	}
 	var out []*DrainClaim
 	for i := range claims {
 		c := &claims[i]
-		out = append(out, &DrainClaim{RateLimited: c.RateLimited, RunKey: c.RunKey, Tries: c.Tries,
+		out = append(out, &DrainClaim{RateLimited: c.RateLimited, RunKey: c.RunKey, Tenant: c.Tenant, Tries: c.Tries,
 			Claimed: Claimed{Record: record(&c.Intent), WindowLeft: c.WindowLeft, Owner: opts.Owner}})
 	}
 	if opts.Owner != 0 && len(out) == 0 {
@@ -84,18 +118,36 @@ func ClaimDue(ctx context.Context, db DB, n int, opts ClaimOptions) ([]*DrainCla
 	return out, nil
 }
 
+// DueTenant is a tenant with intents of one class pending for a drain:
+// whether one is due now, when the next comes due, its weight, and what
+// its limits leave (see DueTenants).
+type DueTenant = store.DueTenant
+
+// DueTenants lists the tenants with intents of the drain of queue ("" is
+// outbox.DefaultQueue) pending, one entry per tenant and class (the
+// transactional class first, tenants in name order): whether one is due
+// now (not of a paused run, not held for coalescing by coalesceWait),
+// and if none is, how long until the first comes due; the tenant's weight
+// (1 without settings); and how many intents its limits let a claim take
+// now, or how long until they let one. It claims and locks nothing. One
+// statement; its cost grows with the tenants that have intents pending
+// (a few index probes each), not with the intents.
+func DueTenants(ctx context.Context, db DB, queue string, coalesceWait time.Duration) ([]DueTenant, error) {
+	ts, err := store.DueTenants(ctx, db, queueOrDefault(queue), holdFor(coalesceWait))
+	if err != nil {
+		return nil, fmt.Errorf("sendstate: look for due intents: %w", err)
+	}
+	return ts, nil
+}
+
 // AnyDue reports whether a claim would find a due intent of the drain of
 // queue ("" is outbox.DefaultQueue) now (job-less, pending, due, not of a
 // paused run, and not held for coalescing by coalesceWait, as
-// ClaimOptions.CoalesceWait holds it), without claiming or
-// locking anything: a drain with nothing to do looks with it before it
-// takes a token of the fleet's budget. One probe of the due index.
+// ClaimOptions.CoalesceWait holds it), the tenants' limits aside, without
+// claiming or locking anything (DueTenants).
 func AnyDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration) (bool, error) {
-	due, err := store.AnyDueIntent(ctx, db, queueOrDefault(queue), holdFor(coalesceWait))
-	if err != nil {
-		return false, fmt.Errorf("sendstate: look for due intents: %w", err)
-	}
-	return due, nil
+	due, _, _, err := NextDue(ctx, db, queue, coalesceWait)
+	return due, err
 }
 
 // NextDue is AnyDue for a drain that sleeps until its queue's next intent
@@ -103,18 +155,21 @@ func AnyDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration
 // when none is due, how long until the first of the pending intents of
 // queue comes due (by the database's clock; ok false when none is pending
 // with a due time ahead). An intent of a paused run does not count; one
-// held for coalescing is woken by the coalescer's own timer. One
-// statement: AnyDue's probe, and the first entry past now of each half of
-// the due index (outside runs, and of runs).
+// held for coalescing is woken by the coalescer's own timer.
 func NextDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration) (due bool, next time.Duration, ok bool, err error) {
-	due, in, err := store.NextDueIntent(ctx, db, queueOrDefault(queue), holdFor(coalesceWait))
+	ts, err := DueTenants(ctx, db, queue, coalesceWait)
 	if err != nil {
-		return false, 0, false, fmt.Errorf("sendstate: look for due intents: %w", err)
+		return false, 0, false, err
 	}
-	if in != nil {
-		next, ok = *in, true
+	for _, t := range ts {
+		if t.Due {
+			return true, 0, false, nil
+		}
+		if t.Next != nil && (!ok || *t.Next < next) {
+			next, ok = *t.Next, true
+		}
 	}
-	return due, next, ok, nil
+	return false, next, ok, nil
 }
 
 // queueOrDefault is queue, or outbox.DefaultQueue for "".

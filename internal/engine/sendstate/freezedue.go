@@ -86,15 +86,21 @@ func (b *Batcher) FreezeDue(ctx context.Context, queue string, size int, wait ti
 	if err != nil {
 		return res, fmt.Errorf("sendstate: freeze due intents: read them: %w", err)
 	}
-	var order []string // the runs in the order of their first intent
+	// A batch is filled from one group: a run (whose members are all of
+	// its tenant), or the intents of one tenant that are in no run.
+	var order []string // the groups in the order of their first intent
 	groups := map[string][]dueCandidate{}
 	read := len(rows)
 	for _, r := range rows {
 		c := dueCandidate{key: r.Key, run: r.RunKey, left: r.Left}
-		if _, ok := groups[c.run]; !ok {
-			order = append(order, c.run)
+		g := "run:" + c.run
+		if c.run == "" {
+			g = "tenant:" + r.Tenant
 		}
-		groups[c.run] = append(groups[c.run], c)
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], c)
 	}
 
 	var errs []error
@@ -109,8 +115,9 @@ func (b *Batcher) FreezeDue(ctx context.Context, queue string, size int, wait ti
 	}
 	toFreeze := func(c dueCandidate) { next(c.left) }        // its group's wait
 	toClaim := func(c dueCandidate) { next(c.left + grace) } // ClaimDue's hold
-	for _, run := range order {
-		cs := groups[run]
+	for _, g := range order {
+		cs := groups[g]
+		run := cs[0].run
 		for len(cs) >= 2 {
 			part := cs[:min(len(cs), size)]
 			if len(part) < size && part[0].left > 0 {

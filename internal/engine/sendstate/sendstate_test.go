@@ -449,7 +449,7 @@ func TestClaimAndMarkFindRowsByKeyAfterStaleStatistics(t *testing.T) {
 				}
 				return outboxtest.Value[int64](t, pool, `SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = $1`, index)
 			}
-			before, dueBefore := scans("sendonce_outbox_unsettled_idx"), scans("sendonce_outbox_due_idx")
+			before, dueBefore := scans("sendonce_outbox_unsettled_idx"), scans("sendonce_outbox_tenant_due_idx")
 			if drained {
 				claimed, err := sendstate.ClaimDue(ctx, conn, len(sent), claimOpts)
 				if err != nil || len(claimed) != len(sent) {
@@ -469,7 +469,7 @@ func TestClaimAndMarkFindRowsByKeyAfterStaleStatistics(t *testing.T) {
 			if n := scans("sendonce_outbox_unsettled_idx") - before; n != 0 {
 				t.Fatalf("the claim and the mark scanned the index of unsettled intents %d times, want none", n)
 			}
-			if n := scans("sendonce_outbox_due_idx") - dueBefore; drained && n == 0 {
+			if n := scans("sendonce_outbox_tenant_due_idx") - dueBefore; drained && n == 0 {
 				t.Fatalf("the drain's claim did not read the due index")
 			}
 			if n := count(t, pool, `SELECT count(*) FROM sendonce_outbox WHERE state = 'sent'`); n != 101 {

@@ -1,0 +1,245 @@
+package store
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"time"
+)
+
+// The drain's fair claim (internal/engine/sendstate's ClaimShares and
+// DueTenants): due intents taken tenant by tenant, as many of each
+// tenant's as the drain's scheduler gives it, within the tenant's own
+// limits (sendonce_tenant, migration 00031), and the look at which
+// tenants have intents due.
+
+// Share is how many due intents of one tenant of one class a fair claim
+// asks for.
+type Share struct {
+	Bulk   bool   // intents of runs; false: intents without a run
+	Tenant string // "" for the default tenant
+	N      int
+}
+
+// tenantLeftSQL is a LATERAL subquery over the sendonce_tenant row
+// aliased t (all NULL when the tenant has none) that says what its limits
+// leave now: tokens (its rate's bucket refilled to now, a second's worth
+// at most and at least one token; NULL without a rate), day and month
+// (the UTC calendar periods now is in), day_used and month_used (first
+// attempts counted in them), allow (intents a claim may take now; the
+// int4 maximum without limits) and wait (seconds until allow is 1 or
+// more, 0 when it is).
+const tenantLeftSQL = `LATERAL (SELECT l.tokens, l.day, l.month, l.day_used, l.month_used,
+		greatest(0, least(coalesce(floor(l.tokens), 2147483647), coalesce(t.quota_day - l.day_used, 2147483647),
+			coalesce(t.quota_month - l.month_used, 2147483647)))::int4 AS allow,
+		greatest(CASE WHEN l.tokens < 1 THEN (1 - l.tokens) / t.rate ELSE 0 END,
+			CASE WHEN t.quota_day - l.day_used <= 0
+				THEN extract(epoch FROM ((l.day AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC' - now()) ELSE 0 END,
+			CASE WHEN t.quota_month - l.month_used <= 0
+				THEN extract(epoch FROM ((l.month AT TIME ZONE 'UTC') + interval '1 month') AT TIME ZONE 'UTC' - now()) ELSE 0 END)::float8 AS wait
+	FROM (SELECT
+		CASE WHEN t.rate IS NULL THEN NULL
+			WHEN t.refilled_at IS NULL THEN greatest(t.rate, 1)
+			ELSE least(greatest(t.rate, 1), t.tokens + t.rate * extract(epoch FROM now() - t.refilled_at)::float8) END AS tokens,
+		date_trunc('day', now(), 'UTC') AS day, date_trunc('month', now(), 'UTC') AS month,
+		CASE WHEN t.day_start = date_trunc('day', now(), 'UTC') THEN t.day_count ELSE 0 END AS day_used,
+		CASE WHEN t.month_start = date_trunc('month', now(), 'UTC') THEN t.month_count ELSE 0 END AS month_used) l)`
+
+// limitedSQL is the SQL condition that the sendonce_tenant row aliased t
+// sets a limit.
+const limitedSQL = `(t.rate IS NOT NULL OR t.quota_day IS NOT NULL OR t.quota_month IS NOT NULL)`
+
+// claimSharesSQL is ClaimDueShares' statement for up to k shares: $7, $8
+// and $9 are the shares' classes, tenants and counts, padded to k (a
+// count of 0 takes nothing); $1, the shares' number, is only checked, so
+// that the parameters are those of claimDueSQL. The shares are read by index from
+// generate_series(1, k), whose row count the planner knows, so that the
+// generic plan costs what a custom one would and is kept (an unnest of a
+// parameter is estimated at many rows, and its statement planned anew at
+// every call; see claimOneSQL).
+//
+// The limited tenants among the shares are locked, in name order, so
+// that two claims of one tenant take its tokens one after the other;
+// each share takes no more than its tenant's limits allow, and the
+// tenant's row counts what was taken: every claim spends a token, and a
+// first attempt counts against the quotas.
+func claimSharesSQL(k int) string {
+	ks := strconv.Itoa(k)
+	return `WITH locked AS MATERIALIZED (
+			SELECT t.* FROM sendonce_tenant t
+			WHERE t.name IN (SELECT ($8::text[])[j] FROM generate_series(1, ` + ks + `) AS j) AND ` + limitedSQL + `
+			ORDER BY t.name FOR UPDATE OF t),
+		lim AS (SELECT t.name, l.* FROM locked t CROSS JOIN ` + tenantLeftSQL + ` l),
+		due AS (
+			SELECT d.id AS due_id FROM generate_series(1, ` + ks + `) AS i
+				LEFT JOIN lim ON lim.name = ($8::text[])[i] AND $1::int4 > 0
+				CROSS JOIN LATERAL (
+					SELECT o.id FROM sendonce_outbox o
+					WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ($7::bool[])[i]
+						AND ` + tenantSQL + ` = ($8::text[])[i] AND ` + dueSQL + ` <= now() AND o.queue = $5
+						AND ` + notPausedSQL + `
+						AND ($3::int4 IS NULL OR ` + held("$3::int4") + `)
+						AND ` + unheldSQL("$6::float8") + `
+					ORDER BY ` + dueOrderSQL + `
+					LIMIT greatest(0, least(coalesce(($9::int4[])[i], 0), coalesce(lim.allow, 2147483647)))
+					FOR UPDATE OF o SKIP LOCKED) d),
+		claimed AS (
+			UPDATE sendonce_outbox o
+			SET ` + claimSet("o", "o.state") + `,
+				` + claimSuppressedSet + `
+				next_attempt_at = NULL, tries = o.tries + 1, updated_at = now()
+			FROM due WHERE o.id = due.due_id
+			RETURNING ` + claimColumns + `, o.rate_limited, coalesce(o.run_key, ''), o.tries,
+				extract(epoch FROM o.first_attempt_at + $2::float8 * interval '1 second' - now())::float8,
+				` + tenantSQL + ` AS claimed_tenant, ` + selfTallied + `, o.attempts = 1 AS first_claim),
+		spent AS (
+			UPDATE sendonce_tenant t
+			SET tokens = CASE WHEN lim.tokens IS NULL THEN t.tokens ELSE greatest(lim.tokens - c.n, 0) END,
+				refilled_at = CASE WHEN lim.tokens IS NULL THEN t.refilled_at ELSE now() END,
+				day_start = lim.day, day_count = lim.day_used + c.first,
+				month_start = lim.month, month_count = lim.month_used + c.first
+			FROM lim JOIN (SELECT claimed_tenant, count(*) AS n, count(*) FILTER (WHERE first_claim) AS first
+				FROM claimed GROUP BY claimed_tenant) c ON c.claimed_tenant = lim.name
+			WHERE t.name = lim.name)
+		SELECT * FROM claimed`
+}
+
+// shareSizes are the share counts with a statement text of their own
+// (claimSharesSQL): a claim's shares are padded to the next.
+var shareSizes = []int{1, 2, 4, 8, 16, 32, 64, 128}
+
+// MaxShares is the most shares one fair claim takes.
+const MaxShares = 128
+
+var claimSharesTexts = func() map[int]string {
+	out := map[int]string{}
+	for _, k := range shareSizes {
+		out[k] = claimSharesSQL(k)
+	}
+	return out
+}()
+
+// ClaimDueShares claims, in one statement, up to each share's N due
+// intents of its tenant and class, of queue, without a River job of their
+// own, in due order; as ClaimDueIntents does otherwise (paused runs,
+// SKIP LOCKED, hold, owner, window). A share of a tenant with limits
+// (sendonce_tenant) takes no more than they allow now, and spends them.
+// At most MaxShares shares; the rows are read to the end, and closed,
+// before it returns.
+func ClaimDueShares(ctx context.Context, db DB, shares []Share, queue string, owner int32, fingerprint string, window, hold time.Duration) ([]ClaimedIntent, error) {
+	if len(shares) == 0 {
+		return nil, nil
+	}
+	shares = shares[:min(len(shares), MaxShares)]
+	k := shareSizes[len(shareSizes)-1]
+	for _, s := range shareSizes {
+		if s >= len(shares) {
+			k = s
+			break
+		}
+	}
+	bulk, tenants, counts := make([]bool, k), make([]string, k), make([]int32, k)
+	for i, s := range shares {
+		bulk[i], tenants[i], counts[i] = s.Bulk, s.Tenant, int32(min(max(s.N, 0), math.MaxInt32))
+	}
+	rows, err := db.Query(ctx, claimSharesTexts[k], len(shares), window.Seconds(), engineOwner(owner), fingerprint, queue, hold.Seconds(),
+		bulk, tenants, counts)
+	if err != nil {
+		return nil, err
+	}
+	var out []ClaimedIntent
+	for rows.Next() {
+		var c ClaimedIntent
+		var left float64
+		var tallied string
+		var first bool
+		if err := scanClaimed(rows, &c.Intent, &c.RateLimited, &c.RunKey, &c.Tries, &left, &c.Tenant, &tallied, &first); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		c.WindowLeft = engineSeconds(left)
+		out = append(out, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DueTenant is a tenant with intents of one class pending for a drain,
+// as DueTenants finds it.
+type DueTenant struct {
+	Bulk   bool
+	Tenant string
+	// Due says a claim would find one of them due now (its limits aside).
+	Due bool
+	// Next, when none is due, is how long until the first comes due (nil:
+	// none has a due time ahead).
+	Next *time.Duration
+	// Weight is the tenant's weight (1 without settings).
+	Weight int
+	// Allow is how many intents its limits let a claim take now (the int4
+	// maximum without limits); Wait, when Allow is 0, how long until one.
+	Allow int
+	Wait  time.Duration
+}
+
+// dueTenantsSQL is DueTenants' statement: a walk over the due index from
+// one (class, tenant) to the next, one probe each, and for each a probe
+// for a due intent, one for the next to come due, and the tenant's
+// settings and what its limits leave.
+var dueTenantsSQL = `WITH RECURSIVE ts AS (
+			(SELECT (o.run_key IS NOT NULL) AS bulk, ` + tenantSQL + ` AS tenant FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL
+				ORDER BY (o.run_key IS NOT NULL), ` + tenantSQL + ` LIMIT 1)
+			UNION ALL
+			SELECT n.bulk, n.tenant FROM ts CROSS JOIN LATERAL (
+				SELECT (o.run_key IS NOT NULL) AS bulk, ` + tenantSQL + ` AS tenant FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL
+					AND ((o.run_key IS NOT NULL), ` + tenantSQL + `) > (ts.bulk, ts.tenant)
+				ORDER BY (o.run_key IS NOT NULL), ` + tenantSQL + ` LIMIT 1) n)
+		SELECT ts.bulk, ts.tenant,
+			EXISTS (SELECT 1 FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ts.bulk
+					AND ` + tenantSQL + ` = ts.tenant AND ` + dueSQL + ` <= now() AND o.queue = $1
+					AND ` + notPausedSQL + ` AND ` + unheldSQL("$2::float8") + `),
+			(SELECT extract(epoch FROM ` + dueSQL + ` - now())::float8 FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ts.bulk
+					AND ` + tenantSQL + ` = ts.tenant AND ` + dueSQL + ` > now() AND o.queue = $1 AND ` + notPausedSQL + `
+				ORDER BY ` + dueOrderSQL + ` LIMIT 1),
+			coalesce(t.weight, 1), l.allow, l.wait
+		FROM ts LEFT JOIN sendonce_tenant t ON t.name = ts.tenant CROSS JOIN ` + tenantLeftSQL + ` l
+		ORDER BY ts.bulk, ts.tenant`
+
+// DueTenants lists the tenants with intents of queue pending without a
+// River job (a drain's), one entry per tenant and class: whether one is
+// due now (not of a paused run, not held for coalescing by hold), when
+// the next comes due, the tenant's weight, and what its limits leave.
+// Transactional classes come first, tenants in name order. One
+// statement: its cost grows with the tenants that have intents pending,
+// a probe or three each, not with the intents.
+func DueTenants(ctx context.Context, db DB, queue string, hold time.Duration) ([]DueTenant, error) {
+	rows, err := db.Query(ctx, dueTenantsSQL, queue, hold.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DueTenant
+	for rows.Next() {
+		var d DueTenant
+		var next *float64
+		var allow int32
+		var wait float64
+		if err := rows.Scan(&d.Bulk, &d.Tenant, &d.Due, &next, &d.Weight, &allow, &wait); err != nil {
+			return nil, err
+		}
+		if next != nil {
+			in := engineSeconds(*next)
+			d.Next = &in
+		}
+		d.Allow, d.Wait = int(allow), engineSeconds(wait)
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}

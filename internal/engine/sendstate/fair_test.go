@@ -1,0 +1,170 @@
+package sendstate_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sendonce/sendonce/internal/engine/sendstate"
+	"github.com/sendonce/sendonce/internal/testkit/outboxtest"
+	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+)
+
+// insertTenant inserts n due intents of tenant ("" the default tenant),
+// of run when run is not "".
+func insertTenant(t *testing.T, pool *pgxpool.Pool, tenant, run string, n int) {
+	t.Helper()
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, tenant, run_key)
+		SELECT 'fair:' || coalesce(nullif($2, ''), 'default') || ':' || coalesce(nullif($3, ''), 'tx') || ':' || g, 'email', $1, nullif($2, ''), nullif($3, '')
+		FROM generate_series(1, $4::int) g`, outboxtest.InvoiceBody, tenant, run, n)
+}
+
+func claimShares(t *testing.T, pool *pgxpool.Pool, shares ...sendstate.Share) map[string]int {
+	t.Helper()
+	claimed, err := sendstate.ClaimShares(context.Background(), pool, shares, claimOpts)
+	if err != nil {
+		t.Fatalf("ClaimShares(%v): %v", shares, err)
+	}
+	got := map[string]int{}
+	for _, c := range claimed {
+		class := "tx"
+		if c.RunKey != "" {
+			class = "bulk"
+		}
+		got[class+":"+c.Tenant]++
+	}
+	return got
+}
+
+// A fair claim takes each share's intents of its own tenant and class
+// only, as many as asked and no more than are due; DueTenants lists each
+// tenant with intents pending once per class, transactional first, with
+// its weight from sendonce_tenant.
+func TestClaimSharesTakesEachTenantsOwn(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := setup(t)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_run (key, tenant) VALUES ('digest', 'acme')`)
+	insertTenant(t, pool, "acme", "digest", 5)
+	insertTenant(t, pool, "acme", "", 2)
+	insertTenant(t, pool, "beta", "", 3)
+	insertTenant(t, pool, "", "", 1)
+	insertSQL(t, pool, "later", "send_at", time.Now().Add(time.Hour))
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, weight) VALUES ('beta', 3)`)
+
+	ts, err := sendstate.DueTenants(context.Background(), pool, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, d := range ts {
+		seen = append(seen, fmt.Sprintf("%v/%s/due=%v/w=%d", d.Bulk, d.Tenant, d.Due, d.Weight))
+		if d.Allow != math.MaxInt32 {
+			t.Errorf("%s: allow %d, want no limit", d.Tenant, d.Allow)
+		}
+	}
+	want := []string{"false//due=true/w=1", "false/acme/due=true/w=1", "false/beta/due=true/w=3", "true/acme/due=true/w=1"}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("DueTenants: %v, want %v", seen, want)
+	}
+
+	got := claimShares(t, pool, sendstate.Share{Tenant: "beta", N: 2}, sendstate.Share{Tenant: "acme", N: 5},
+		sendstate.Share{Bulk: true, Tenant: "acme", N: 1})
+	if fmt.Sprint(got) != fmt.Sprint(map[string]int{"tx:beta": 2, "tx:acme": 2, "bulk:acme": 1}) {
+		t.Fatalf("claimed %v, want 2 of beta's, acme's 2 transactional (all it has) and 1 of its run", got)
+	}
+	got = claimShares(t, pool, sendstate.Share{Tenant: "", N: 3})
+	if fmt.Sprint(got) != fmt.Sprint(map[string]int{"tx:": 1}) {
+		t.Fatalf("claimed %v, want the default tenant's one due intent (the other is not due)", got)
+	}
+}
+
+// A tenant's rate and quota hold its claims across every claimer: with a
+// rate of 2 a second, a second's worth (2) is taken at once and the
+// next token comes half a second later; a daily quota of 3 stops the
+// tenant at 3 first attempts that day, and DueTenants says how long it
+// waits. Another tenant is not held.
+func TestClaimSharesKeepsTenantLimits(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := setup(t)
+	insertTenant(t, pool, "slow", "", 10)
+	insertTenant(t, pool, "capped", "", 10)
+	insertTenant(t, pool, "free", "", 10)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, rate) VALUES ('slow', 2)`)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day) VALUES ('capped', 3)`)
+
+	got := claimShares(t, pool, sendstate.Share{Tenant: "slow", N: 5}, sendstate.Share{Tenant: "capped", N: 2},
+		sendstate.Share{Tenant: "free", N: 5})
+	if fmt.Sprint(got) != fmt.Sprint(map[string]int{"tx:slow": 2, "tx:capped": 2, "tx:free": 5}) {
+		t.Fatalf("claimed %v, want slow's 2 tokens, capped's 2, free's 5", got)
+	}
+	got = claimShares(t, pool, sendstate.Share{Tenant: "slow", N: 5}, sendstate.Share{Tenant: "capped", N: 5})
+	if got["tx:slow"] > 1 || got["tx:capped"] != 1 {
+		t.Fatalf("claimed %v, want at most 1 of slow's (a token per half second) and capped's last 1 of its quota", got)
+	}
+	ts, err := sendstate.DueTenants(context.Background(), pool, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]sendstate.DueTenant{}
+	for _, d := range ts {
+		byName[d.Tenant] = d
+	}
+	if c := byName["capped"]; c.Allow != 0 || c.Wait < time.Second || c.Wait > 24*time.Hour {
+		t.Fatalf("capped: allow %d, wait %s; want 0 until the next UTC day", c.Allow, c.Wait)
+	}
+	if s := byName["slow"]; s.Allow > 1 || (s.Allow == 0 && (s.Wait <= 0 || s.Wait > 500*time.Millisecond)) {
+		t.Fatalf("slow: allow %d, wait %s; want at most 1, or a wait of half a second at most", s.Allow, s.Wait)
+	}
+	var dayCount int
+	if err := pool.QueryRow(context.Background(), `SELECT day_count FROM sendonce_tenant WHERE name = 'capped'`).Scan(&dayCount); err != nil {
+		t.Fatal(err)
+	}
+	if dayCount != 3 {
+		t.Fatalf("capped's day_count %d, want 3", dayCount)
+	}
+	got = claimShares(t, pool, sendstate.Share{Tenant: "capped", N: 5}, sendstate.Share{Tenant: "free", N: 5})
+	if got["tx:capped"] != 0 || got["tx:free"] != 5 {
+		t.Fatalf("claimed %v, want none of capped's (its quota is spent) and free's 5", got)
+	}
+}
+
+// Claims of many tenants keep their generic plan: the shares are padded
+// to a size with a text of its own, so the planner knows their number.
+func TestClaimSharesKeepsItsPlan(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := setup(t)
+	ctx := context.Background()
+	for i := range 30 {
+		insertTenant(t, pool, fmt.Sprintf("t%02d", i), "", 5)
+	}
+	pgtest.Exec(t, pool, `ANALYZE sendonce_outbox`)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	const claims = 20
+	for i := range claims {
+		var shares []sendstate.Share
+		for j := range 3 {
+			shares = append(shares, sendstate.Share{Tenant: fmt.Sprintf("t%02d", (i*3+j)%30), N: 1})
+		}
+		sort.Slice(shares, func(a, b int) bool { return shares[a].Tenant < shares[b].Tenant })
+		if _, err := sendstate.ClaimShares(ctx, conn, shares, claimOpts); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+	var generic, custom int64
+	if err := conn.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) FROM pg_prepared_statements
+		WHERE statement LIKE '%claimed_tenant%'`).Scan(&generic, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if generic < claims-5 || custom > 5 {
+		t.Fatalf("%d claims: %d custom plans and %d generic; want at most the first 5 planned for their arguments", claims, custom, generic)
+	}
+}

@@ -265,7 +265,7 @@ func (h fairHeap) Less(i, j int) bool {
 	return h[i].name < h[j].name
 }
 func (h fairHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *fairHeap) Push(x any) { *h = append(*h, x.(*fairTenant)) }
+func (h *fairHeap) Push(x any)   { *h = append(*h, x.(*fairTenant)) }
 func (h *fairHeap) Pop() any {
 	old := *h
 	t := old[len(old)-1]

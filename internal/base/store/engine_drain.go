@@ -18,7 +18,7 @@ import (
 // claim's order.
 const dueSQL = `coalesce(o.next_attempt_at, o.send_at, o.created_at)`
 
-// tenantSQL is the tenant of the outbox row aliased o, '' for the default
+// tenantSQL is the tenant of the outbox row aliased o, the empty string for the default
 // tenant: the second column of sendonce_outbox_tenant_due_idx, after the
 // class (run_key IS NOT NULL).
 const tenantSQL = `coalesce(o.tenant, '')`

@@ -1027,6 +1027,7 @@ CREATE TABLE public.sendonce_worker (
     lease_until timestamp with time zone NOT NULL,
     ended_at timestamp with time zone,
     end_reason text,
+    tenants jsonb,
     CONSTRAINT sendonce_worker_check CHECK (((ended_at IS NULL) = (end_reason IS NULL))),
     CONSTRAINT sendonce_worker_end_reason_check CHECK ((end_reason = ANY (ARRAY['lapsed'::text, 'stopped'::text])))
 );

@@ -59,7 +59,16 @@ CREATE TABLE IF NOT EXISTS sendonce_tenant (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
+-- What each worker claimed in the last minute, by tenant, written with
+-- its lease's renewal every ten seconds or so (no statement of its own):
+-- a JSON object of tenant ('' the default tenant) to intents claimed, the
+-- 100 tenants with the most, the rest summed under "*" (no tenant's
+-- name). `sendonce tenants` and the page add up the live workers' to show
+-- each tenant's share.
+ALTER TABLE sendonce_worker ADD COLUMN IF NOT EXISTS tenants jsonb;
+
 -- +goose Down
+ALTER TABLE sendonce_worker DROP COLUMN IF EXISTS tenants;
 DROP TABLE IF EXISTS sendonce_tenant;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS sendonce_outbox_due_idx ON sendonce_outbox
     ((run_key IS NOT NULL), (coalesce(next_attempt_at, send_at, created_at)), id)

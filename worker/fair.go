@@ -35,6 +35,8 @@ type fair struct {
 	// wakeIn, when set, is told when a tenant held back by its limits may
 	// send again while no other is due, so that the drain looks then.
 	wakeIn func(time.Duration)
+	// recent counts what was claimed, by tenant, for the lease's reports.
+	recent recentClaims
 }
 
 // fairClass is one priority class's tenants.
@@ -228,8 +230,10 @@ func (f *fair) wakeHeld(now time.Time) {
 // comes at the next claim. It reports whether a share came back short.
 func (f *fair) took(shares []sendstate.Share, claimed []*sendstate.DrainClaim) (short bool) {
 	got := map[sendstate.Share]int{}
+	now := time.Now()
 	for _, c := range claimed {
 		got[sendstate.Share{Bulk: c.RunKey != "", Tenant: c.Tenant}]++
+		f.recent.add(c.Tenant, 1, now)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -183,3 +183,30 @@ func TestDrainHoldsTenantsToTheirLimits(t *testing.T) {
 		t.Fatalf("capped: %d pending and never attempted, want the 30 past its quota", pending)
 	}
 }
+
+// Each worker records, with its lease's renewal, what it claimed in the
+// last minute by tenant: the share `sendonce tenants` and the page add up.
+func TestWorkerReportsItsClaimsByTenant(t *testing.T) {
+	t.Parallel()
+	ctx, pool, fake, cfg := fairSetup(t, "200/s")
+	enqueueRunOf(t, pool, "a", "digest-a", 30)
+	enqueueRunOf(t, pool, "b", "digest-b", 10)
+	start(t, pool, cfg)
+	if err := fake.WaitDeliveries(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+	// The renewal writes the report every ten seconds: the first one
+	// after the claims is awaited by polling the row, which has no event.
+	var report string
+	for ctx.Err() == nil {
+		err := pool.QueryRow(ctx, `SELECT coalesce(tenants::text, '') FROM sendonce_worker WHERE ended_at IS NULL`).Scan(&report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if report == `{"a": 30, "b": 10}` {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("sendonce_worker.tenants %q, want {\"a\": 30, \"b\": 10}", report)
+}

@@ -67,6 +67,9 @@ type liveness struct {
 	// troubled, when set, is called when a renewal fails: the database
 	// may be down, or back from a crash (see drain.connectionLost).
 	troubled func()
+	// report, when set, returns what a renewal records of the worker's
+	// claims by tenant (nil: nothing new; see recentClaims.report).
+	report func(time.Time) []byte
 }
 
 // errLeaseStopped is the cause of the sends cut off by the lease.
@@ -219,7 +222,11 @@ func (l *liveness) renew(ctx context.Context) {
 	at := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, l.length/2)
 	defer cancel()
-	r, err := sendstate.Renew(rctx, l.pool, lease, l.length)
+	var report []byte
+	if l.report != nil {
+		report = l.report(at)
+	}
+	r, err := sendstate.Renew(rctx, l.pool, lease, l.length, report)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.logger.Warn("worker: cannot renew its lease yet", "error", err)

@@ -116,6 +116,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 		restartGrace: conf.RestartGrace, pollOnly: conf.PollOnly, role: lease, kick: make(chan struct{}, 1)}
 	lease.promoted = sw.kicked
 	lease.troubled = dr.connectionLost
+	lease.report = dr.fair.recent.report
 	return &Worker{
 		report:       rep,
 		drain:        dr,

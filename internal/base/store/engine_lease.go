@@ -60,7 +60,8 @@ func TakeLease(ctx context.Context, db DB, prevID int32, host string, pid int, r
 // the server ends no lease: none is ended within the restart grace after
 // the server's start (ExpireLeases), and live workers renew within it.
 const renewLeaseSQL = `WITH r AS (
-			UPDATE sendonce_worker SET renewed_at = now(), lease_until = now() + $3::float8 * interval '1 second'
+			UPDATE sendonce_worker SET renewed_at = now(), lease_until = now() + $3::float8 * interval '1 second',
+				tenants = coalesce($4::jsonb, tenants)
 			WHERE id = $1 AND epoch = $2 AND ended_at IS NULL
 			RETURNING id)
 		SELECT (SELECT extract(epoch FROM min(w.lease_until) - now())::float8 FROM sendonce_worker w
@@ -69,13 +70,20 @@ const renewLeaseSQL = `WITH r AS (
 		FROM r`
 
 // RenewLease extends the lease (id, epoch), unless it has ended, to length
-// past now, by the database's clock, in one statement. ok is false when
+// past now, by the database's clock, in one statement, and records
+// tenants (a JSON object of tenant to intents claimed in the last minute)
+// unless it is nil. ok is false when
 // it has ended; lowerEnd is how long until the first of the held leases of
 // lower id ends unless renewed (nil: none is held).
-func RenewLease(ctx context.Context, db DB, id, epoch int32, length time.Duration) (ok bool, lowerEnd *time.Duration, err error) {
+func RenewLease(ctx context.Context, db DB, id, epoch int32, length time.Duration, tenants []byte) (ok bool, lowerEnd *time.Duration, err error) {
 	var takeover *float64
 	var async string
-	err = db.QueryRow(ctx, renewLeaseSQL, id, epoch, length.Seconds()).Scan(&takeover, &async)
+	var report *string
+	if tenants != nil {
+		s := string(tenants)
+		report = &s
+	}
+	err = db.QueryRow(ctx, renewLeaseSQL, id, epoch, length.Seconds(), report).Scan(&takeover, &async)
 	switch {
 	case engineNoRows(err):
 		return false, nil, nil

@@ -78,14 +78,16 @@ type Renewal struct {
 }
 
 // Renew extends the lease to length past now, by the database's clock,
-// and says whether it is the fleet's sweeper, in one statement. A lease
+// and says whether it is the fleet's sweeper, in one statement; it
+// records tenants, the worker's intents claimed in the last minute by
+// tenant as a JSON object (sendonce_worker.tenants), unless it is nil. A lease
 // past its end that no sweeper has ended yet is renewed: nobody took
 // anything from it.
-func Renew(ctx context.Context, db DB, l Lease, length time.Duration) (Renewal, error) {
+func Renew(ctx context.Context, db DB, l Lease, length time.Duration, tenants []byte) (Renewal, error) {
 	// The renewal's commit does not wait for its WAL to reach the disk
 	// (synchronous_commit off, for this transaction alone; see
 	// store.RenewLease).
-	held, takeover, err := store.RenewLease(ctx, db, l.ID, l.Epoch, length)
+	held, takeover, err := store.RenewLease(ctx, db, l.ID, l.Epoch, length, tenants)
 	switch {
 	case err != nil:
 		return Renewal{}, fmt.Errorf("sendstate: renew worker lease %d: %w", l.ID, err)

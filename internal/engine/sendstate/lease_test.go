@@ -150,7 +150,7 @@ func TestLapsedOwnerRecordsNothing(t *testing.T) {
 	if _, _, err := sendstate.Claim(ctx, pool, request(t, pool, "p:2"), opts); !errors.Is(err, sendstate.ErrLeaseLost) {
 		t.Errorf("claim under the ended lease: %v, want ErrLeaseLost", err)
 	}
-	if r, err := sendstate.Renew(ctx, pool, a, sendstate.DefaultLease); err != nil || r.Held {
+	if r, err := sendstate.Renew(ctx, pool, a, sendstate.DefaultLease, nil); err != nil || r.Held {
 		t.Fatalf("Renew of the ended lease = %+v, %v; want not held", r, err)
 	}
 	a2, err := sendstate.TakeLease(ctx, pool, a, sendstate.Holder{Host: "paused", PID: 1}, sendstate.DefaultLease)
@@ -175,7 +175,7 @@ func TestLateRenewalKeepsTheLease(t *testing.T) {
 	ctx := context.Background()
 	pool, _, l := claimedUnderLease(t, "late:1", "slow")
 	lapse(t, pool, l)
-	if r, err := sendstate.Renew(ctx, pool, l, sendstate.DefaultLease); err != nil || !r.Held {
+	if r, err := sendstate.Renew(ctx, pool, l, sendstate.DefaultLease, nil); err != nil || !r.Held {
 		t.Fatalf("Renew = %+v, %v; want held", r, err)
 	}
 	if _, err := sendstate.MarkSent(ctx, pool, sendstate.Sent{Key: "late:1", MessageID: "msg_1", Owner: l.Epoch}); err != nil {
@@ -196,7 +196,7 @@ func TestRenewNamesOneSweeper(t *testing.T) {
 	}
 	renew := func(l sendstate.Lease) sendstate.Renewal {
 		t.Helper()
-		r, err := sendstate.Renew(ctx, pool, l, sendstate.DefaultLease)
+		r, err := sendstate.Renew(ctx, pool, l, sendstate.DefaultLease, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

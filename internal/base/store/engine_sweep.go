@@ -63,8 +63,12 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 	return tag.RowsAffected() > 0, err
 }
 
-// unclaimDrainedSQL is UnclaimDrained's statement.
-const unclaimDrainedSQL = `UPDATE sendonce_outbox o
+// unclaimDrainedSQL is UnclaimDrained's statement. What the claim spent
+// of the intents' tenants' limits (sendonce_tenant, see claimSharesSQL)
+// is given back with them: a token of the rate each, and a first attempt
+// from the quotas of the period it is still in.
+var unclaimDrainedSQL = `WITH u AS (
+		UPDATE sendonce_outbox o
 		SET state = CASE WHEN o.run_key IS NOT NULL AND EXISTS (SELECT 1 FROM sendonce_run run
 				WHERE run.key = o.run_key AND run.state = 'canceled') THEN 'canceled' ELSE 'pending' END,
 			claimed_by = NULL, next_attempt_at = NULL,
@@ -72,17 +76,28 @@ const unclaimDrainedSQL = `UPDATE sendonce_outbox o
 			first_attempt_at = CASE WHEN o.attempts <= 1 THEN NULL ELSE o.first_attempt_at END,
 			updated_at = now()
 		WHERE o.idempotency_key = ANY($1::text[]) AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL
-			AND o.claimed_by = $2`
+			AND o.claimed_by = $2
+		RETURNING ` + tenantSQL + ` AS tenant, o.attempts = 0 AS first),
+	g AS (SELECT tenant, count(*) AS n, count(*) FILTER (WHERE first) AS first FROM u GROUP BY tenant),
+	back AS (
+		UPDATE sendonce_tenant t
+		SET tokens = CASE WHEN t.rate IS NULL THEN t.tokens ELSE least(greatest(t.rate, 1), t.tokens + g.n) END,
+			day_count = CASE WHEN t.day_start = date_trunc('day', now(), 'UTC') THEN greatest(t.day_count - g.first, 0) ELSE t.day_count END,
+			month_count = CASE WHEN t.month_start = date_trunc('month', now(), 'UTC') THEN greatest(t.month_count - g.first, 0) ELSE t.month_count END
+		FROM g WHERE t.name = g.tenant AND ` + limitedSQL + `)
+	SELECT count(*)::int FROM u`
 
 // UnclaimDrained gives the drained intents of keys that are sending under
 // owner's claim back to pending as they were before the claim: its
 // attempt and try not counted, due at once, uncertain as it was (no
-// request of the claim was made). A member of a run canceled meanwhile is
+// request of the claim was made), and what the claim spent of its
+// tenant's limits given back. A member of a run canceled meanwhile is
 // canceled, as the run's cancel would have canceled it had it not been
 // claimed. It returns how many it gave back.
 func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
-	tag, err := db.Exec(ctx, unclaimDrainedSQL, keys, owner)
-	return int(tag.RowsAffected()), err
+	var n int
+	err := db.QueryRow(ctx, unclaimDrainedSQL, keys, owner).Scan(&n)
+	return n, err
 }
 
 // releaseOrphansSQL is ReleaseOrphans's statement.

@@ -168,3 +168,35 @@ func TestClaimSharesKeepsItsPlan(t *testing.T) {
 		t.Fatalf("%d claims: %d custom plans and %d generic; want at most the first 5 planned for their arguments", claims, custom, generic)
 	}
 }
+
+// A claim given back unspent (UnclaimDrained: a claim ahead no slot took)
+// gives back what it spent of its tenant's limits: its first attempt is
+// no longer counted against the quota, and the next claim counts it once.
+func TestUnclaimGivesTheTenantsQuotaBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t)
+	insertTenant(t, pool, "capped", "", 5)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day, rate) VALUES ('capped', 3, 100)`)
+	opts := claimOpts
+	opts.Owner = takeLease(t, pool, "w").Epoch
+	claimed, err := sendstate.ClaimShares(ctx, pool, []sendstate.Share{{Tenant: "capped", N: 3}}, opts)
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claimed %d, %v; want 3", len(claimed), err)
+	}
+	keys := []string{claimed[0].Record.Key, claimed[1].Record.Key}
+	if n, err := sendstate.UnclaimDrained(ctx, pool, keys, opts.Owner); err != nil || n != 2 {
+		t.Fatalf("UnclaimDrained = %d, %v; want 2", n, err)
+	}
+	var used int
+	if err := pool.QueryRow(ctx, `SELECT day_count FROM sendonce_tenant WHERE name = 'capped'`).Scan(&used); err != nil {
+		t.Fatal(err)
+	}
+	if used != 1 {
+		t.Fatalf("day_count %d after two of three claims were given back, want 1", used)
+	}
+	claimed, err = sendstate.ClaimShares(ctx, pool, []sendstate.Share{{Tenant: "capped", N: 5}}, opts)
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("claimed %d, %v; want the 2 given back, and no more (the quota is 3)", len(claimed), err)
+	}
+}

@@ -446,14 +446,17 @@ func (b *batcher) claimAllDue(ctx context.Context, db roundDB, dues []dueRequest
 // claimFair claims up to n due intents, shared among the tenants with
 // due intents by the scheduler (see fair), looking at which are due first
 // when it asks. Should a share come back short (its tenant ran dry, or
-// its limits stopped it), it looks again and claims the rest once more.
+// its limits stopped it), it looks again and claims the rest once more;
+// shares of more tenants than one statement takes (MaxShares) are claimed
+// in as many statements as they need.
 func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts sendstate.ClaimOptions) ([]*sendstate.DrainClaim, error) {
 	if b.fair == nil {
 		return sendstate.ClaimDue(ctx, db, n, opts)
 	}
 	var claimed []*sendstate.DrainClaim
 	asked := false // ClaimShares ran: it checks the lease when it claims nothing
-	for round := 0; round < 2 && len(claimed) < n; round++ {
+	looks := 0     // looks again after a short share
+	for len(claimed) < n {
 		if now := time.Now(); b.fair.needLook(now) {
 			ts, err := sendstate.DueTenants(ctx, db, opts.Queue, opts.CoalesceWait)
 			if err != nil {
@@ -471,9 +474,14 @@ func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts se
 		}
 		asked = true
 		claimed = append(claimed, cs...)
-		if !b.fair.took(shares, cs) {
-			break
+		switch short := b.fair.took(shares, cs); {
+		case short && looks == 0:
+			looks++ // a tenant ran dry or was held: look again, once
+		case short, len(shares) < sendstate.MaxShares:
+			return claimed, nil
 		}
+		// As many tenants as one statement takes were given intents:
+		// the next statement gives the rest to others.
 	}
 	if len(claimed) == 0 && !asked && opts.Owner != 0 {
 		// ClaimDue's answer when nothing was claimed under a lease that

@@ -26,7 +26,8 @@ func tenantRow(t *testing.T, pool *pgxpool.Pool, name string) string {
 // TestTenantSetShowReset: tenant set writes the flags given and keeps the
 // others, --rate none and --quota none remove a limit, --quota sets the
 // quotas to those given; show prints a tenant with settings or without,
-// "default" is the default tenant's row (''), and reset deletes the row.
+// "default" is the default tenant's row (the empty name), and reset
+// deletes the row.
 func TestTenantSetShowReset(t *testing.T) {
 	t.Parallel()
 	dbURL, env := newDBEnv(t)

@@ -204,7 +204,7 @@ rate, a paused run. See docs/tenants.md.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(a.stdout, shareNote(l.Claims))
+			fmt.Fprintln(a.stdout, "share: "+tenants.ShareNote(l.Claims))
 			if l.Next != "" {
 				fmt.Fprintf(a.stdout, "more may follow: --after %s\n", l.Next)
 			}
@@ -215,24 +215,6 @@ rate, a paused run. See docs/tenants.md.`,
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many tenants (1 to 1000)")
 	cmd.Flags().StringVar(&after, "after", "", "page: only tenants after this one")
 	return cmd
-}
-
-// shareNote says what the SHARE column is of.
-func shareNote(c store.TenantClaims) string {
-	switch {
-	case c.Live == 0:
-		return "share: no live worker"
-	case c.Reporting == 0:
-		return fmt.Sprintf("share: unknown: none of the %d live workers says what it claimed (a release before tenants)", c.Live)
-	}
-	s := fmt.Sprintf("share: of the %s intents %d live workers claimed in the last minute", tenants.Count(c.Total, false), c.Reporting)
-	if c.Reporting < c.Live {
-		s += fmt.Sprintf(" (%d more do not say)", c.Live-c.Reporting)
-	}
-	if n := c.ByTenant["*"]; n > 0 {
-		s += fmt.Sprintf("; %s of them for tenants beyond each worker's busiest 100, not shown by tenant", tenants.Count(n, false))
-	}
-	return s
 }
 
 // printTenant writes a tenant field by field.

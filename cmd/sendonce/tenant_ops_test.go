@@ -192,7 +192,7 @@ func TestTenantsTable(t *testing.T) {
 		`beta +1 +none +10,000\+ transactional +0% +-`,
 		`gamma +1 +1/h +1 transactional +0% +rate 1/h`,
 		`zeta +9 +none +0 +0% +-`,
-		`share: of the 10 intents 1 live workers claimed in the last minute \(1 more do not say\); 2 of them for tenants beyond each worker's busiest 100, not shown by tenant`,
+		`share: of the 10 intents claimed in the last minute by 1 live worker \(1 more does not say\); 2 of them for tenants beyond each worker's busiest 100, not shown by tenant`,
 	}
 	got := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	if len(got) != len(want) {

@@ -327,6 +327,35 @@ func ParseName(s string) (string, error) {
 	return s, nil
 }
 
+// ShareNote says what the shares are of: the intents claimed in the last
+// minute by the live workers that say, and those not shown by tenant
+// ("of the 10 intents claimed in the last minute by 2 live workers").
+func ShareNote(c store.TenantClaims) string {
+	switch {
+	case c.Live == 0:
+		return "no live worker"
+	case c.Reporting == 0:
+		return fmt.Sprintf("unknown: %s says what it claimed (a release before tenants)", workers(c.Live, "none of the %d live workers", "the live worker never"))
+	}
+	s := fmt.Sprintf("of the %s intents claimed in the last minute by %s", Count(c.Total, false),
+		workers(c.Reporting, "%d live workers", "1 live worker"))
+	if n := c.Live - c.Reporting; n > 0 {
+		s += workers(n, " (%d more do not say)", " (1 more does not say)")
+	}
+	if n := c.ByTenant["*"]; n > 0 {
+		s += fmt.Sprintf("; %s of them for tenants beyond each worker's busiest 100, not shown by tenant", Count(n, false))
+	}
+	return s
+}
+
+// workers is many (a format of n) or, when n is 1, one.
+func workers(n int, many, one string) string {
+	if n == 1 {
+		return one
+	}
+	return fmt.Sprintf(many, n)
+}
+
 // Count writes n with thousands separated by commas, and a "+" when more:
 // "10,000+".
 func Count(n int64, more bool) string {

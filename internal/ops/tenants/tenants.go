@@ -388,3 +388,64 @@ func FormatRate(perSecond float64) string {
 	}
 	return strconv.FormatFloat(perSecond, 'g', 4, 64) + "/s"
 }
+
+// Fleet is what /metrics reports of the tenants: the default tenant and
+// the first configured ones by name, each by itself, and the others added
+// up.
+type Fleet struct {
+	// Named are the default tenant, first, and up to the number asked of
+	// the tenants with settings, by name.
+	Named []Tenant
+	// Other adds up every other tenant.
+	Other Other
+	// Claims is what the live workers claimed in the last minute.
+	Claims store.TenantClaims
+}
+
+// Other is what the tenants a Fleet does not name add up to.
+type Other struct {
+	// Backlog is their intents pending without a River job, counted up to
+	// BacklogCap a class in all.
+	Backlog Backlog
+	// Held counts, by reason (Reasons), those of them it holds back now.
+	Held map[string]int64
+	// Claimed is the intents claimed for them in the last minute, those the
+	// workers did not attribute ("*") included.
+	Claimed int64
+}
+
+// ReadFleet reads the figures of the default tenant and of the first
+// named tenants with settings (by name), and adds up the others, in one
+// snapshot through the due index (planguard.Run). Its cost grows with
+// named and the tenants with settings, not with the intents nor with the
+// tenants that have intents.
+func ReadFleet(ctx context.Context, db planguard.Beginner, named int) (*Fleet, error) {
+	f := &Fleet{}
+	err := planguard.Run(ctx, db, func(tx pgx.Tx) error {
+		figs, err := store.TenantsNamedRead(ctx, tx, named)
+		if err != nil {
+			return fmt.Errorf("tenants: %w", err)
+		}
+		other, err := store.TenantsOtherRead(ctx, tx, named)
+		if err != nil {
+			return fmt.Errorf("tenants: the others: %w", err)
+		}
+		if f.Claims, err = store.TenantClaimsRead(ctx, tx); err != nil {
+			return fmt.Errorf("tenants: claims of the last minute: %w", err)
+		}
+		shown := map[string]bool{}
+		for _, fig := range figs {
+			f.Named = append(f.Named, tenant(fig, f.Claims))
+			shown[fig.Tenant] = true
+		}
+		f.Other = Other{Backlog: backlog(other.Backlog), Held: map[string]int64{HeldRate: other.RateHeld,
+			HeldQuotaDay: other.DayHeld, HeldQuotaMonth: other.MonthHeld, HeldPausedRun: other.Paused}}
+		for name, n := range f.Claims.ByTenant {
+			if !shown[name] {
+				f.Other.Claimed += n
+			}
+		}
+		return nil
+	})
+	return f, err
+}

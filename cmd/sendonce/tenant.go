@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -52,52 +51,20 @@ func (a *app) tenantCommand() *cobra.Command {
 	var asJSON bool
 	var weight int
 	var rate, quota string
+	var change store.TenantChange
 	set := &cobra.Command{
 		Use:   "set NAME [--weight N] [--rate R] [--quota Q]",
 		Short: "Change a tenant's weight, rate or quotas (the others are kept)",
 		Args:  tenantArg,
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			name, err := tenants.ParseName(args[0])
-			if err != nil {
-				return usageError{err}
+		RunE: onTenant(a, func(cmd *cobra.Command) (err error) {
+			change, err = tenantChange(cmd, weight, rate, quota)
+			return err
+		}, func(ctx context.Context, pool *pgxpool.Pool, name string) (tenants.Tenant, error) {
+			if err := tenants.Set(ctx, pool, name, change); err != nil {
+				return tenants.Tenant{}, err
 			}
-			f := cmd.Flags()
-			var c store.TenantChange
-			if f.Changed("weight") {
-				if weight < 1 || weight > 1000 {
-					return usagef("--weight %d: want 1 to 1000", weight)
-				}
-				c.Weight = &weight
-			}
-			if c.SetRate = f.Changed("rate"); c.SetRate {
-				if c.Rate, err = parseTenantRate(rate); err != nil {
-					return usageError{err}
-				}
-			}
-			if c.SetQuotas = f.Changed("quota"); c.SetQuotas {
-				if c.QuotaDay, c.QuotaMonth, err = parseTenantQuotas(quota); err != nil {
-					return usageError{err}
-				}
-			}
-			if c.Weight == nil && !c.SetRate && !c.SetQuotas {
-				return usagef("nothing to set: give --weight, --rate or --quota (see sendonce tenant set --help)")
-			}
-			t, err := withTenants(cmd.Context(), a, func(ctx context.Context, pool *pgxpool.Pool) (tenants.Tenant, error) {
-				if err := tenants.Set(ctx, pool, name, c); err != nil {
-					return tenants.Tenant{}, err
-				}
-				return tenants.ReadOne(ctx, pool, name)
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(a.stdout, t)
-			}
-			fmt.Fprintf(a.stdout, "set tenant %s\n", t.Name)
-			printTenant(a.stdout, t)
-			return nil
-		}),
+			return tenants.ReadOne(ctx, pool, name)
+		}, func(t tenants.Tenant) error { return a.printTenant(t, asJSON, "set tenant "+t.Name) }),
 	}
 	set.Flags().IntVar(&weight, "weight", 1, "its share beside the other tenants with intents due: 1 to 1000")
 	set.Flags().StringVar(&rate, "rate", "", "requests at most: one rate, 5/s, 600/m or 36000/h; none: no rate")
@@ -108,45 +75,25 @@ func (a *app) tenantCommand() *cobra.Command {
 		Use:   "show NAME",
 		Short: "Show a tenant: settings, use, backlog, share, what holds it back",
 		Args:  tenantArg,
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			name, err := tenants.ParseName(args[0])
-			if err != nil {
-				return usageError{err}
-			}
-			t, err := withTenants(cmd.Context(), a, func(ctx context.Context, pool *pgxpool.Pool) (tenants.Tenant, error) {
-				return tenants.ReadOne(ctx, pool, name)
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(a.stdout, t)
-			}
-			printTenant(a.stdout, t)
-			return nil
-		}),
+		RunE: onTenant(a, nil, func(ctx context.Context, pool *pgxpool.Pool, name string) (tenants.Tenant, error) {
+			return tenants.ReadOne(ctx, pool, name)
+		}, func(t tenants.Tenant) error { return a.printTenant(t, asJSON, "") }),
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print the tenant as JSON")
 
+	var resetName string
 	reset := &cobra.Command{
 		Use:   "reset NAME",
 		Short: "Delete a tenant's settings: weight 1, no limits",
 		Args:  tenantArg,
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			name, err := tenants.ParseName(args[0])
-			if err != nil {
-				return usageError{err}
-			}
-			had, err := withTenants(cmd.Context(), a, func(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
-				return tenants.Reset(ctx, pool, name)
-			})
-			if err != nil {
-				return err
-			}
+		RunE: onTenant(a, nil, func(ctx context.Context, pool *pgxpool.Pool, name string) (bool, error) {
+			resetName = outbox.TenantName(name)
+			return tenants.Reset(ctx, pool, name)
+		}, func(had bool) error {
 			if had {
-				fmt.Fprintf(a.stdout, "reset tenant %s: weight 1, no limits (its settings and counts are deleted)\n", outbox.TenantName(name))
+				fmt.Fprintf(a.stdout, "reset tenant %s: weight 1, no limits (its settings and counts are deleted)\n", resetName)
 			} else {
-				fmt.Fprintf(a.stdout, "tenant %s had no settings: weight 1, no limits\n", outbox.TenantName(name))
+				fmt.Fprintf(a.stdout, "tenant %s had no settings: weight 1, no limits\n", resetName)
 			}
 			return nil
 		}),
@@ -217,9 +164,16 @@ rate, a paused run. See docs/tenants.md.`,
 	return cmd
 }
 
-// printTenant writes a tenant field by field.
-func printTenant(w io.Writer, t tenants.Tenant) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+// printTenant prints a tenant as JSON with asJSON, or else heading (when
+// not empty) and then the tenant field by field.
+func (a *app) printTenant(t tenants.Tenant, asJSON bool, heading string) error {
+	if asJSON {
+		return printJSON(a.stdout, t)
+	}
+	if heading != "" {
+		fmt.Fprintln(a.stdout, heading)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "tenant:\t%s\n", t.Name)
 	fmt.Fprintf(tw, "weight:\t%d\n", t.Weight)
 	limits := t.LimitsText()
@@ -242,7 +196,61 @@ func printTenant(w io.Writer, t tenants.Tenant) {
 	if t.UpdatedAt != nil {
 		fmt.Fprintf(tw, "updated:\t%s\n", stamp(*t.UpdatedAt))
 	}
-	tw.Flush()
+	return tw.Flush()
+}
+
+// onTenant is the RunE of a tenant subcommand: the tenant its argument
+// names, check's refusals of the flags (usage errors; nil: none), then one
+// call on the tenant over a connection of its own, whose answer out
+// prints.
+func onTenant[T any](a *app, check func(*cobra.Command) error, call func(context.Context, *pgxpool.Pool, string) (T, error),
+	out func(T) error) func(*cobra.Command, []string) error {
+	return runE(func(cmd *cobra.Command, args []string) error {
+		name, err := tenants.ParseName(args[0])
+		if err != nil {
+			return usageError{err}
+		}
+		if check != nil {
+			if err := check(cmd); err != nil {
+				return err
+			}
+		}
+		v, err := withTenants(cmd.Context(), a, func(ctx context.Context, pool *pgxpool.Pool) (T, error) {
+			return call(ctx, pool, name)
+		})
+		if err != nil {
+			return err
+		}
+		return out(v)
+	})
+}
+
+// tenantChange is what the flags of tenant set change, or a usage error
+// naming what is wrong with them.
+func tenantChange(cmd *cobra.Command, weight int, rate, quota string) (store.TenantChange, error) {
+	f := cmd.Flags()
+	var c store.TenantChange
+	var err error
+	if f.Changed("weight") {
+		if weight < 1 || weight > 1000 {
+			return c, usagef("--weight %d: want 1 to 1000", weight)
+		}
+		c.Weight = &weight
+	}
+	if c.SetRate = f.Changed("rate"); c.SetRate {
+		if c.Rate, err = parseTenantRate(rate); err != nil {
+			return c, usageError{err}
+		}
+	}
+	if c.SetQuotas = f.Changed("quota"); c.SetQuotas {
+		if c.QuotaDay, c.QuotaMonth, err = parseTenantQuotas(quota); err != nil {
+			return c, usageError{err}
+		}
+	}
+	if c.Weight == nil && !c.SetRate && !c.SetQuotas {
+		return c, usagef("nothing to set: give --weight, --rate or --quota (see sendonce tenant set --help)")
+	}
+	return c, nil
 }
 
 // tenantArg accepts exactly one argument, the tenant's name.

@@ -263,3 +263,40 @@ func mustExec(t *testing.T, pool *pgxpool.Pool, sql string) {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
+
+// TestTenantsPages: sendonce tenants --limit 1, page after page by the
+// hint it prints, lists every tenant once, in order, whether a tenant has
+// intents of one class, of both or only settings, and says no more after
+// the last; also where only one class has tenants left (e, f, g), where
+// the tenant paged after is one of the walk's own.
+func TestTenantsPages(t *testing.T) {
+	t.Parallel()
+	dbURL, env := newDBEnv(t)
+	pool := poolFor(t, dbURL)
+	mustExec(t, pool, `INSERT INTO sendonce_run (key, tenant) VALUES ('r:b', 'b'), ('r:d', 'd')`)
+	mustExec(t, pool, `INSERT INTO sendonce_outbox (idempotency_key, payload, tenant, run_key)
+		SELECT k, '{"from":"a@example.com","to":["b@example.com"],"subject":"s","text":"t"}', tenant, run
+		FROM (VALUES ('0', NULL, NULL), ('a', 'a', NULL), ('b1', 'b', NULL), ('b2', 'b', 'r:b'), ('c', 'c', NULL), ('d', 'd', 'r:d'),
+			('e', 'e', NULL), ('f', 'f', NULL), ('g', 'g', NULL)) v(k, tenant, run)`)
+	wantOK(t, sendonce(t, env, "", "tenant", "set", "bb", "--weight", "2"))
+	hint := regexp.MustCompile(`(?m)^more may follow: --after (\S+)$`)
+	var got []string
+	args := []string{"tenants", "--limit", "1"}
+	for range 20 {
+		r := sendonce(t, env, "", args...)
+		wantOK(t, r)
+		lines := strings.Split(r.stdout, "\n")
+		if len(lines) < 2 {
+			t.Fatalf("%s: %q", strings.Join(args, " "), r.stdout)
+		}
+		got = append(got, strings.Fields(lines[1])[0])
+		m := hint.FindStringSubmatch(r.stdout)
+		if m == nil {
+			break
+		}
+		args = []string{"tenants", "--limit", "1", "--after", m[1]}
+	}
+	if want := "default a b bb c d e f g"; strings.Join(got, " ") != want {
+		t.Errorf("tenants page by page: %q, want %q", strings.Join(got, " "), want)
+	}
+}

@@ -189,9 +189,10 @@ func tenantFigures(ctx context.Context, tx DB, sql string, args ...any) ([]Tenan
 
 // tenantsSQL is TenantsRead's statement. Its names are those of two walks
 // over sendonce_outbox_tenant_due_idx, one per class, from one tenant to
-// the next (a probe each, at most $3+2 each), and of the rows of
-// sendonce_tenant, from $1 on; $1 itself is in when $2 says so (the first
-// page, from the default tenant, the empty name), and $3+1 names at most.
+// the next (a probe each), and of the rows of sendonce_tenant, from $1 on,
+// $3+2 of each at most ($1 and the $3+1 after it); $1 itself is in when
+// $2 says so (the first page, from the default tenant, the empty name),
+// and $3+1 names at most.
 var tenantsSQL = tenantFiguresSQL(`walk AS (
 			SELECT c.bulk, f.tenant, 1 AS depth FROM (VALUES (false), (true)) c(bulk) CROSS JOIN LATERAL (
 				SELECT ` + tenantSQL + ` AS tenant FROM sendonce_outbox o
@@ -202,12 +203,12 @@ var tenantsSQL = tenantFiguresSQL(`walk AS (
 				SELECT ` + tenantSQL + ` AS tenant FROM sendonce_outbox o
 				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = w.bulk AND ` + tenantSQL + ` > w.tenant
 				ORDER BY (o.run_key IS NOT NULL), ` + tenantSQL + ` LIMIT 1) f
-			WHERE w.depth <= $3::int4),
+			WHERE w.depth <= $3::int4 + 1),
 		names AS (
 			SELECT u.tenant FROM (
 				SELECT walk.tenant FROM walk
 				UNION
-				SELECT s.name FROM (SELECT name FROM sendonce_tenant WHERE name >= $1 ORDER BY name LIMIT $3::int4 + 1) s) u
+				SELECT s.name FROM (SELECT name FROM sendonce_tenant WHERE name >= $1 ORDER BY name LIMIT $3::int4 + 2) s) u
 			WHERE u.tenant > $1 OR ($2::bool AND u.tenant = $1)
 			ORDER BY u.tenant LIMIT $3::int4 + 1)`)
 

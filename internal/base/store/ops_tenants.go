@@ -306,16 +306,19 @@ func TenantClaimsRead(ctx context.Context, db DB) (TenantClaims, error) {
 }
 
 // tenantNamedSQL is the CTE named of the tenants the metrics name: the
-// default tenant, and the first $1 rows of sendonce_tenant by name.
+// default tenant, and the first $1 other tenants with a row of
+// sendonce_tenant, by name.
 const tenantNamedSQL = `named AS MATERIALIZED (
-			SELECT '' AS tenant UNION SELECT s.name FROM (SELECT name FROM sendonce_tenant ORDER BY name LIMIT $1::int4) s)`
+			SELECT '' AS tenant
+			UNION ALL
+			SELECT s.name FROM (SELECT name FROM sendonce_tenant WHERE name > '' ORDER BY name LIMIT $1::int4) s)`
 
 // tenantsNamedSQL is TenantsNamedRead's statement.
 var tenantsNamedSQL = tenantFiguresSQL(tenantNamedSQL + `, names AS (SELECT tenant FROM named)`)
 
 // TenantsNamedRead reads the figures of the default tenant and of the
-// first limit tenants with a row in sendonce_tenant, by name: the tenants
-// that /metrics names. tx is a transaction, as TenantsRead's.
+// first limit other tenants with a row in sendonce_tenant, by name: the
+// tenants that /metrics names. tx is a transaction, as TenantsRead's.
 func TenantsNamedRead(ctx context.Context, tx DB, limit int) ([]TenantFigures, error) {
 	return tenantFigures(ctx, tx, tenantsNamedSQL, limit)
 }

@@ -39,7 +39,7 @@ func TestWatchTenantsLabelsBoundedTenants(t *testing.T) {
 			('b:1', 'beta', NULL), ('b:2', 'beta', NULL), ('b:3', 'beta', NULL),
 			('g:1', 'gamma', 'digest:gamma'), ('g:2', 'gamma', 'digest:gamma'), ('n:1', 'n101', NULL)) v(k, tenant, run)`)
 	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, weight, quota_day, day_start, day_count)
-		VALUES ('acme', 3, 5, date_trunc('day', now(), 'UTC'), 5)`)
+		VALUES ('acme', 3, 5, date_trunc('day', now(), 'UTC'), 5), ('', 2, NULL, NULL, 0)`)
 	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day, day_start, day_count)
 		SELECT 'n' || lpad(g::text, 3, '0'), CASE WHEN g = 101 THEN 1 END, date_trunc('day', now(), 'UTC'), 1 FROM generate_series(0, 101) g`)
 	pgtest.Exec(t, pool, `INSERT INTO sendonce_worker (id, epoch, host, pid, lease_until, tenants, ended_at, end_reason) VALUES
@@ -71,7 +71,8 @@ func TestWatchTenantsLabelsBoundedTenants(t *testing.T) {
 			t.Errorf("the metrics name tenant %s, which is neither configured nor among the first 100 configured", name)
 		}
 	}
-	// default, acme, n000 to n098 (100 configured), _other; two classes each.
+	// default (whose settings take none of the 100), acme, n000 to n098
+	// (100 configured), _other; two classes each.
 	if n := testutil.CollectAndCount(m.Registry, "sendonce_tenant_backlog"); n != 2*102 {
 		t.Errorf("sendonce_tenant_backlog has %d series, want %d", n, 2*102)
 	}

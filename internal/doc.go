@@ -18,8 +18,9 @@
 //	          (above it: the public worker)
 //	ops/      the operator surfaces of cmd/sendonce: the HTTP server
 //	          (httpserver), the one-click unsubscribe endpoint
-//	          (unsubscribe); /metrics, the outbox page and `sendonce demo`
-//	          are in cmd/internal/ops (below).
+//	          (unsubscribe), the operator's view of tenants (tenants);
+//	          /metrics, the outbox page and `sendonce demo` are in
+//	          cmd/internal/ops (below).
 //	machine/  PostgreSQL and its companions on this machine: a throwaway
 //	          cluster (pgcluster), a throwaway PgBouncer (pgbouncer), the
 //	          system packages they need (sysdeps). For demo, tests and tools.

@@ -129,6 +129,8 @@ func (a *app) rootCommand() *cobra.Command {
 		a.runsCommand(),
 		a.runCommand(),
 		a.scheduleCommand(),
+		a.tenantsCommand(),
+		a.tenantCommand(),
 		a.suppressionCommand(),
 		a.pruneCommand(),
 		a.demoCommand(),

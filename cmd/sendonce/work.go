@@ -406,6 +406,7 @@ func (a *app) work(ctx context.Context, o *workOptions) error {
 	m.WatchOutbox(ob, 5*time.Second, log)
 	m.WatchBudget(pool, 5*time.Second, log)
 	m.WatchRuns(ob, 5*time.Second, log)
+	m.WatchTenants(pool, 5*time.Second, log)
 
 	flush, err := startTracing(ctx, log)
 	if err != nil {

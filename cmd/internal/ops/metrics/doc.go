@@ -18,12 +18,18 @@
 //     sendonce_api_request_errors_total{method} for attempts with no response);
 //   - the database, through WatchOutbox: sendonce_outbox_intents{state} and
 //     sendonce_outbox_oldest_pending_age_seconds, read with Outbox.Stats at
-//     scrape time.
+//     scrape time; and likewise WatchBudget, WatchRuns and WatchTenants
+//     (sendonce_tenant_backlog{tenant,class},
+//     sendonce_tenant_claimed_last_minute{tenant},
+//     sendonce_tenant_held{tenant,reason}, whose tenant label names the
+//     default tenant and at most NamedTenants configured ones, and adds up
+//     the rest as OtherTenant).
 //
 // Wiring it up:
 //
 //	m := metrics.New()
 //	m.WatchOutbox(ob, 5*time.Second, logger) // ob from outbox.New
+//	m.WatchTenants(pool, 5*time.Second, logger)
 //	c, _ := client.New(client.WithHTTPClient(&http.Client{Transport: m.InstrumentTransport(nil)}))
 //	w, _ := worker.New(pool, &worker.Config{Client: c, Send: worker.SendConfig{Observer: m}})
 //	http.Handle("/metrics", m.Handler())

@@ -8,7 +8,8 @@
 //	GET  /outbox/          overview: intents by state and by delivery status, the
 //	                       oldest pending age, sends per minute over the last
 //	                       hour, the fleet's send budget and runs, recent failures
-//	                       grouped by error
+//	                       grouped by error, and the tenants when there is more
+//	                       than the default one
 //	GET  /outbox/intents   the intents, filtered by state, delivery status, kind,
 //	                       key prefix, run and enqueue time, paged by id
 //	GET  /outbox/intent    one intent (?key=…): its fields, payload (addresses

@@ -37,6 +37,8 @@ type overviewData struct {
 	Failures []failureGroup
 	// Unsubscribes are the unsubscribes per topic (one-click and by hand).
 	Unsubscribes []outbox.TopicUnsubscribes
+	// Tenants is nil unless there is more than the default tenant.
+	Tenants *tenantsPanel
 }
 
 type count struct {
@@ -130,6 +132,9 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 		return nil, err
 	}
 	if d.Unsubscribes, err = h.ob.UnsubscribesByTopic(ctx); err != nil {
+		return nil, err
+	}
+	if d.Tenants, err = h.readTenants(ctx); err != nil {
 		return nil, err
 	}
 	return d, nil

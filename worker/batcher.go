@@ -445,28 +445,47 @@ func (b *batcher) claimAllDue(ctx context.Context, db roundDB, dues []dueRequest
 
 // claimFair claims up to n due intents, shared among the tenants with
 // due intents by the scheduler (see fair), looking at which are due first
-// when it asks. Should a share come back short (its tenant ran dry, or
-// its limits stopped it), it looks again and claims the rest once more;
-// shares of more tenants than one statement takes (MaxShares) are claimed
-// in as many statements as they need.
+// when it asks. A share that comes back short (its tenant ran dry, other
+// workers took its intents, its limits stopped it) leaves the rest to the
+// other tenants; shares of more tenants than one statement takes
+// (MaxShares) are claimed in as many statements as they need. Before it
+// claims fewer than n, it looks again, once, whatever the time since the
+// last look: a slot left with nothing reads that nothing is due and shuts
+// the drain's gate, which only a wake opens again.
 func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts sendstate.ClaimOptions) ([]*sendstate.DrainClaim, error) {
 	if b.fair == nil {
 		return sendstate.ClaimDue(ctx, db, n, opts)
 	}
 	var claimed []*sendstate.DrainClaim
-	asked := false // ClaimShares ran: it checks the lease when it claims nothing
-	looks := 0     // looks again after a short share
-	for len(claimed) < n {
-		if now := time.Now(); b.fair.needLook(now) {
-			ts, err := sendstate.DueTenants(ctx, db, opts.Queue, opts.CoalesceWait)
-			if err != nil {
+	asked := false  // ClaimShares ran: it checks the lease when it claims nothing
+	fresh := false  // the scheduler's view is a look made since its last short share
+	forced := false // the one look made only because the claim came up short
+	look := func() error {
+		now := time.Now()
+		ts, err := sendstate.DueTenants(ctx, db, opts.Queue, opts.CoalesceWait)
+		if err != nil {
+			return err
+		}
+		b.fair.update(ts, now)
+		fresh = true
+		return nil
+	}
+	for round := 0; len(claimed) < n && round < 8; round++ {
+		if b.fair.needLook(time.Now()) {
+			if err := look(); err != nil {
 				return nil, err
 			}
-			b.fair.update(ts, now)
 		}
 		shares := b.fair.shares(n-len(claimed), time.Now())
 		if len(shares) == 0 {
-			break
+			if fresh || forced {
+				break
+			}
+			forced = true
+			if err := look(); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		cs, err := sendstate.ClaimShares(ctx, db, shares, opts)
 		if err != nil {
@@ -474,14 +493,9 @@ func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts se
 		}
 		asked = true
 		claimed = append(claimed, cs...)
-		switch short := b.fair.took(shares, cs); {
-		case short && looks == 0:
-			looks++ // a tenant ran dry or was held: look again, once
-		case short, len(shares) < sendstate.MaxShares:
-			return claimed, nil
+		if b.fair.took(shares, cs) {
+			fresh = false
 		}
-		// As many tenants as one statement takes were given intents:
-		// the next statement gives the rest to others.
 	}
 	if len(claimed) == 0 && !asked && opts.Owner != 0 {
 		// ClaimDue's answer when nothing was claimed under a lease that

@@ -168,3 +168,72 @@ func TestClaimSharesKeepsItsPlan(t *testing.T) {
 		t.Fatalf("%d claims: %d custom plans and %d generic; want at most the first 5 planned for their arguments", claims, custom, generic)
 	}
 }
+
+// A claim given back unattempted (UnclaimDrained: an intent claimed
+// ahead that no slot took) gives back what it spent of its tenant's
+// limits: claimed again, it counts once against the daily quota, not
+// twice, and the token of the rate it took is there for the next claim.
+func TestUnclaimDrainedGivesTheTenantsLimitsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t)
+	insertTenant(t, pool, "capped", "", 3)
+	insertTenant(t, pool, "slow", "", 3)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day, rate) VALUES ('capped', 2, NULL), ('slow', NULL, 0.01)`)
+	unclaimAll := func() {
+		t.Helper()
+		pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET claimed_by = 7 WHERE state = 'sending'`)
+		var keys []string
+		rows, err := pool.Query(ctx, `SELECT idempotency_key FROM sendonce_outbox WHERE state = 'sending'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := sendstate.UnclaimDrained(ctx, pool, keys, 7); err != nil || n != len(keys) {
+			t.Fatalf("UnclaimDrained = %d, %v; want %d", n, err, len(keys))
+		}
+	}
+
+	if got := claimShares(t, pool, sendstate.Share{Tenant: "capped", N: 1}, sendstate.Share{Tenant: "slow", N: 1}); got["tx:capped"] != 1 || got["tx:slow"] != 1 {
+		t.Fatalf("claimed %v, want one of each", got)
+	}
+	unclaimAll()
+	var dayCount int
+	var tokens float64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT day_count FROM sendonce_tenant WHERE name = 'capped'),
+		(SELECT tokens FROM sendonce_tenant WHERE name = 'slow')`).Scan(&dayCount, &tokens); err != nil {
+		t.Fatal(err)
+	}
+	if dayCount != 0 || tokens < 1 {
+		t.Fatalf("after the unclaim: capped's day_count %d, slow's tokens %.2f; want 0 and its token back (1)", dayCount, tokens)
+	}
+	got := claimShares(t, pool, sendstate.Share{Tenant: "capped", N: 5}, sendstate.Share{Tenant: "slow", N: 5})
+	if got["tx:capped"] != 2 || got["tx:slow"] != 1 {
+		t.Fatalf("claimed %v after the unclaim, want capped's 2 of its quota (the one given back among them) and slow's 1 token", got)
+	}
+	if err := pool.QueryRow(ctx, `SELECT day_count FROM sendonce_tenant WHERE name = 'capped'`).Scan(&dayCount); err != nil {
+		t.Fatal(err)
+	}
+	if dayCount != 2 {
+		t.Fatalf("capped's day_count %d after 2 distinct first claims, want 2", dayCount)
+	}
+	// A claim given back that was not its intent's first (a retry) gave
+	// nothing to the quota when it was made, and takes nothing back.
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET attempts = 2 WHERE tenant = 'capped' AND state = 'sending'`)
+	unclaimAll()
+	if err := pool.QueryRow(ctx, `SELECT day_count FROM sendonce_tenant WHERE name = 'capped'`).Scan(&dayCount); err != nil {
+		t.Fatal(err)
+	}
+	if dayCount != 2 {
+		t.Fatalf("capped's day_count %d after retries were given back, want 2 still", dayCount)
+	}
+}

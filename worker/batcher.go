@@ -447,13 +447,19 @@ func (b *batcher) claimAllDue(ctx context.Context, db roundDB, dues []dueRequest
 // due intents by the scheduler (see fair), looking at which are due first
 // when it asks. Should a share come back short (its tenant ran dry, or
 // its limits stopped it), it looks again and claims the rest once more.
+// One claim names at most sendstate.MaxShares tenants: when the
+// scheduler gave that many and more is asked for, it claims the rest in
+// another (a slot left without an intent reads that none is due, and
+// shuts the drain's gate: 500 slots among 1,000 tenants stalled after
+// each claim of 128 until something woke the drain).
 func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts sendstate.ClaimOptions) ([]*sendstate.DrainClaim, error) {
 	if b.fair == nil {
 		return sendstate.ClaimDue(ctx, db, n, opts)
 	}
 	var claimed []*sendstate.DrainClaim
-	asked := false // ClaimShares ran: it checks the lease when it claims nothing
-	for round := 0; round < 2 && len(claimed) < n; round++ {
+	asked := false   // ClaimShares ran: it checks the lease when it claims nothing
+	retried := false // a round after a short share
+	for round := 0; round <= n/sendstate.MaxShares+1 && len(claimed) < n; round++ {
 		if now := time.Now(); b.fair.needLook(now) {
 			ts, err := sendstate.DueTenants(ctx, db, opts.Queue, opts.CoalesceWait)
 			if err != nil {
@@ -471,7 +477,12 @@ func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts se
 		}
 		asked = true
 		claimed = append(claimed, cs...)
-		if !b.fair.took(shares, cs) {
+		short := b.fair.took(shares, cs)
+		if short && !retried {
+			retried = true
+			continue
+		}
+		if len(shares) < sendstate.MaxShares {
 			break
 		}
 	}

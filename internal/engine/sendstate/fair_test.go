@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
@@ -182,20 +183,9 @@ func TestUnclaimDrainedGivesTheTenantsLimitsBack(t *testing.T) {
 	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day, rate) VALUES ('capped', 2, NULL), ('slow', NULL, 0.01)`)
 	unclaimAll := func() {
 		t.Helper()
-		pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET claimed_by = 7 WHERE state = 'sending'`)
-		var keys []string
-		rows, err := pool.Query(ctx, `SELECT idempotency_key FROM sendonce_outbox WHERE state = 'sending'`)
+		rows, _ := pool.Query(ctx, `UPDATE sendonce_outbox SET claimed_by = 7 WHERE state = 'sending' RETURNING idempotency_key`)
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				t.Fatal(err)
-			}
-			keys = append(keys, k)
-		}
-		if err := rows.Err(); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := sendstate.UnclaimDrained(ctx, pool, keys, 7); err != nil || n != len(keys) {

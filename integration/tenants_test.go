@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sendonce/sendonce/fakeapi"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
+	"github.com/sendonce/sendonce/internal/testkit/shares"
 	"github.com/sendonce/sendonce/outbox"
 )
 
@@ -70,7 +70,7 @@ func TestTenantsShareTheFleetsBudget(t *testing.T) {
 	}
 	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day) VALUES ('q', $1)
 		ON CONFLICT (name) DO UPDATE SET quota_day = excluded.quota_day`, quota)
-	dayBefore := databaseDay(ctx, t, pool)
+	dayBefore := day(ctx, t, pool)
 
 	e := processEnv(dbURL, srv)
 	workers := make([]*proc, 3)
@@ -84,9 +84,14 @@ func TestTenantsShareTheFleetsBudget(t *testing.T) {
 
 	// d's transactional intents, committed one every txEvery while the
 	// windows go by.
-	var tx txLatencies
+	urgent := make([]outbox.Intent, nTx)
+	for i := range urgent {
+		urgent[i] = emailIntent(fmt.Sprintf("d:reset:%d", i), fmt.Sprintf("d-%d@example.test", i)).outboxIntent()
+		urgent[i].Tenant = "d"
+	}
+	var tx shares.Urgent
 	txDone := make(chan error, 1)
-	go func() { txDone <- tx.enqueue(ctx, pool, ob, nTx, txEvery) }()
+	go func() { txDone <- tx.Enqueue(ctx, pool, ob, urgent, txEvery) }()
 
 	// The windows at 1:1:1, then a at weight 2 (read again by the
 	// workers within a second), then the windows at 2:1:1.
@@ -104,13 +109,13 @@ func TestTenantsShareTheFleetsBudget(t *testing.T) {
 		FROM sendonce_outbox WHERE state = 'pending'`).Scan(&pendingB, &pendingC); err != nil {
 		t.Fatal(err)
 	}
-	dayAfter := databaseDay(ctx, t, pool)
+	dayAfter := day(ctx, t, pool)
 	for _, w := range workers {
 		w.stop(t)
 	}
 
 	deliveries := srv.Deliveries()
-	if dup := duplicateKeys(deliveries); len(dup) > 0 {
+	if dup := shares.Duplicates(deliveries); len(dup) > 0 {
 		t.Errorf("%d keys delivered more than once, such as %v", len(dup), dup[:min(len(dup), 5)])
 	}
 	if pendingB == 0 || pendingC == 0 {
@@ -123,36 +128,37 @@ func TestTenantsShareTheFleetsBudget(t *testing.T) {
 	}
 
 	// The shares, window by window, among a, b and c.
-	windows := countWindows(deliveries, t0, even+skipped+weighted)
+	windows := shares.Windows(deliveries, t0, tenantWindow, even+skipped+weighted)
+	abc := []string{"a", "b", "c"}
+	var short []string
 	for i, w := range windows {
-		abc := w["a"] + w["b"] + w["c"]
-		phase, want := "1:1:1", map[string]float64{"a": 1.0 / 3, "b": 1.0 / 3, "c": 1.0 / 3}
+		phase, want := "1:1:1", []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}
 		switch {
 		case i >= even+skipped:
-			phase, want = "2:1:1", map[string]float64{"a": 0.5, "b": 0.25, "c": 0.25}
+			phase, want = "2:1:1", []float64{0.5, 0.25, 0.25}
 		case i >= even:
 			phase, want = "changing (skipped)", nil
 		}
-		line := fmt.Sprintf("window %d [%2d s, %2d s) %s: a %d, b %d, c %d (a %.1f%%, b %.1f%%, c %.1f%%); q %d, d %d",
-			i, i*10, i*10+10, phase, w["a"], w["b"], w["c"], pct(w["a"], abc), pct(w["b"], abc), pct(w["c"], abc), w["q"], w["d"])
-		t.Log(line)
+		t.Logf("window %d [%2d s, %2d s) %s: %s; q %d, d %d", i, i*10, i*10+10, phase, shares.Text(w, abc...), w["q"], w["d"])
+		got, of := shares.Of(w, abc...)
+		short = append(short, fmt.Sprintf("%.0f/%.0f/%.0f", 100*got[0], 100*got[1], 100*got[2]))
 		if want == nil {
 			continue
 		}
-		if abc == 0 {
+		if of == 0 {
 			t.Errorf("window %d: no delivery of a, b or c", i)
 			continue
 		}
-		for _, tenant := range []string{"a", "b", "c"} {
-			if got := float64(w[tenant]) / float64(abc); got < want[tenant]-tolerance || got > want[tenant]+tolerance {
+		for j, tenant := range abc {
+			if got[j] < want[j]-tolerance || got[j] > want[j]+tolerance {
 				t.Errorf("window %d (%s): tenant %s has %.1f%% of a, b and c's %d deliveries, want %.1f%% ± %.0f points",
-					i, phase, tenant, 100*got, abc, 100*want[tenant], 100*tolerance)
+					i, phase, tenant, 100*got[j], of, 100*want[j], 100*tolerance)
 			}
 		}
 	}
 
 	// d: each delivered within a second of its commit.
-	lat, missing := tx.latencies(deliveries)
+	lat, missing := tx.Latencies(deliveries)
 	if missing > 0 {
 		t.Errorf("%d of d's %d transactional intents not delivered by the end of the last window", missing, nTx)
 	}
@@ -166,13 +172,13 @@ func TestTenantsShareTheFleetsBudget(t *testing.T) {
 	// q: its quota, while the others went on.
 	qSent, lastQ, afterQ := 0, time.Time{}, 0
 	for _, d := range deliveries {
-		if keyTenant(d.IdempotencyKey) == "q" {
+		if shares.Tenant(d.IdempotencyKey) == "q" {
 			qSent++
 			lastQ = d.DeliveredAt
 		}
 	}
 	for _, d := range deliveries {
-		if tenant := keyTenant(d.IdempotencyKey); d.DeliveredAt.After(lastQ) && tenant != "q" && tenant != "d" {
+		if tenant := shares.Tenant(d.IdempotencyKey); d.DeliveredAt.After(lastQ) && tenant != "q" && tenant != "d" {
 			afterQ++
 		}
 	}
@@ -204,7 +210,7 @@ func TestTenantsShareTheFleetsBudget(t *testing.T) {
 	}
 
 	summary(t, "tenants: seed=%d workers=3 api_rate=%d/s shares=[%s] d_p50=%s d_p99=%s q_delivered=%d/%d deliveries=%d elapsed=%s",
-		suite.seed, limit, strings.Join(shortShares(windows), " "), p50.Round(time.Millisecond), p99.Round(time.Millisecond),
+		suite.seed, limit, strings.Join(short, " "), p50.Round(time.Millisecond), p99.Round(time.Millisecond),
 		qSent, quota, len(deliveries), time.Since(begin).Round(time.Second))
 }
 
@@ -226,144 +232,23 @@ func enqueueTenantRun(ctx context.Context, t testing.TB, pool *pgxpool.Pool, ob 
 	}
 }
 
-// databaseDay is the database's current UTC day, the one tenants' daily
-// quotas count.
-func databaseDay(ctx context.Context, t testing.TB, pool *pgxpool.Pool) time.Time {
+// day is the database's current UTC day (shares.Day).
+func day(ctx context.Context, t testing.TB, pool *pgxpool.Pool) time.Time {
 	t.Helper()
-	var day time.Time
-	if err := pool.QueryRow(ctx, `SELECT date_trunc('day', now(), 'UTC')`).Scan(&day); err != nil {
+	d, err := shares.Day(ctx, pool)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return day.UTC()
+	return d
 }
 
-// waitDeliveredAfter waits for the fake's first delivery at or after at,
-// so that every window before it is complete.
+// waitDeliveredAfter is shares.WaitDeliveredAfter, failing the test when
+// the delivery does not come.
 func waitDeliveredAfter(ctx context.Context, t testing.TB, srv *fakeapi.Server, at time.Time) {
 	t.Helper()
-	for {
-		ds := srv.Deliveries()
-		if n := len(ds); n > 0 && !ds[n-1].DeliveredAt.Before(at) {
-			return
-		}
-		if err := srv.WaitDeliveries(ctx, len(ds)+1); err != nil {
-			t.Fatalf("waiting for a delivery after %s: %d deliveries so far: %v", at.Format(time.TimeOnly), len(ds), err)
-		}
+	if err := shares.WaitDeliveredAfter(ctx, srv, at); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// keyTenant is the tenant a test key names: its first part.
-func keyTenant(key string) string {
-	tenant, _, _ := strings.Cut(key, ":")
-	return tenant
-}
-
-// countWindows counts the deliveries by tenant in each of n windows of
-// tenantWindow from t0.
-func countWindows(deliveries []fakeapi.Delivery, t0 time.Time, n int) []map[string]int {
-	windows := make([]map[string]int, n)
-	for i := range windows {
-		windows[i] = map[string]int{}
-	}
-	for _, d := range deliveries {
-		if d.DeliveredAt.Before(t0) {
-			continue
-		}
-		if i := int(d.DeliveredAt.Sub(t0) / tenantWindow); i < n {
-			windows[i][keyTenant(d.IdempotencyKey)]++
-		}
-	}
-	return windows
-}
-
-// shortShares renders each window's shares of a, b and c, in percent:
-// "33/34/33".
-func shortShares(windows []map[string]int) []string {
-	out := make([]string, len(windows))
-	for i, w := range windows {
-		abc := w["a"] + w["b"] + w["c"]
-		out[i] = fmt.Sprintf("%.0f/%.0f/%.0f", pct(w["a"], abc), pct(w["b"], abc), pct(w["c"], abc))
-	}
-	return out
-}
-
-// pct is n out of of, in percent (0 for none).
-func pct(n, of int) float64 {
-	if of == 0 {
-		return 0
-	}
-	return 100 * float64(n) / float64(of)
-}
-
-// duplicateKeys are the keys delivered more than once.
-func duplicateKeys(deliveries []fakeapi.Delivery) []string {
-	seen := map[string]int{}
-	var dup []string
-	for _, d := range deliveries {
-		if seen[d.IdempotencyKey]++; seen[d.IdempotencyKey] == 2 {
-			dup = append(dup, d.IdempotencyKey)
-		}
-	}
-	return dup
-}
-
-// txLatencies are d's transactional intents and the times they were
-// committed (taken before the INSERT: the latency includes it).
-type txLatencies struct {
-	mu        sync.Mutex
-	committed map[string]time.Time
-}
-
-// enqueue commits n transactional intents of tenant d, one every every,
-// through the Go API.
-func (l *txLatencies) enqueue(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, n int, every time.Duration) error {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for i := range n {
-		in := emailIntent(fmt.Sprintf("d:reset:%d", i), fmt.Sprintf("d-%d@example.test", i)).outboxIntent()
-		in.Tenant = "d"
-		at := time.Now()
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := ob.Enqueue(ctx, tx, in)
-			return err
-		}); err != nil {
-			return fmt.Errorf("intent %d: %w", i, err)
-		}
-		l.mu.Lock()
-		if l.committed == nil {
-			l.committed = map[string]time.Time{}
-		}
-		l.committed[in.Key] = at
-		l.mu.Unlock()
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// latencies are the times from commit to delivery of the intents
-// delivered, and how many were not.
-func (l *txLatencies) latencies(deliveries []fakeapi.Delivery) (lat []time.Duration, missing int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delivered := map[string]time.Time{}
-	for _, d := range deliveries {
-		if _, ok := l.committed[d.IdempotencyKey]; ok {
-			delivered[d.IdempotencyKey] = d.DeliveredAt
-		}
-	}
-	for key, at := range l.committed {
-		if d, ok := delivered[key]; ok {
-			lat = append(lat, d.Sub(at))
-		} else {
-			missing++
-		}
-	}
-	slices.Sort(lat)
-	return lat, missing
 }
 
 // nearestRank is the p-th percentile of sorted ds by the nearest-rank

@@ -96,6 +96,15 @@
 //     most 3% of requests refused, none of the first second's; SIGTERM
 //     while 500 sends wait for the budget exits 0 within --shutdown-grace
 //     with no attempt spent (outbox, River, the fake's log).
+//   - tenants_test.go (issue 46): three workers at --api-rate 20/s against
+//     an API at 20/s drain the runs of tenants a (10,000), b and c (1,000
+//     each) and q (300, a daily quota of 100) while a transactional intent
+//     of tenant d is committed every half second. In 10 s windows of the
+//     fake's delivery times, a, b and c each have a third (± 5 points) of
+//     the three's deliveries at weights 1:1:1, and a half with a at weight
+//     2; d's intents are delivered within 1 s of their commit (p99 of 50);
+//     q stops at exactly 100 sends, the rest unattempted, while the others
+//     go on.
 //   - db_restart_test.go: PostgreSQL (durable: fsync on) is stopped with
 //     `pg_ctl stop -m immediate` twice while two workers drain, and started
 //     again on its port. The same processes must reconnect by themselves,

@@ -92,19 +92,11 @@ func (s *Coalesced) drain(ctx context.Context, env *Env, bin string) error {
 	}
 
 	t0 := time.Now()
-	fleet := make([]*workProc, f.workers)
-	defer func() {
-		for _, p := range fleet {
-			if p != nil {
-				_ = p.stop()
-			}
-		}
-	}()
-	for i := range fleet {
-		if fleet[i], err = f.start(ctx, bin, env.URL, url, fmt.Sprintf("%d/s", f.limit), i); err != nil {
-			return err
-		}
+	fleet, stopAll, err := f.startFleet(ctx, bin, env.URL, url, fmt.Sprintf("%d/s", f.limit))
+	if err != nil {
+		return err
 	}
+	defer stopAll()
 	failed, _, err := f.waitSettled(ctx, env, nil, fleet)
 	elapsed := time.Since(t0)
 	for _, p := range fleet {

@@ -43,8 +43,8 @@ func (c costs) add(r DrainResult) {
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// versusClient is a row comparing a drain with the River + client
-// baseline, measured in the same run: the rate of each and its ratio, the
+// versusClient is a row comparing a drain with a baseline measured in the
+// same run, the River + client drain but for newVersus's: the rate of each and its ratio, the
 // baseline's costs (or the compared drain's own: see newVersusOwn) and the
 // ratio of the database CPU per intent.
 type versusClient struct {
@@ -58,26 +58,29 @@ type versusClient struct {
 // newVersusClient returns the row, showing the baseline's costs; its goal,
 // if any, is set by the caller.
 func newVersusClient(scenario, measure string) *versusClient {
-	return newVersus(scenario, measure, newCosts("River + client", "intent"), false)
+	return newVersus(scenario, measure, ClientBaseline, "River + client", newCosts("River + client", "intent"), false)
 }
 
 // newVersusOwn returns the row, showing the compared drain's own costs per
 // job.
 func newVersusOwn(scenario, measure string) *versusClient {
-	return newVersus(scenario, measure, newCosts("", "job"), true)
+	return newVersus(scenario, measure, ClientBaseline, "River + client", newCosts("", "job"), true)
 }
 
-func newVersus(scenario, measure string, shown costs, own bool) *versusClient {
+// newVersus returns a row comparing a drain with baseline (short: its
+// name in the CPU ratio's), showing shown (the compared drain's costs
+// when own).
+func newVersus(scenario, measure, baseline, short string, shown costs, own bool) *versusClient {
 	v := &versusClient{
 		shown:    shown,
 		own:      own,
-		cpuRatio: &Figure{Name: "DB CPU ÷ River + client", Unit: Times},
+		cpuRatio: &Figure{Name: "DB CPU ÷ " + short, Unit: Times},
 	}
 	v.row = &Row{
 		Scenario:     scenario,
 		Measure:      measure,
 		Unit:         PerSecond,
-		Baseline:     ClientBaseline,
+		Baseline:     baseline,
 		BaselineUnit: PerSecond,
 		RatioUnit:    Times,
 		Also:         append(v.shown.figures(), v.cpuRatio),

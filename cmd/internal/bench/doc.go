@@ -40,6 +40,9 @@
 //	ratelimit.go 6. three `sendonce work` under a 20/s API limit: budget used, 429s, DB CPU
 //	coalesce.go  7. a coalesced billing run under a 10/s limit
 //	trouble.go   8. a provider that misbehaves: poison intents, DB CPU of waiting workers
+//	idle.go      9. what an idle worker costs the database each second, vs an idle River client
+//	history.go  10. reads, Reconcile and Prune beside a long sent history
+//	tenants.go  11. fair shares among tenants: the drain's cost over 1,000 tenants, shares, quota, urgent latency
 //
 // The machinery they share: env.go (the database: a throwaway durable
 // cluster unless BENCH_DATABASE_URL or DATABASE_URL names a server, and a

@@ -40,6 +40,10 @@ type DrainParams struct {
 	// that is not empty makes every first claim look its intent's
 	// recipients up.
 	Suppressed int
+	// Tenants, for DrainOutbox, spreads the intents over that many
+	// tenants, round robin in the order they are enqueued (intent i is
+	// tenant i mod Tenants's); 0 leaves them all the default tenant's.
+	Tenants int
 }
 
 // DrainResult is what one drain measured.
@@ -119,7 +123,13 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 		}
 		defer env.Admin.Exec(context.WithoutCancel(ctx), `DELETE FROM sendonce_suppression WHERE source = 'bench'`)
 	}
-	if err := EnqueueBatches(ctx, pool, ob, Intents("drain", p.N), 1000); err != nil {
+	intents := Intents("drain", p.N)
+	if p.Tenants > 0 {
+		for i := range intents {
+			intents[i].Tenant = TenantName(i % p.Tenants)
+		}
+	}
+	if err := EnqueueBatches(ctx, pool, ob, intents, 1000); err != nil {
 		return DrainResult{}, err
 	}
 	if err := env.Checkpoint(ctx); err != nil {

@@ -133,13 +133,14 @@ func (e *Env) NewPool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) 
 	return pool, nil
 }
 
-// Reset empties the outbox, River's job table and the plain baseline
-// table, so each measurement starts from the same empty tables, and
-// checkpoints.
+// Reset empties the outbox, River's job table, the tenants' settings and
+// the plain baseline table, so each measurement starts from the same
+// empty tables, and checkpoints.
 func (e *Env) Reset(ctx context.Context) error {
 	// The send budget goes too: a rate the rate-limited drain found for the
-	// benchmark's API key would otherwise pace the scenarios after it.
-	if _, err := e.Admin.Exec(ctx, "TRUNCATE sendonce_outbox, river_job, sendonce_rate_budget, "+PlainTable+" RESTART IDENTITY"); err != nil {
+	// benchmark's API key would otherwise pace the scenarios after it; and
+	// the tenants' settings and counts, which the tenants scenario sets.
+	if _, err := e.Admin.Exec(ctx, "TRUNCATE sendonce_outbox, river_job, sendonce_rate_budget, sendonce_tenant, "+PlainTable+" RESTART IDENTITY"); err != nil {
 		return fmt.Errorf("bench: reset tables: %w", err)
 	}
 	return e.Checkpoint(ctx)

@@ -231,19 +231,11 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 		return err
 	}
 	cpu0, t0 := env.ReadCPU(), time.Now()
-	fleet := make([]*workProc, s.workers)
-	defer func() {
-		for _, p := range fleet {
-			if p != nil {
-				_ = p.stop()
-			}
-		}
-	}()
-	for i := range fleet {
-		if fleet[i], err = s.start(ctx, bin, env.URL, url, c.apiRate, i); err != nil {
-			return err
-		}
+	fleet, stopAll, err := s.startFleet(ctx, bin, env.URL, url, c.apiRate)
+	if err != nil {
+		return err
 	}
+	defer stopAll()
 	failed, rates, waitErr := s.waitSettled(ctx, env, srv, fleet)
 	// The database's CPU is read before the workers stop: their backends
 	// end with them, and an ended backend's time can no longer be read.
@@ -264,7 +256,7 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 		workersCPU += p.cpu()
 	}
 	if waitErr != nil {
-		s.keepLogs(env, c, fleet)
+		keepLogs(env, "ratelimit-"+c.name, fleet)
 		return waitErr
 	}
 
@@ -281,7 +273,7 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 
 	led, err := s.checkLedger(ctx, env, srv, intents)
 	if err != nil {
-		s.keepLogs(env, c, fleet)
+		keepLogs(env, "ratelimit-"+c.name, fleet)
 		return err
 	}
 
@@ -311,7 +303,7 @@ func (s *RateLimited) drain(ctx context.Context, env *Env, bin string, c *rateCe
 	c.walPerIntent.Value.Add(float64(wal) / float64(s.n))
 	c.cpuWorkers.Add(float64(workersCPU.Microseconds()) / float64(s.n))
 	if !c.row.Goal.Check(c.row) {
-		s.keepLogs(env, c, fleet)
+		keepLogs(env, "ratelimit-"+c.name, fleet)
 	}
 	return nil
 }
@@ -496,6 +488,27 @@ func (s *RateLimited) start(ctx context.Context, bin, dbURL, apiURL, apiRate str
 	return p, nil
 }
 
+// startFleet starts the fleet's s.workers workers (start), each given
+// apiRate, and returns them with stopAll, which stops every one started:
+// for a defer (a worker's stop may be called again).
+func (s *RateLimited) startFleet(ctx context.Context, bin, dbURL, apiURL, apiRate string) (fleet []*workProc, stopAll func(), err error) {
+	fleet = make([]*workProc, s.workers)
+	stopAll = func() {
+		for _, p := range fleet {
+			if p != nil {
+				_ = p.stop()
+			}
+		}
+	}
+	for i := range fleet {
+		if fleet[i], err = s.start(ctx, bin, dbURL, apiURL, apiRate, i); err != nil {
+			stopAll()
+			return nil, nil, err
+		}
+	}
+	return fleet, stopAll, nil
+}
+
 // workerEnviron is this process's environment without the variables that
 // configure sendonce, so a SENDONCE_API_RATE of the caller's cannot turn
 // the discovered cell into a configured one.
@@ -600,12 +613,13 @@ func fleetTrace(fleet []*workProc) string {
 		throttles, strings.Join(rates, " "), snoozes, failed, warnings)
 }
 
-// keepLogs writes the fleet's logs to files when a cell fails or misses
-// its goal, and names them in the progress output.
-func (s *RateLimited) keepLogs(env *Env, c *rateCell, fleet []*workProc) {
-	dir, err := os.MkdirTemp("", "sendonce-bench-ratelimit-"+c.name+"-")
+// keepLogs writes the fleet's logs to files when a cell (who: the
+// scenario and the cell) fails or misses its goal, and names them in the
+// progress output.
+func keepLogs(env *Env, who string, fleet []*workProc) {
+	dir, err := os.MkdirTemp("", "sendonce-bench-"+who+"-")
 	if err != nil {
-		env.Logf("ratelimit %s: cannot keep the workers' logs: %v", c.name, err)
+		env.Logf("%s: cannot keep the workers' logs: %v", who, err)
 		return
 	}
 	for i, p := range fleet {
@@ -613,11 +627,11 @@ func (s *RateLimited) keepLogs(env *Env, c *rateCell, fleet []*workProc) {
 			continue
 		}
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("worker%d.log", i)), []byte(p.logs.String()), 0o644); err != nil {
-			env.Logf("ratelimit %s: cannot keep the workers' logs: %v", c.name, err)
+			env.Logf("%s: cannot keep the workers' logs: %v", who, err)
 			return
 		}
 	}
-	env.Logf("ratelimit %s: the workers' logs are in %s", c.name, dir)
+	env.Logf("%s: the workers' logs are in %s", who, dir)
 }
 
 // Notes describe the measurement.

@@ -63,37 +63,52 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 	return tag.RowsAffected() > 0, err
 }
 
-// unclaimDrainedSQL is UnclaimDrained's statement. What the claim spent
-// of the intents' tenants' limits (sendonce_tenant, see claimSharesSQL)
-// is given back with them: a token of the rate each, and a first attempt
-// from the quotas of the period it is still in.
-var unclaimDrainedSQL = `WITH u AS (
-		UPDATE sendonce_outbox o
-		SET state = CASE WHEN o.run_key IS NOT NULL AND EXISTS (SELECT 1 FROM sendonce_run run
-				WHERE run.key = o.run_key AND run.state = 'canceled') THEN 'canceled' ELSE 'pending' END,
-			claimed_by = NULL, next_attempt_at = NULL,
-			attempts = greatest(o.attempts - 1, 0), tries = greatest(o.tries - 1, 0),
-			first_attempt_at = CASE WHEN o.attempts <= 1 THEN NULL ELSE o.first_attempt_at END,
-			updated_at = now()
-		WHERE o.idempotency_key = ANY($1::text[]) AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL
-			AND o.claimed_by = $2
-		RETURNING ` + tenantSQL + ` AS tenant, o.attempts = 0 AS first),
-	g AS (SELECT tenant, count(*) AS n, count(*) FILTER (WHERE first) AS first FROM u GROUP BY tenant),
-	back AS (
-		UPDATE sendonce_tenant t
-		SET tokens = CASE WHEN t.rate IS NULL THEN t.tokens ELSE least(greatest(t.rate, 1), t.tokens + g.n) END,
-			day_count = CASE WHEN t.day_start = date_trunc('day', now(), 'UTC') THEN greatest(t.day_count - g.first, 0) ELSE t.day_count END,
-			month_count = CASE WHEN t.month_start = date_trunc('month', now(), 'UTC') THEN greatest(t.month_count - g.first, 0) ELSE t.month_count END
-		FROM g WHERE t.name = g.tenant AND ` + limitedSQL + `)
-	SELECT count(*)::int FROM u`
+// unclaimDrainedSQL is UnclaimDrained's statement. What the claim
+// spent of the tenant's limits (claimSharesSQL) is given back with the
+// intents: a token of its rate for each, and for each first claim (one
+// attempt) a count of the quotas, if it was counted in the period its
+// row counts now (the claim set first_attempt_at and day_start from the
+// same now()). Without that, an intent claimed ahead and given back
+// counted twice against its tenant's quotas once claimed again. The
+// tenants' rows are locked in name order, as a claim locks them.
+const unclaimDrainedSQL = `WITH was AS (
+			SELECT o.id, o.attempts, o.first_attempt_at FROM sendonce_outbox o
+			WHERE o.idempotency_key = ANY($1::text[]) AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL
+				AND o.claimed_by = $2),
+		given AS (
+			UPDATE sendonce_outbox o
+			SET state = CASE WHEN o.run_key IS NOT NULL AND EXISTS (SELECT 1 FROM sendonce_run run
+					WHERE run.key = o.run_key AND run.state = 'canceled') THEN 'canceled' ELSE 'pending' END,
+				claimed_by = NULL, next_attempt_at = NULL,
+				attempts = greatest(o.attempts - 1, 0), tries = greatest(o.tries - 1, 0),
+				first_attempt_at = CASE WHEN o.attempts <= 1 THEN NULL ELSE o.first_attempt_at END,
+				updated_at = now()
+			FROM was
+			WHERE o.id = was.id AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL AND o.claimed_by = $2
+			RETURNING ` + tenantSQL + ` AS tenant, was.attempts = 1 AS first, was.first_attempt_at),
+		locked AS (
+			SELECT t.name, t.day_start, t.month_start FROM sendonce_tenant t
+			WHERE t.name IN (SELECT tenant FROM given) AND ` + limitedSQL + `
+			ORDER BY t.name FOR UPDATE OF t),
+		back AS (
+			UPDATE sendonce_tenant t
+			SET tokens = CASE WHEN t.rate IS NULL OR t.refilled_at IS NULL THEN t.tokens
+					ELSE least(greatest(t.rate, 1), t.tokens + c.n) END,
+				day_count = greatest(t.day_count - c.day, 0), month_count = greatest(t.month_count - c.month, 0)
+			FROM (SELECT l.name, count(*) AS n,
+					count(*) FILTER (WHERE g.first AND g.first_attempt_at >= l.day_start) AS day,
+					count(*) FILTER (WHERE g.first AND g.first_attempt_at >= l.month_start) AS month
+				FROM locked l JOIN given g ON g.tenant = l.name GROUP BY l.name) c
+			WHERE t.name = c.name)
+		SELECT count(*) FROM given`
 
 // UnclaimDrained gives the drained intents of keys that are sending under
 // owner's claim back to pending as they were before the claim: its
 // attempt and try not counted, due at once, uncertain as it was (no
 // request of the claim was made), and what the claim spent of its
-// tenant's limits given back. A member of a run canceled meanwhile is
-// canceled, as the run's cancel would have canceled it had it not been
-// claimed. It returns how many it gave back.
+// tenant's rate and quotas given back. A member of a run canceled
+// meanwhile is canceled, as the run's cancel would have canceled it had
+// it not been claimed. It returns how many it gave back.
 func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, unclaimDrainedSQL, keys, owner).Scan(&n)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/internal/engine/sendstate"
@@ -169,34 +170,60 @@ func TestClaimSharesKeepsItsPlan(t *testing.T) {
 	}
 }
 
-// A claim given back unspent (UnclaimDrained: a claim ahead no slot took)
-// gives back what it spent of its tenant's limits: its first attempt is
-// no longer counted against the quota, and the next claim counts it once.
-func TestUnclaimGivesTheTenantsQuotaBack(t *testing.T) {
+// A claim given back unattempted (UnclaimDrained: an intent claimed
+// ahead that no slot took) gives back what it spent of its tenant's
+// limits: claimed again, it counts once against the daily quota, not
+// twice, and the token of the rate it took is there for the next claim.
+func TestUnclaimDrainedGivesTheTenantsLimitsBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _, _ := setup(t)
-	insertTenant(t, pool, "capped", "", 5)
-	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day, rate) VALUES ('capped', 3, 100)`)
-	opts := claimOpts
-	opts.Owner = takeLease(t, pool, "w").Epoch
-	claimed, err := sendstate.ClaimShares(ctx, pool, []sendstate.Share{{Tenant: "capped", N: 3}}, opts)
-	if err != nil || len(claimed) != 3 {
-		t.Fatalf("claimed %d, %v; want 3", len(claimed), err)
+	insertTenant(t, pool, "capped", "", 3)
+	insertTenant(t, pool, "slow", "", 3)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day, rate) VALUES ('capped', 2, NULL), ('slow', NULL, 0.01)`)
+	unclaimAll := func() {
+		t.Helper()
+		rows, _ := pool.Query(ctx, `UPDATE sendonce_outbox SET claimed_by = 7 WHERE state = 'sending' RETURNING idempotency_key`)
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := sendstate.UnclaimDrained(ctx, pool, keys, 7); err != nil || n != len(keys) {
+			t.Fatalf("UnclaimDrained = %d, %v; want %d", n, err, len(keys))
+		}
 	}
-	keys := []string{claimed[0].Record.Key, claimed[1].Record.Key}
-	if n, err := sendstate.UnclaimDrained(ctx, pool, keys, opts.Owner); err != nil || n != 2 {
-		t.Fatalf("UnclaimDrained = %d, %v; want 2", n, err)
+
+	if got := claimShares(t, pool, sendstate.Share{Tenant: "capped", N: 1}, sendstate.Share{Tenant: "slow", N: 1}); got["tx:capped"] != 1 || got["tx:slow"] != 1 {
+		t.Fatalf("claimed %v, want one of each", got)
 	}
-	var used int
-	if err := pool.QueryRow(ctx, `SELECT day_count FROM sendonce_tenant WHERE name = 'capped'`).Scan(&used); err != nil {
+	unclaimAll()
+	var dayCount int
+	var tokens float64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT day_count FROM sendonce_tenant WHERE name = 'capped'),
+		(SELECT tokens FROM sendonce_tenant WHERE name = 'slow')`).Scan(&dayCount, &tokens); err != nil {
 		t.Fatal(err)
 	}
-	if used != 1 {
-		t.Fatalf("day_count %d after two of three claims were given back, want 1", used)
+	if dayCount != 0 || tokens < 1 {
+		t.Fatalf("after the unclaim: capped's day_count %d, slow's tokens %.2f; want 0 and its token back (1)", dayCount, tokens)
 	}
-	claimed, err = sendstate.ClaimShares(ctx, pool, []sendstate.Share{{Tenant: "capped", N: 5}}, opts)
-	if err != nil || len(claimed) != 2 {
-		t.Fatalf("claimed %d, %v; want the 2 given back, and no more (the quota is 3)", len(claimed), err)
+	got := claimShares(t, pool, sendstate.Share{Tenant: "capped", N: 5}, sendstate.Share{Tenant: "slow", N: 5})
+	if got["tx:capped"] != 2 || got["tx:slow"] != 1 {
+		t.Fatalf("claimed %v after the unclaim, want capped's 2 of its quota (the one given back among them) and slow's 1 token", got)
+	}
+	if err := pool.QueryRow(ctx, `SELECT day_count FROM sendonce_tenant WHERE name = 'capped'`).Scan(&dayCount); err != nil {
+		t.Fatal(err)
+	}
+	if dayCount != 2 {
+		t.Fatalf("capped's day_count %d after 2 distinct first claims, want 2", dayCount)
+	}
+	// A claim given back that was not its intent's first (a retry) gave
+	// nothing to the quota when it was made, and takes nothing back.
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET attempts = 2 WHERE tenant = 'capped' AND state = 'sending'`)
+	unclaimAll()
+	if err := pool.QueryRow(ctx, `SELECT day_count FROM sendonce_tenant WHERE name = 'capped'`).Scan(&dayCount); err != nil {
+		t.Fatal(err)
+	}
+	if dayCount != 2 {
+		t.Fatalf("capped's day_count %d after retries were given back, want 2 still", dayCount)
 	}
 }

@@ -141,8 +141,9 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 // UnclaimDrained gives back the drained intents of keys that owner claimed
 // and never attempted (claimed ahead for a send that did not come to
 // take them: see the worker's drain), as they were before the claim:
-// pending and due at once, the claim's attempt and try not counted, and
-// no more uncertain than they were; a member of a run canceled meanwhile
+// pending and due at once, the claim's attempt and try not counted, no
+// more uncertain than they were, and what the claim spent of their
+// tenants' rates and quotas given back; a member of a run canceled meanwhile
 // is canceled (the run's cancel left it, claimed, to its send). An intent
 // no longer sending under owner's claim is left as it is. It returns how
 // many it gave back.

@@ -166,7 +166,8 @@ var Transitions = []Transition{
 		By: "the drain, for an intent it claimed ahead for a slot about to get a token, which no slot took in time " +
 			"(the budget stopped granting, or the worker stopped)",
 		Rule: "no River job and no batch; still sending under the drain's own claim, never attempted. The intent is " +
-			"as it was before the claim: due at once, the claim's attempt and try not counted, uncertain as it was"},
+			"as it was before the claim: due at once, the claim's attempt and try not counted, uncertain as it was, " +
+			"and what the claim spent of its tenant's rate and quotas given back"},
 	{From: outbox.StateSending, To: outbox.StateCanceled, Statement: "UnclaimDrained", Case: "its run canceled",
 		By: "the drain, for an intent it claimed ahead, of a run canceled while the claim waited",
 		Rule: "as to pending; the run's cancel left the member to its send, which never came, so it is canceled " +

@@ -39,11 +39,11 @@ func run() int {
 	var (
 		runs       = flag.Int("runs", 3, "runs of every scenario; each figure is the median")
 		quick      = flag.Bool("quick", false, "one smaller run of everything (a smoke test: figures are rougher)")
-		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory, ratelimit, coalesce, trouble, idle, history); default all")
+		only       = flag.String("only", "", "comma-separated scenarios to run (commits, drain, latency, enqueue, e2e, memory, ratelimit, coalesce, trouble, idle, history, tenants); default all")
 		out        = flag.String("out", "BENCHMARKS.md", "file to write the table to; empty writes none")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of this process (worker, fake API, enqueuers) to FILE")
 		poolConns  = flag.Int("pool", bench.DefaultPoolConns, "connections in the pool of each worker and of the River baselines")
-		sendonce   = flag.String("sendonce", "", "sendonce binary for the memory and ratelimit scenarios (default: build ./cmd/sendonce)")
+		sendonce   = flag.String("sendonce", "", "sendonce binary for the scenarios that run `sendonce work` (default: build ./cmd/sendonce)")
 		verbose    = flag.Bool("v", true, "print progress to stderr")
 		history    = flag.String("history-sizes", "", "comma-separated sizes of sent history for the history scenario (e.g. 10000,100000,1000000,3000000); default 10000,3000000 (-quick: 1000,10000)")
 	)
@@ -86,6 +86,7 @@ func run() int {
 		bench.NewTrouble(*sendonce),
 		bench.NewIdle(),
 		bench.NewHistory(*quick, sizes),
+		bench.NewTenants(*quick, *sendonce),
 	}
 	scenarios := all
 	if *only != "" {

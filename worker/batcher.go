@@ -462,7 +462,7 @@ func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts se
 	forced := false // the one look made only because the claim came up short
 	look := func() error {
 		now := time.Now()
-		ts, err := sendstate.DueTenants(ctx, db, opts.Queue, opts.CoalesceWait)
+		ts, err := sendstate.DueTenants(ctx, db, opts.Queue, opts.CoalesceWait, false)
 		if err != nil {
 			return err
 		}

@@ -105,8 +105,11 @@ func claimSharesSQL(k int) string {
 }
 
 // shareSizes are the share counts with a statement text of their own
-// (claimSharesSQL): a claim's shares are padded to the next.
-var shareSizes = []int{1, 2, 4, 8, 16, 32, 64, 128}
+// (claimSharesSQL): a claim's shares are padded to the next (a share of
+// none costs next to nothing: its LIMIT 0 reads no row). Each text is
+// planned for its arguments at its first five runs on a connection, a few
+// milliseconds each at these sizes, so there are few of them.
+var shareSizes = []int{1, 8, 32, MaxShares}
 
 // MaxShares is the most shares one fair claim takes.
 const MaxShares = 128
@@ -186,41 +189,76 @@ type DueTenant struct {
 }
 
 // dueTenantsSQL is DueTenants' statement: a walk over the due index from
-// one (class, tenant) to the next, one probe each, and for each a probe
-// for a due intent, one for the next to come due, and the tenant's
-// settings and what its limits leave.
-var dueTenantsSQL = `WITH RECURSIVE ts AS (
-			(SELECT (o.run_key IS NOT NULL) AS bulk, ` + tenantSQL + ` AS tenant FROM sendonce_outbox o
-				WHERE o.state = 'pending' AND o.job_id IS NULL
-				ORDER BY (o.run_key IS NOT NULL), ` + tenantSQL + ` LIMIT 1)
-			UNION ALL
-			SELECT n.bulk, n.tenant FROM ts CROSS JOIN LATERAL (
-				SELECT (o.run_key IS NOT NULL) AS bulk, ` + tenantSQL + ` AS tenant FROM sendonce_outbox o
-				WHERE o.state = 'pending' AND o.job_id IS NULL
-					AND ((o.run_key IS NOT NULL), ` + tenantSQL + `) > (ts.bulk, ts.tenant)
-				ORDER BY (o.run_key IS NOT NULL), ` + tenantSQL + ` LIMIT 1) n)
-		SELECT ts.bulk, ts.tenant,
-			EXISTS (SELECT 1 FROM sendonce_outbox o
+// one (class, tenant) to the next, one probe each, which finds each
+// tenant's first due time on the way, and the tenant's settings and what
+// its limits leave. With next (the drain's look before it sleeps), a
+// probe per tenant for a due intent that a claim would take (of the queue,
+// not of a paused run, not held for coalescing with hold, $2) and one for
+// the next to come due; without (a claim's look), a tenant is due when
+// its first due time has come, and a claim that finds otherwise comes back
+// short. A text has no parameter it does not use, so that no custom plan
+// folds one away and the generic plan is kept.
+func dueTenantsSQL(hold, next bool) string {
+	due := `ts.at <= now()`
+	nextDue := `NULL::float8`
+	if next {
+		unheld := ""
+		if hold {
+			unheld = ` AND ` + unheldSQL("$2::float8")
+		}
+		due = `EXISTS (SELECT 1 FROM sendonce_outbox o
 				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ts.bulk
 					AND ` + tenantSQL + ` = ts.tenant AND ` + dueSQL + ` <= now() AND o.queue = $1
-					AND ` + notPausedSQL + ` AND ` + unheldSQL("$2::float8") + `),
-			(SELECT extract(epoch FROM ` + dueSQL + ` - now())::float8 FROM sendonce_outbox o
+					AND ` + notPausedSQL + unheld + `)`
+		nextDue = `(SELECT extract(epoch FROM ` + dueSQL + ` - now())::float8 FROM sendonce_outbox o
 				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ts.bulk
 					AND ` + tenantSQL + ` = ts.tenant AND ` + dueSQL + ` > now() AND o.queue = $1 AND ` + notPausedSQL + `
-				ORDER BY ` + dueOrderSQL + ` LIMIT 1),
+				ORDER BY ` + dueOrderSQL + ` LIMIT 1)`
+	}
+	return `WITH RECURSIVE ts AS (
+			(SELECT (o.run_key IS NOT NULL) AS bulk, ` + tenantSQL + ` AS tenant, ` + dueSQL + ` AS at FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL
+				ORDER BY ` + dueOrderSQL + ` LIMIT 1)
+			UNION ALL
+			SELECT n.bulk, n.tenant, n.at FROM ts CROSS JOIN LATERAL (
+				SELECT (o.run_key IS NOT NULL) AS bulk, ` + tenantSQL + ` AS tenant, ` + dueSQL + ` AS at FROM sendonce_outbox o
+				WHERE o.state = 'pending' AND o.job_id IS NULL
+					AND ((o.run_key IS NOT NULL), ` + tenantSQL + `) > (ts.bulk, ts.tenant)
+				ORDER BY ` + dueOrderSQL + ` LIMIT 1) n)
+		SELECT ts.bulk, ts.tenant, ` + due + `, ` + nextDue + `,
 			coalesce(t.weight, 1), l.allow, l.wait
 		FROM ts LEFT JOIN sendonce_tenant t ON t.name = ts.tenant CROSS JOIN ` + tenantLeftSQL + ` l
 		ORDER BY ts.bulk, ts.tenant`
+}
 
-// DueTenants lists the tenants with intents of queue pending without a
-// River job (a drain's), one entry per tenant and class: whether one is
-// due now (not of a paused run, not held for coalescing by hold), when
-// the next comes due, the tenant's weight, and what its limits leave.
+// dueTenantsTexts are dueTenantsSQL's texts, by [hold][next].
+var dueTenantsTexts = [2][2]string{
+	{dueTenantsSQL(false, false), dueTenantsSQL(false, true)},
+	{dueTenantsSQL(true, false), dueTenantsSQL(true, true)},
+}
+
+// DueTenants lists the tenants with intents pending without a River job
+// (a drain's), one entry per tenant and class: whether one is due now,
+// the tenant's weight, and what its limits leave. With next, due means
+// one of queue, not of a paused run and not held for coalescing by hold,
+// and Next says, when none is, how long until the next comes due;
+// without, a tenant is due once its first intent's due time has come
+// (of any queue, of a paused run or held: the claim is the judge).
 // Transactional classes come first, tenants in name order. One
-// statement: its cost grows with the tenants that have intents pending,
-// a probe or three each, not with the intents.
-func DueTenants(ctx context.Context, db DB, queue string, hold time.Duration) ([]DueTenant, error) {
-	rows, err := db.Query(ctx, dueTenantsSQL, queue, hold.Seconds())
+// statement: its cost grows with the tenants that have intents pending
+// (one probe each, three with next), not with the intents.
+func DueTenants(ctx context.Context, db DB, queue string, hold time.Duration, next bool) ([]DueTenant, error) {
+	h, nx := 0, 0
+	var args []any
+	if next {
+		nx = 1
+		args = append(args, queue)
+		if hold > 0 {
+			h = 1
+			args = append(args, hold.Seconds())
+		}
+	}
+	rows, err := db.Query(ctx, dueTenantsTexts[h][nx], args...)
 	if err != nil {
 		return nil, err
 	}

@@ -126,14 +126,17 @@ type DueTenant = store.DueTenant
 // DueTenants lists the tenants with intents of the drain of queue ("" is
 // outbox.DefaultQueue) pending, one entry per tenant and class (the
 // transactional class first, tenants in name order): whether one is due
-// now (not of a paused run, not held for coalescing by coalesceWait),
-// and if none is, how long until the first comes due; the tenant's weight
+// now (with next: not of a paused run, not held for coalescing by
+// coalesceWait, and if none is, how long until the first comes due, two
+// probes more per tenant, which the drain's look before it sleeps needs;
+// without, a tenant whose first intent's due time has come, which serves
+// a claim's look: the claim is the judge); the tenant's weight
 // (1 without settings); and how many intents its limits let a claim take
 // now, or how long until they let one. It claims and locks nothing. One
 // statement; its cost grows with the tenants that have intents pending
 // (a few index probes each), not with the intents.
-func DueTenants(ctx context.Context, db DB, queue string, coalesceWait time.Duration) ([]DueTenant, error) {
-	ts, err := store.DueTenants(ctx, db, queueOrDefault(queue), holdFor(coalesceWait))
+func DueTenants(ctx context.Context, db DB, queue string, coalesceWait time.Duration, next bool) ([]DueTenant, error) {
+	ts, err := store.DueTenants(ctx, db, queueOrDefault(queue), holdFor(coalesceWait), next)
 	if err != nil {
 		return nil, fmt.Errorf("sendstate: look for due intents: %w", err)
 	}
@@ -157,7 +160,7 @@ func AnyDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration
 // with a due time ahead). An intent of a paused run does not count; one
 // held for coalescing is woken by the coalescer's own timer.
 func NextDue(ctx context.Context, db DB, queue string, coalesceWait time.Duration) (due bool, next time.Duration, ok bool, err error) {
-	ts, err := DueTenants(ctx, db, queue, coalesceWait)
+	ts, err := DueTenants(ctx, db, queue, coalesceWait, true)
 	if err != nil {
 		return false, 0, false, err
 	}

@@ -470,13 +470,14 @@ func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts se
 		fresh = true
 		return nil
 	}
-	for round := 0; len(claimed) < n && round < 8; round++ {
+	quantum := fairQuantum
+	for round := 0; len(claimed) < n && round < 16; round++ {
 		if b.fair.needLook(time.Now()) {
 			if err := look(); err != nil {
 				return nil, err
 			}
 		}
-		shares := b.fair.shares(n-len(claimed), time.Now())
+		shares := b.fair.shares(n-len(claimed), quantum, time.Now())
 		if len(shares) == 0 {
 			if fresh || forced {
 				break
@@ -494,7 +495,10 @@ func (b *batcher) claimFair(ctx context.Context, db sendstate.DB, n int, opts se
 		asked = true
 		claimed = append(claimed, cs...)
 		if b.fair.took(shares, cs) {
-			fresh = false
+			// Tenants ran dry (or were held): the rest goes to as many
+			// others as it takes, one intent each, so that it is
+			// claimed in a statement or two, not in ever smaller ones.
+			fresh, quantum = false, 1
 		}
 	}
 	if len(claimed) == 0 && !asked && opts.Owner != 0 {

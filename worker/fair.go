@@ -142,11 +142,11 @@ func (t *fairTenant) ready(now time.Time) bool {
 }
 
 // shares gives n intents to the ready tenants of the first class that
-// has one, by weight, and returns them as the shares of one claim (at most
+// has one, by weight, quantum at a time (see fairQuantum), and returns them as the shares of one claim (at most
 // sendstate.MaxShares tenants; the first given first). None when no
 // tenant is ready; then, if one is held back by its limits, wakeIn is
 // told when it may send.
-func (f *fair) shares(n int, now time.Time) []sendstate.Share {
+func (f *fair) shares(n, quantum int, now time.Time) []sendstate.Share {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for ci := range f.classes {
@@ -163,10 +163,7 @@ func (f *fair) shares(n int, now time.Time) []sendstate.Share {
 		}
 		heap.Init(&h)
 		var order []*fairTenant
-		for range n {
-			if len(h) == 0 {
-				break
-			}
+		for left := n; left > 0 && len(h) > 0; {
 			t := h[0]
 			if t.picked == 0 {
 				if len(order) == sendstate.MaxShares {
@@ -174,12 +171,15 @@ func (f *fair) shares(n int, now time.Time) []sendstate.Share {
 				}
 				order = append(order, t)
 			}
-			t.picked++
-			c.vt = t.pass
-			t.pass += 1 / float64(t.weight)
-			if t.allow > 0 {
-				t.allow--
+			k := min(quantum, left)
+			if t.allow < math.MaxInt32 {
+				k = min(k, t.allow)
 			}
+			t.picked += k
+			left -= k
+			c.vt = t.pass
+			t.pass += float64(k) / float64(t.weight)
+			t.allow -= k
 			if t.allow == 0 {
 				// What its limits allowed is given: the claim
 				// says whether it has more; until then it waits.
@@ -198,6 +198,13 @@ func (f *fair) shares(n int, now time.Time) []sendstate.Share {
 	f.wakeHeld(now)
 	return nil
 }
+
+// fairQuantum is how many intents a tenant is given at a time: its
+// intents are next to one another in the due index, so a claim reads four
+// of one tenant's for about what one costs, and a claim of many intents
+// names a quarter as many tenants. The shares stay in proportion to the
+// weights; a tenant is at most a quantum ahead of its share.
+const fairQuantum = 4
 
 // fairRetryHeld is how long a tenant whose limits allowed no more at the
 // last look waits before a claim asks for it again: the claim holds it to

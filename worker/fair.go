@@ -23,15 +23,17 @@ import (
 // Each worker shares its own claims so; since every worker of the fleet
 // gives each tenant its weight's part of the tokens it gets, the fleet
 // does too. Which tenants are due, their weights and what their limits
-// leave come from sendstate.DueTenants, looked up again at most every
-// fairLookEvery, sooner after a wake (a new intent, one come due) or a
+// leave come from sendstate.DueTenants, looked up again at least every
+// fairLookEvery (longer when a look is slow: see fairLookShare), sooner
+// after a wake (a new intent, one come due) or a
 // share that came back short; the claim itself holds each tenant to its
 // limits across the fleet.
 type fair struct {
-	mu      sync.Mutex
-	classes [2]fairClass // transactional, bulk
-	looked  time.Time    // the last look (DueTenants)
-	poked   bool         // a wake or a short share since
+	mu       sync.Mutex
+	classes  [2]fairClass  // transactional, bulk
+	looked   time.Time     // the last look (DueTenants)
+	lookTook time.Duration // how long the last look took, statement and all
+	poked    bool          // a wake or a short share since
 	// wakeIn, when set, is told when a tenant held back by its limits may
 	// send again while no other is due, so that the drain looks then.
 	wakeIn func(time.Duration)
@@ -66,6 +68,13 @@ const (
 	// short shares ask for them: at most 20 looks a second, whatever
 	// the rate of new intents.
 	fairLookMin = 50 * time.Millisecond
+	// fairLookShare bounds the time looks take: a look that took d is
+	// made again no sooner than fairLookShare × d later (at most 1% of
+	// the time, when the look is slow: a thousand tenants with intents
+	// pending and their dead index entries cost a look 3 to 11 ms), and
+	// one asked for by a wake or a short share no sooner than a tenth of
+	// that.
+	fairLookShare = 100
 )
 
 // poke says the tenants due may have changed: the next claim looks first.
@@ -81,17 +90,17 @@ func (f *fair) needLook(now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	since := now.Sub(f.looked)
-	if f.looked.IsZero() || since >= fairLookEvery {
+	if f.looked.IsZero() || since >= max(fairLookEvery, fairLookShare*f.lookTook) {
 		return true
 	}
-	return f.poked && since >= fairLookMin
+	return f.poked && since >= max(fairLookMin, fairLookShare/10*f.lookTook)
 }
 
-// update takes a look's findings (sendstate.DueTenants at now).
+// update takes a look's findings (sendstate.DueTenants, begun at now).
 func (f *fair) update(ts []sendstate.DueTenant, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.looked, f.poked = now, false
+	f.looked, f.poked, f.lookTook = now, false, time.Since(now)
 	seen := [2]map[string]bool{{}, {}}
 	for _, d := range ts {
 		ci := 0

@@ -181,6 +181,7 @@ func canonical(a string) string {
 // sysRow is what the checker reads of an outbox row.
 type sysRow struct {
 	Key, State, Kind, RunKey, BatchKey, LastError, Delivery, MessageID string
+	Tenant                                                             string // "" for the default tenant
 	Attempts                                                           int
 	Uncertain                                                          bool
 	FirstAttempt                                                       *time.Time
@@ -191,7 +192,8 @@ type sysRow struct {
 
 func readRows(ctx context.Context, pool *pgxpool.Pool) (map[string]sysRow, error) {
 	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, kind, coalesce(run_key, ''), coalesce(batch_key, ''),
-		coalesce(last_error, ''), coalesce(delivery_status, ''), coalesce(message_id, ''), attempts, uncertain, first_attempt_at, job_id, send_at
+		coalesce(last_error, ''), coalesce(delivery_status, ''), coalesce(message_id, ''), attempts, uncertain, first_attempt_at, job_id, send_at,
+		coalesce(tenant, '')
 		FROM sendonce_outbox`)
 	if err != nil {
 		return nil, err
@@ -201,7 +203,7 @@ func readRows(ctx context.Context, pool *pgxpool.Pool) (map[string]sysRow, error
 	for rows.Next() {
 		var r sysRow
 		if err := rows.Scan(&r.Key, &r.State, &r.Kind, &r.RunKey, &r.BatchKey, &r.LastError, &r.Delivery, &r.MessageID, &r.Attempts,
-			&r.Uncertain, &r.FirstAttempt, &r.JobID, &r.SendAt); err != nil {
+			&r.Uncertain, &r.FirstAttempt, &r.JobID, &r.SendAt, &r.Tenant); err != nil {
 			return nil, err
 		}
 		out[r.Key] = r
@@ -213,10 +215,11 @@ func readRows(ctx context.Context, pool *pgxpool.Pool) (map[string]sysRow, error
 type sysBatch struct {
 	Key, State string
 	Members    []string
+	Created    time.Time // when it was frozen (its transaction's start)
 }
 
 func readBatches(ctx context.Context, pool *pgxpool.Pool) (map[string]sysBatch, error) {
-	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, member_keys FROM sendonce_batch`)
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, member_keys, created_at FROM sendonce_batch`)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +227,7 @@ func readBatches(ctx context.Context, pool *pgxpool.Pool) (map[string]sysBatch, 
 	out := map[string]sysBatch{}
 	for rows.Next() {
 		var b sysBatch
-		if err := rows.Scan(&b.Key, &b.State, &b.Members); err != nil {
+		if err := rows.Scan(&b.Key, &b.State, &b.Members, &b.Created); err != nil {
 			return nil, err
 		}
 		out[b.Key] = b
@@ -245,6 +248,7 @@ type sysFinal struct {
 	jobs       map[int64]string            // river job id → state
 	suppressed []string                    // the suppression list (ob.Suppressions)
 	claims     map[string][]time.Time      // each key's committed claims (sys_claim_log)
+	claimLog   []sysClaim                  // the claim log, in order
 	// quotaUsed is the fleet's count of its daily quota (-1: none), and
 	// quotaSameDay says its period began before the seed did.
 	quotaUsed    int64

@@ -618,7 +618,7 @@ func (r *sysRunner) readFinal() sysFinal {
 		}
 		after = list[len(list)-1].Address
 	}
-	if f.claims, err = readClaims(ctx, r.pool); err != nil {
+	if f.claimLog, f.claims, err = readClaims(ctx, r.pool); err != nil {
 		r.t.Fatal(err)
 	}
 	if f.fenced, err = readFenced(ctx, r.pool); err != nil {

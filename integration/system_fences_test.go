@@ -118,8 +118,15 @@ func (r *sysRunner) syncDBFault() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if want > 0 && r.dbFaultOn.IsZero() {
+		r.dbFaultOn = time.Now() // it may be on from now (rule 16)
+	}
 	if _, err := r.pool.Exec(ctx, `UPDATE sys_fault SET claim_commit_fail = $1 WHERE id = 1`, want); err == nil {
 		r.dbFault = want
+		if want == 0 && !r.dbFaultOn.IsZero() {
+			r.faultSpan(r.dbFaultOn, time.Now())
+			r.dbFaultOn = time.Time{}
+		}
 	}
 }
 

@@ -81,6 +81,12 @@ type sysIntent struct {
 	// RunSince is when its run (under the key Run) began: the start of
 	// the enqueue that answered it created the run.
 	RunSince time.Time
+	// Tenants are the tenants its row may name: that of each enqueue
+	// that may have inserted it (rule 13; sysTenantUnknown: any).
+	Tenants []string
+	// Jobs says it may have a River job of its own (enqueue-go-jobs):
+	// sent by a machinery that applies no tenant's limits.
+	Jobs bool
 }
 
 // runOpsOf is what was done to in's run since in's run began: a done run
@@ -140,11 +146,13 @@ type model struct {
 	requests   []fakeapi.RequestRecord // the fake's request log, for explanations
 	batches    map[string]sysBatch
 	violations []sysViolation
+	ten        sysTenantModel // tenants (system_tenants_test.go)
 }
 
 func newModel(seed uint64) *model {
 	return &model{seed: seed, intents: map[string]*sysIntent{}, addrOps: map[string][]sysAddrOp{},
-		runOps: map[string][]sysRunOp{}, runSince: map[string]time.Time{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{}}
+		runOps: map[string][]sysRunOp{}, runSince: map[string]time.Time{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{},
+		ten: sysTenantModel{runTenant: map[string]*sysRunTenant{}, settings: map[string][]*sysSetting{}}}
 }
 
 // sysViolation is a broken rule and what it involves.
@@ -254,6 +262,11 @@ type sysFinal struct {
 	quotaUsed    int64
 	quotaSameDay bool
 	fenced       []sysFenced // claims and records under an ended lease (rule 12)
+	// held are the intents held by their tenant's daily quota (rule 14).
+	held map[string]bool
+	// from and to are when the seed's schedule began and when the
+	// checker read the final state.
+	from, to time.Time
 }
 
 // causeOf is the cause a delivery was made for: the key (and email index)
@@ -432,6 +445,9 @@ func (m *model) check(f sysFinal) {
 		}
 		switch row.State {
 		case "pending", "sending":
+			if row.State == "pending" && f.held[key] {
+				continue // held by its tenant's daily quota (rule 14)
+			}
 			m.violate("5", []string{key}, nil, "%s stranded in %s after quiescence (attempts %d, job %s, run %q, batch %q, last error %q)",
 				key, row.State, row.Attempts, m.jobState(f, row.JobID), row.RunKey, row.BatchKey, row.LastError)
 			continue
@@ -526,6 +542,10 @@ func (m *model) check(f sysFinal) {
 	m.checkStatuses(f)
 	m.checkClaims(f)
 	m.checkFenced(f)
+	m.checkTenants(f)
+	m.checkQuotas(f, f.from, f.to)
+	m.checkRates(f, f.from, f.to)
+	m.checkShares(f)
 
 	// Rule 4: a run's counts are its members' states.
 	for _, run := range m.runs {

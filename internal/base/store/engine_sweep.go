@@ -65,7 +65,7 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 
 // unclaimDrainedSQL is UnclaimDrained's statement.
 const unclaimDrainedSQL = `UPDATE sendonce_outbox o
-		SET state = CASE WHEN o.run_key IS NOT NULL AND EXISTS (SELECT 1 FROM sendonce_run run
+		SET state = CASE WHEN o.run_key IS NOT NULL AND (o.attempts <= 1 OR o.first_attempt_at IS NULL) AND EXISTS (SELECT 1 FROM sendonce_run run
 				WHERE run.key = o.run_key AND run.state = 'canceled') THEN 'canceled' ELSE 'pending' END,
 			claimed_by = NULL, next_attempt_at = NULL,
 			attempts = greatest(o.attempts - 1, 0), tries = greatest(o.tries - 1, 0),
@@ -79,7 +79,10 @@ const unclaimDrainedSQL = `UPDATE sendonce_outbox o
 // attempt and try not counted, due at once, uncertain as it was (no
 // request of the claim was made). A member of a run canceled meanwhile is
 // canceled, as the run's cancel would have canceled it had it not been
-// claimed. It returns how many it gave back.
+// claimed: when no attempt before this claim may have reached the API
+// (outboxCancelRunMembersSQL's condition, as it will be); one attempted
+// before goes back to pending, to be sent again under its key. It returns
+// how many it gave back.
 func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
 	tag, err := db.Exec(ctx, unclaimDrainedSQL, keys, owner)
 	return int(tag.RowsAffected()), err

@@ -47,15 +47,15 @@ import (
 // its migrations.
 const sysClaimSQL = `
 CREATE TABLE sys_claim_log (id bigserial PRIMARY KEY, key text NOT NULL, attempts int NOT NULL, owner int4, at timestamptz NOT NULL,
-	stmt timestamptz NOT NULL, job_id bigint, batch_key text);
+	stmt timestamptz NOT NULL, tx timestamptz NOT NULL, job_id bigint, batch_key text);
 CREATE TABLE sys_record_log (id bigserial PRIMARY KEY, key text NOT NULL, state text NOT NULL, owner int4 NOT NULL, stmt timestamptz NOT NULL);
 CREATE TABLE sys_lease_end (epoch int4 NOT NULL, at timestamptz NOT NULL);
 CREATE TABLE sys_fault (id int PRIMARY KEY, claim_commit_fail float8 NOT NULL, rescue_refused int4);
 INSERT INTO sys_fault VALUES (1, 0, NULL);
 CREATE FUNCTION sys_log_claim() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO sys_claim_log (key, attempts, owner, at, stmt, job_id, batch_key)
-		VALUES (NEW.idempotency_key, NEW.attempts, NEW.claimed_by, clock_timestamp(), statement_timestamp(), NEW.job_id, NEW.batch_key);
+	INSERT INTO sys_claim_log (key, attempts, owner, at, stmt, tx, job_id, batch_key)
+		VALUES (NEW.idempotency_key, NEW.attempts, NEW.claimed_by, clock_timestamp(), statement_timestamp(), now(), NEW.job_id, NEW.batch_key);
 	RETURN NULL;
 END $$;
 CREATE TRIGGER sys_log_claim AFTER UPDATE ON sendonce_outbox FOR EACH ROW
@@ -131,23 +131,36 @@ func (r *sysRunner) syncDBFault() {
 }
 
 // sysClaim is one committed claim of the claim log: the key, its attempts
-// after the claim, the owner's lease epoch, the claim's statement's start
-// (Stmt) and the instant its trigger ran, at the statement's end (At), and
-// the row's job and batch then (a drain's claim has neither; a batch's
-// members have both; an intent with a River job of its own, its job).
+// after the claim, the owner's lease epoch, the start of the claim's
+// transaction (Tx: its now(), by which a tenant's rate refills), of its
+// statement (Stmt) and the instant its trigger ran, at the statement's
+// end (At), and the row's job and batch then (a drain's claim has
+// neither; a batch's members have both; an intent with a River job of its
+// own, its job).
 type sysClaim struct {
-	Key      string
-	Attempts int
-	Owner    int32
-	Stmt, At time.Time
-	JobID    *int64
-	BatchKey *string
+	Key          string
+	Attempts     int
+	Owner        int32
+	Tx, Stmt, At time.Time
+	JobID        *int64
+	BatchKey     *string
+}
+
+func (c sysClaim) String() string {
+	where := ""
+	if c.BatchKey != nil {
+		where = " in batch " + *c.BatchKey
+	} else if c.JobID != nil {
+		where = fmt.Sprintf(" by job %d", *c.JobID)
+	}
+	return fmt.Sprintf("%s claimed (attempts=%d) under epoch %d, transaction %s, statement %s..%s%s", c.Key, c.Attempts, c.Owner,
+		c.Tx.Format("15:04:05.000"), c.Stmt.Format("15:04:05.000"), c.At.Format("15:04:05.000"), where)
 }
 
 // readClaims reads the claim log in the order of the claims: the whole of
 // it, and each key's committed claims' times (rule 10).
 func readClaims(ctx context.Context, pool *pgxpool.Pool) ([]sysClaim, map[string][]time.Time, error) {
-	rows, err := pool.Query(ctx, `SELECT key, attempts, coalesce(owner, 0), stmt, at, job_id, batch_key FROM sys_claim_log ORDER BY id`)
+	rows, err := pool.Query(ctx, `SELECT key, attempts, coalesce(owner, 0), tx, stmt, at, job_id, batch_key FROM sys_claim_log ORDER BY id`)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -156,7 +169,7 @@ func readClaims(ctx context.Context, pool *pgxpool.Pool) ([]sysClaim, map[string
 	out := map[string][]time.Time{}
 	for rows.Next() {
 		var c sysClaim
-		if err := rows.Scan(&c.Key, &c.Attempts, &c.Owner, &c.Stmt, &c.At, &c.JobID, &c.BatchKey); err != nil {
+		if err := rows.Scan(&c.Key, &c.Attempts, &c.Owner, &c.Tx, &c.Stmt, &c.At, &c.JobID, &c.BatchKey); err != nil {
 			return nil, nil, err
 		}
 		log = append(log, c)

@@ -144,6 +144,7 @@ type model struct {
 	byEmail    map[string][]*sysEvent
 	changes    map[string][]sysChange
 	requests   []fakeapi.RequestRecord // the fake's request log, for explanations
+	claimLog   []sysClaim              // the claim log, for explanations
 	batches    map[string]sysBatch
 	violations []sysViolation
 	ten        sysTenantModel // tenants (system_tenants_test.go)
@@ -289,7 +290,7 @@ func keyOfCause(c string) string {
 
 // check holds the final state to the model and records violations.
 func (m *model) check(f sysFinal) {
-	m.requests, m.batches = f.requests, f.batches
+	m.requests, m.batches, m.claimLog = f.requests, f.batches, f.claimLog
 	// Deliveries by (cause, canonical recipient).
 	type pair struct{ cause, rcpt string }
 	got := map[pair][]fakeapi.Delivery{}
@@ -651,6 +652,22 @@ func (m *model) explain(v sysViolation) string {
 				break
 			}
 			fmt.Fprintf(&b, "      %s\n", q)
+		}
+	}
+	var claims []string
+	for _, c := range m.claimLog {
+		if slices.Contains(keys, c.Key) {
+			claims = append(claims, c.String())
+		}
+	}
+	if len(claims) > 0 {
+		fmt.Fprintf(&b, "    the claims of %v:\n", keys)
+		for i, c := range claims {
+			if i == 10 {
+				fmt.Fprintf(&b, "      … %d more\n", len(claims)-10)
+				break
+			}
+			fmt.Fprintf(&b, "      %s\n", c)
 		}
 	}
 	if evs := m.eventsText(v.Addrs); len(evs) > 0 {

@@ -764,10 +764,8 @@ func (m *model) checkQuotas(f sysFinal, from, to time.Time) {
 						continue // frozen before the quota was set
 					}
 				}
-				day := c.Stmt.UTC().Format(time.DateOnly)
-				if c.At.UTC().Format(time.DateOnly) != day {
-					continue // across midnight
-				}
+				// The claim counts in the UTC day of its transaction's now().
+				day := c.Tx.UTC().Format(time.DateOnly)
 				byDay[day] = append(byDay[day], c.Key)
 			}
 			for day, keys := range byDay {
@@ -791,7 +789,8 @@ func (m *model) tenantNames() []string {
 }
 
 // sysPaid is a request counted by rule 15: when it came, and when the
-// earliest the claim that paid for it began (for a batch: its freeze).
+// claim that paid for it began its transaction (the now() by which the
+// claim refilled its tenant's tokens; for a batch, its freeze's).
 type sysPaid struct {
 	Key        string
 	At, Claim  time.Time
@@ -829,7 +828,7 @@ func (m *model) paidRequests(f sysFinal) map[string][]sysPaid {
 			}
 			c := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			out[row.Tenant] = append(out[row.Tenant], sysPaid{Key: key, At: q.ReceivedAt, Claim: c.Stmt, Request: q.RequestID})
+			out[row.Tenant] = append(out[row.Tenant], sysPaid{Key: key, At: q.ReceivedAt, Claim: c.Tx, Request: q.RequestID})
 		}
 	}
 	// Batches: the first request of each attempt, counted from the
@@ -862,13 +861,15 @@ func (m *model) paidRequests(f sysFinal) map[string][]sysPaid {
 }
 
 // checkRates is rule 15. Every claim of a tenant with a rate r takes a
-// token of its bucket, which holds max(r,1) at most and gains r a second:
-// the claims whose statements ran within [a, b] number at most max(r,1) +
-// r × (b − a). Each counted request was paid by its own claim, made (its
-// statement begun) no earlier than its Claim and before the request: so
-// any run of them, from the earliest claim among them to the last
-// request, within a stretch where the rate was certainly r throughout,
-// is held to that bound.
+// token of its bucket, which holds max(r,1) at most and gains r a second
+// of its claims' transactions' clock (now(): each claim refills it by r ×
+// the time since the last claim's now()): claims whose transactions began
+// within [a, b] take max(r,1) + r × (b − a) at most. Each counted request
+// was paid by its own claim, whose transaction began at its Claim and
+// before the request: so any run of them, from the earliest claim among
+// them to the last request, within a stretch where the rate was certainly
+// r throughout (the claims' statements began after it was set), is held
+// to that bound.
 func (m *model) checkRates(f sysFinal, from, to time.Time) {
 	paid := m.paidRequests(f)
 	for _, t := range m.tenantNames() {

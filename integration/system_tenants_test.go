@@ -604,16 +604,18 @@ func (t *sysTenants) newRace(start time.Time, opsFor time.Duration) *sysRace {
 }
 
 // stepRace starts the race when its time comes: each racing tenant a run
-// of template members (N of them: the fleet's budget of claims, and 3 s
-// at sysRaceRate), the first tenant's enqueued just before the other's;
-// then the fake slows their answers.
+// of template members (N of them: the fleet's budget of claims, and 8 s
+// at sysRaceRate, so that the first tenant's run alone outlasts the
+// schedule's faults by seconds when a claim ignores tenants), the first
+// tenant's enqueued just before the other's; then the fake slows their
+// answers.
 func (r *sysRunner) stepRace(now time.Time) {
 	race := r.m.ten.race
 	if race == nil || race.done || now.Before(race.at) {
 		return
 	}
 	race.done = true
-	n := r.m.ten.claimBudget + sysRaceRate*3
+	n := r.m.ten.claimBudget + sysRaceRate*8
 	conc := 0
 	for _, w := range r.workers {
 		conc += w.conc

@@ -644,44 +644,33 @@ func (m *model) explain(v sysViolation) string {
 				q.ReceivedAt.Format("15:04:05.000"), q.AnsweredAt.Format("15:04:05.000"), q.Status, q.Dropped, q.Replayed, q.Fault))
 		}
 	}
-	if len(reqs) > 0 {
-		fmt.Fprintf(&b, "    the fake's requests under %v:\n", keys)
-		for i, q := range reqs {
-			if i == 10 {
-				fmt.Fprintf(&b, "      … %d more\n", len(reqs)-10)
-				break
-			}
-			fmt.Fprintf(&b, "      %s\n", q)
-		}
-	}
+	writeSome(&b, fmt.Sprintf("the fake's requests under %v", keys), reqs, 10)
 	var claims []string
 	for _, c := range m.claimLog {
 		if slices.Contains(keys, c.Key) {
 			claims = append(claims, c.String())
 		}
 	}
-	if len(claims) > 0 {
-		fmt.Fprintf(&b, "    the claims of %v:\n", keys)
-		for i, c := range claims {
-			if i == 10 {
-				fmt.Fprintf(&b, "      … %d more\n", len(claims)-10)
-				break
-			}
-			fmt.Fprintf(&b, "      %s\n", c)
-		}
-	}
-	if evs := m.eventsText(v.Addrs); len(evs) > 0 {
-		fmt.Fprintf(&b, "    events of %v:\n", v.Addrs)
-		for i, e := range evs {
-			if i == 15 {
-				fmt.Fprintf(&b, "      … %d more\n", len(evs)-15)
-				break
-			}
-			fmt.Fprintf(&b, "      %s\n", e)
-		}
-	}
+	writeSome(&b, fmt.Sprintf("the claims of %v", keys), claims, 10)
+	writeSome(&b, fmt.Sprintf("events of %v", v.Addrs), m.eventsText(v.Addrs), 15)
 	fmt.Fprintf(&b, "    replay: go test ./integration/ -run 'TestSystem' -system.seeds %d -v", m.seed)
 	return b.String()
+}
+
+// writeSome writes title and up to most of lines, for an explanation;
+// nothing when there are none.
+func writeSome(b *strings.Builder, title string, lines []string, most int) {
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "    %s:\n", title)
+	for i, l := range lines {
+		if i == most {
+			fmt.Fprintf(b, "      … %d more\n", len(lines)-most)
+			break
+		}
+		fmt.Fprintf(b, "      %s\n", l)
+	}
 }
 
 // opCounts counts the schedule's operations and faults by kind.

@@ -149,7 +149,11 @@
 //     at an instant by polling the database (system_races_test.go): a
 //     recipient of a coalesced batch suppressed just after the batch is
 //     frozen, a run canceled while a batch of it is being frozen, a
-//     plain-SQL member inserted into a run just canceled. Faults among them:
+//     plain-SQL member inserted into a run just canceled. Each enqueue, run
+//     and schedule (saved and removed as it goes) names one of the seed's
+//     0–4 tenants or none, whose weights, rates and daily quotas change by
+//     plain SQL while the workers run, and two tenants race a large run
+//     each (system_tenants_test.go). Faults among them:
 //     SIGKILL (and restart) of a worker, a worker stopped (SIGSTOP) past its
 //     lease and continued, once a seed while the database refuses to hand
 //     its intents on (pause-unrescued), `pg_ctl stop -m immediate` and
@@ -158,8 +162,8 @@
 //     attempt whose answer was lost (single sends and batches), and
 //     bounces and complaints among the fake's own events, some posted
 //     twice, late, out of order or signed wrong. Then it
-//     quiesces (faults lifted, workers up, paused runs resumed, polling the
-//     outbox with a deadline) and checks the fake's ledger against a model
+//     quiesces (faults and rates lifted, schedules removed, workers up,
+//     paused runs resumed, polling the outbox with a deadline) and checks the fake's ledger against a model
 //     of what each operation's answer proved: no (recipient, cause)
 //     delivered twice (a delivery's cause is the key its subject names, so
 //     a batch split into new keys still counts), every committed intent
@@ -168,8 +172,13 @@
 //     address whose suppression (by hand or by an event) was in force
 //     before the intent's first claim (first_attempt_at), nothing of a run
 //     canceled before its first attempt and no member added after its
-//     cancel, run counts equal to the members' rows, nothing stranded,
-//     each row's state agreeing with the ledger;
+//     cancel, run counts equal to the members' rows, nothing stranded but
+//     what a tenant's exhausted daily quota holds, each row's state
+//     agreeing with the ledger; each row of the tenant its enqueue, run or
+//     schedule gave it, a member naming another tenant than its run's
+//     refused; a tenant's daily quota and rate held by the claims and
+//     requests made while they were set, and the racing tenants' claims
+//     shared by weight while both were backlogged;
 //     the suppression list what its changes make of it in the order of
 //     their own times (an event's createdAt, a change by hand's call; the
 //     latest wins, an addition at a tie), each event applied once per
@@ -187,8 +196,9 @@
 //     default 1,2, about a minute), -system.ops 15s per seed
 //     (SENDONCE_SYSTEM_OPS), -system.budget 20m to run seeds one after
 //     another until spent (SENDONCE_SYSTEM_BUDGET; `make soak`). One line
-//     per seed (operations and faults by kind, the rows' final states,
-//     deliveries, requests, webhook events, violations) and a total line.
+//     per seed (tenants, operations and faults by kind, the rows' final
+//     states, the intents a quota holds, deliveries, requests, webhook
+//     events, violations) and a total line.
 //   - secrets_test.go: runs the command where a key could leak (401s,
 //     malformed and missing keys, plain http off the machine, debug logs,
 //     stored errors, every inspect command) and then scans everything every

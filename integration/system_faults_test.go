@@ -68,17 +68,23 @@ func (r *sysRunner) opFaultEpisode() {
 	r.end(op, goOutcome(err), err)
 }
 
-// applyFaults gives the fake the rules of the active episodes.
+// applyFaults gives the fake the rules of the active episodes, and of
+// the race (its latency on the racing runs' sends).
 func (r *sysRunner) applyFaults() error {
-	var faults []fakeapi.Fault
+	var rules []string
 	for _, ep := range r.episodes {
-		for _, rule := range ep.rules {
-			f, err := fakeapi.ParseFault(rule)
-			if err != nil {
-				r.t.Fatalf("fault rule %q: %v", rule, err)
-			}
-			faults = append(faults, f)
+		rules = append(rules, ep.rules...)
+	}
+	if race := r.m.ten.race; race != nil {
+		rules = append(rules, race.rules...)
+	}
+	var faults []fakeapi.Fault
+	for _, rule := range rules {
+		f, err := fakeapi.ParseFault(rule)
+		if err != nil {
+			r.t.Fatalf("fault rule %q: %v", rule, err)
 		}
+		faults = append(faults, f)
 	}
 	return r.srv.SetFaults(faults...)
 }
@@ -161,4 +167,6 @@ func (r *sysRunner) opPGRestart() {
 		r.t.Fatalf("start PostgreSQL: %v", err)
 	}
 	r.end(op, outYes, nil)
+	// The workers' statements fail until they reconnect (rule 16).
+	r.faultSpan(op.Start, op.End.Add(2*time.Second))
 }

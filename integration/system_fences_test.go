@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -46,15 +47,15 @@ import (
 // its migrations.
 const sysClaimSQL = `
 CREATE TABLE sys_claim_log (id bigserial PRIMARY KEY, key text NOT NULL, attempts int NOT NULL, owner int4, at timestamptz NOT NULL,
-	stmt timestamptz NOT NULL);
+	stmt timestamptz NOT NULL, tx timestamptz NOT NULL, job_id bigint, batch_key text);
 CREATE TABLE sys_record_log (id bigserial PRIMARY KEY, key text NOT NULL, state text NOT NULL, owner int4 NOT NULL, stmt timestamptz NOT NULL);
 CREATE TABLE sys_lease_end (epoch int4 NOT NULL, at timestamptz NOT NULL);
 CREATE TABLE sys_fault (id int PRIMARY KEY, claim_commit_fail float8 NOT NULL, rescue_refused int4);
 INSERT INTO sys_fault VALUES (1, 0, NULL);
 CREATE FUNCTION sys_log_claim() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO sys_claim_log (key, attempts, owner, at, stmt)
-		VALUES (NEW.idempotency_key, NEW.attempts, NEW.claimed_by, clock_timestamp(), statement_timestamp());
+	INSERT INTO sys_claim_log (key, attempts, owner, at, stmt, tx, job_id, batch_key)
+		VALUES (NEW.idempotency_key, NEW.attempts, NEW.claimed_by, clock_timestamp(), statement_timestamp(), now(), NEW.job_id, NEW.batch_key);
 	RETURN NULL;
 END $$;
 CREATE TRIGGER sys_log_claim AFTER UPDATE ON sendonce_outbox FOR EACH ROW
@@ -117,28 +118,64 @@ func (r *sysRunner) syncDBFault() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if want > 0 && r.dbFaultOn.IsZero() {
+		r.dbFaultOn = time.Now() // it may be on from now (rule 16)
+	}
 	if _, err := r.pool.Exec(ctx, `UPDATE sys_fault SET claim_commit_fail = $1 WHERE id = 1`, want); err == nil {
 		r.dbFault = want
+		if want == 0 && !r.dbFaultOn.IsZero() {
+			r.faultSpan(r.dbFaultOn, time.Now())
+			r.dbFaultOn = time.Time{}
+		}
 	}
 }
 
-// readClaims reads the claim log: each key's committed claims' times.
-func readClaims(ctx context.Context, pool *pgxpool.Pool) (map[string][]time.Time, error) {
-	rows, err := pool.Query(ctx, `SELECT key, at FROM sys_claim_log ORDER BY id`)
+// sysClaim is one committed claim of the claim log: the key, its attempts
+// after the claim, the owner's lease epoch, the start of the claim's
+// transaction (Tx: its now(), by which a tenant's rate refills), of its
+// statement (Stmt) and the instant its trigger ran, at the statement's
+// end (At), and the row's job and batch then (a drain's claim has
+// neither; a batch's members have both; an intent with a River job of its
+// own, its job).
+type sysClaim struct {
+	Key          string
+	Attempts     int
+	Owner        int32
+	Tx, Stmt, At time.Time
+	JobID        *int64
+	BatchKey     *string
+}
+
+func (c sysClaim) String() string {
+	where := ""
+	if c.BatchKey != nil {
+		where = " in batch " + *c.BatchKey
+	} else if c.JobID != nil {
+		where = fmt.Sprintf(" by job %d", *c.JobID)
+	}
+	return fmt.Sprintf("%s claimed (attempts=%d) under epoch %d, transaction %s, statement %s..%s%s", c.Key, c.Attempts, c.Owner,
+		c.Tx.Format("15:04:05.000"), c.Stmt.Format("15:04:05.000"), c.At.Format("15:04:05.000"), where)
+}
+
+// readClaims reads the claim log in the order of the claims: the whole of
+// it, and each key's committed claims' times (rule 10).
+func readClaims(ctx context.Context, pool *pgxpool.Pool) ([]sysClaim, map[string][]time.Time, error) {
+	rows, err := pool.Query(ctx, `SELECT key, attempts, coalesce(owner, 0), tx, stmt, at, job_id, batch_key FROM sys_claim_log ORDER BY id`)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
+	var log []sysClaim
 	out := map[string][]time.Time{}
 	for rows.Next() {
-		var key string
-		var at time.Time
-		if err := rows.Scan(&key, &at); err != nil {
-			return nil, err
+		var c sysClaim
+		if err := rows.Scan(&c.Key, &c.Attempts, &c.Owner, &c.Tx, &c.Stmt, &c.At, &c.JobID, &c.BatchKey); err != nil {
+			return nil, nil, err
 		}
-		out[key] = append(out[key], at)
+		log = append(log, c)
+		out[c.Key] = append(out[c.Key], c.At)
 	}
-	return out, rows.Err()
+	return log, out, rows.Err()
 }
 
 // retriedByClient says whether the client makes another request of the
@@ -148,23 +185,28 @@ func retriedByClient(r fakeapi.RequestRecord) bool {
 	return r.Dropped || r.Status == 0 || r.Status == 499 || r.Status == 408 || r.Status == 429 || r.Status >= 500
 }
 
-// checkClaims is rule 10.
-func (m *model) checkClaims(f sysFinal) {
+// postsByKey is the POST requests under each intent's own key (not the
+// batches' keys, nor whatever is no intent's own key), in the order they
+// came.
+func (m *model) postsByKey(f sysFinal) map[string][]fakeapi.RequestRecord {
 	byKey := map[string][]fakeapi.RequestRecord{}
 	for _, r := range f.requests {
 		if r.Method != "POST" || m.intents[r.IdempotencyKey] == nil {
-			continue // batches' keys, and whatever is no intent's own key
+			continue
 		}
 		byKey[r.IdempotencyKey] = append(byKey[r.IdempotencyKey], r)
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		reqs := byKey[key]
+	for _, reqs := range byKey {
 		sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].ReceivedAt.Before(reqs[j].ReceivedAt) })
+	}
+	return byKey
+}
+
+// checkClaims is rule 10.
+func (m *model) checkClaims(f sysFinal) {
+	byKey := m.postsByKey(f)
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		reqs := byKey[key]
 		claims := slices.Clone(f.claims[key])
 		slices.SortFunc(claims, func(a, b time.Time) int { return a.Compare(b) })
 		credit, ci := 0, 0

@@ -81,6 +81,12 @@ type sysIntent struct {
 	// RunSince is when its run (under the key Run) began: the start of
 	// the enqueue that answered it created the run.
 	RunSince time.Time
+	// Tenants are the tenants its row may name: that of each enqueue
+	// that may have inserted it (rule 13; sysTenantUnknown: any).
+	Tenants []string
+	// Jobs says it may have a River job of its own (enqueue-go-jobs):
+	// sent by a machinery that applies no tenant's limits.
+	Jobs bool
 }
 
 // runOpsOf is what was done to in's run since in's run began: a done run
@@ -138,13 +144,16 @@ type model struct {
 	byEmail    map[string][]*sysEvent
 	changes    map[string][]sysChange
 	requests   []fakeapi.RequestRecord // the fake's request log, for explanations
+	claimLog   []sysClaim              // the claim log, for explanations
 	batches    map[string]sysBatch
 	violations []sysViolation
+	ten        sysTenantModel // tenants (system_tenants_test.go)
 }
 
 func newModel(seed uint64) *model {
 	return &model{seed: seed, intents: map[string]*sysIntent{}, addrOps: map[string][]sysAddrOp{},
-		runOps: map[string][]sysRunOp{}, runSince: map[string]time.Time{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{}}
+		runOps: map[string][]sysRunOp{}, runSince: map[string]time.Time{}, snap: map[string]sysRow{}, batchSnap: map[string]sysBatch{},
+		ten: sysTenantModel{runTenant: map[string]*sysRunTenant{}, settings: map[string][]*sysSetting{}}}
 }
 
 // sysViolation is a broken rule and what it involves.
@@ -181,6 +190,7 @@ func canonical(a string) string {
 // sysRow is what the checker reads of an outbox row.
 type sysRow struct {
 	Key, State, Kind, RunKey, BatchKey, LastError, Delivery, MessageID string
+	Tenant                                                             string // "" for the default tenant
 	Attempts                                                           int
 	Uncertain                                                          bool
 	FirstAttempt                                                       *time.Time
@@ -191,7 +201,8 @@ type sysRow struct {
 
 func readRows(ctx context.Context, pool *pgxpool.Pool) (map[string]sysRow, error) {
 	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, kind, coalesce(run_key, ''), coalesce(batch_key, ''),
-		coalesce(last_error, ''), coalesce(delivery_status, ''), coalesce(message_id, ''), attempts, uncertain, first_attempt_at, job_id, send_at
+		coalesce(last_error, ''), coalesce(delivery_status, ''), coalesce(message_id, ''), attempts, uncertain, first_attempt_at, job_id, send_at,
+		coalesce(tenant, '')
 		FROM sendonce_outbox`)
 	if err != nil {
 		return nil, err
@@ -201,7 +212,7 @@ func readRows(ctx context.Context, pool *pgxpool.Pool) (map[string]sysRow, error
 	for rows.Next() {
 		var r sysRow
 		if err := rows.Scan(&r.Key, &r.State, &r.Kind, &r.RunKey, &r.BatchKey, &r.LastError, &r.Delivery, &r.MessageID, &r.Attempts,
-			&r.Uncertain, &r.FirstAttempt, &r.JobID, &r.SendAt); err != nil {
+			&r.Uncertain, &r.FirstAttempt, &r.JobID, &r.SendAt, &r.Tenant); err != nil {
 			return nil, err
 		}
 		out[r.Key] = r
@@ -213,10 +224,11 @@ func readRows(ctx context.Context, pool *pgxpool.Pool) (map[string]sysRow, error
 type sysBatch struct {
 	Key, State string
 	Members    []string
+	Created    time.Time // when it was frozen (its transaction's start)
 }
 
 func readBatches(ctx context.Context, pool *pgxpool.Pool) (map[string]sysBatch, error) {
-	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, member_keys FROM sendonce_batch`)
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, state, member_keys, created_at FROM sendonce_batch`)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +236,7 @@ func readBatches(ctx context.Context, pool *pgxpool.Pool) (map[string]sysBatch, 
 	out := map[string]sysBatch{}
 	for rows.Next() {
 		var b sysBatch
-		if err := rows.Scan(&b.Key, &b.State, &b.Members); err != nil {
+		if err := rows.Scan(&b.Key, &b.State, &b.Members, &b.Created); err != nil {
 			return nil, err
 		}
 		out[b.Key] = b
@@ -245,11 +257,17 @@ type sysFinal struct {
 	jobs       map[int64]string            // river job id → state
 	suppressed []string                    // the suppression list (ob.Suppressions)
 	claims     map[string][]time.Time      // each key's committed claims (sys_claim_log)
+	claimLog   []sysClaim                  // the claim log, in order
 	// quotaUsed is the fleet's count of its daily quota (-1: none), and
 	// quotaSameDay says its period began before the seed did.
 	quotaUsed    int64
 	quotaSameDay bool
 	fenced       []sysFenced // claims and records under an ended lease (rule 12)
+	// held are the intents held by their tenant's daily quota (rule 14).
+	held map[string]bool
+	// from and to are when the seed's schedule began and when the
+	// checker read the final state.
+	from, to time.Time
 }
 
 // causeOf is the cause a delivery was made for: the key (and email index)
@@ -272,7 +290,7 @@ func keyOfCause(c string) string {
 
 // check holds the final state to the model and records violations.
 func (m *model) check(f sysFinal) {
-	m.requests, m.batches = f.requests, f.batches
+	m.requests, m.batches, m.claimLog = f.requests, f.batches, f.claimLog
 	// Deliveries by (cause, canonical recipient).
 	type pair struct{ cause, rcpt string }
 	got := map[pair][]fakeapi.Delivery{}
@@ -428,6 +446,9 @@ func (m *model) check(f sysFinal) {
 		}
 		switch row.State {
 		case "pending", "sending":
+			if row.State == "pending" && f.held[key] {
+				continue // held by its tenant's daily quota (rule 14)
+			}
 			m.violate("5", []string{key}, nil, "%s stranded in %s after quiescence (attempts %d, job %s, run %q, batch %q, last error %q)",
 				key, row.State, row.Attempts, m.jobState(f, row.JobID), row.RunKey, row.BatchKey, row.LastError)
 			continue
@@ -522,6 +543,10 @@ func (m *model) check(f sysFinal) {
 	m.checkStatuses(f)
 	m.checkClaims(f)
 	m.checkFenced(f)
+	m.checkTenants(f)
+	m.checkQuotas(f, f.from, f.to)
+	m.checkRates(f, f.from, f.to)
+	m.checkShares(f)
 
 	// Rule 4: a run's counts are its members' states.
 	for _, run := range m.runs {
@@ -619,28 +644,33 @@ func (m *model) explain(v sysViolation) string {
 				q.ReceivedAt.Format("15:04:05.000"), q.AnsweredAt.Format("15:04:05.000"), q.Status, q.Dropped, q.Replayed, q.Fault))
 		}
 	}
-	if len(reqs) > 0 {
-		fmt.Fprintf(&b, "    the fake's requests under %v:\n", keys)
-		for i, q := range reqs {
-			if i == 10 {
-				fmt.Fprintf(&b, "      … %d more\n", len(reqs)-10)
-				break
-			}
-			fmt.Fprintf(&b, "      %s\n", q)
+	writeSome(&b, fmt.Sprintf("the fake's requests under %v", keys), reqs, 10)
+	var claims []string
+	for _, c := range m.claimLog {
+		if slices.Contains(keys, c.Key) {
+			claims = append(claims, c.String())
 		}
 	}
-	if evs := m.eventsText(v.Addrs); len(evs) > 0 {
-		fmt.Fprintf(&b, "    events of %v:\n", v.Addrs)
-		for i, e := range evs {
-			if i == 15 {
-				fmt.Fprintf(&b, "      … %d more\n", len(evs)-15)
-				break
-			}
-			fmt.Fprintf(&b, "      %s\n", e)
-		}
-	}
+	writeSome(&b, fmt.Sprintf("the claims of %v", keys), claims, 10)
+	writeSome(&b, fmt.Sprintf("events of %v", v.Addrs), m.eventsText(v.Addrs), 15)
 	fmt.Fprintf(&b, "    replay: go test ./integration/ -run 'TestSystem' -system.seeds %d -v", m.seed)
 	return b.String()
+}
+
+// writeSome writes title and up to most of lines, for an explanation;
+// nothing when there are none.
+func writeSome(b *strings.Builder, title string, lines []string, most int) {
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "    %s:\n", title)
+	for i, l := range lines {
+		if i == most {
+			fmt.Fprintf(b, "      … %d more\n", len(lines)-most)
+			break
+		}
+		fmt.Fprintf(b, "      %s\n", l)
+	}
 }
 
 // opCounts counts the schedule's operations and faults by kind.

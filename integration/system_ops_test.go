@@ -78,6 +78,9 @@ type sysSpec struct {
 	Template string
 	Forms    [][]string // per email: its to, as written
 	Audience string
+	// Tenant is the tenant the intent names ("": none; a run's member
+	// that names none takes its run's).
+	Tenant string
 }
 
 func (s *sysSpec) cause(i int) string {
@@ -114,7 +117,7 @@ func (s *sysSpec) payload(variant int) json.RawMessage {
 }
 
 func (s *sysSpec) intent(variant int) outbox.Intent {
-	return outbox.Intent{Key: s.Key, Kind: s.Kind, TemplateID: s.Template, Payload: s.payload(variant)}
+	return outbox.Intent{Key: s.Key, Kind: s.Kind, TemplateID: s.Template, Payload: s.payload(variant), Tenant: s.Tenant}
 }
 
 func (s *sysSpec) units() []sysUnit {
@@ -149,10 +152,17 @@ func (s *sysSpec) addrs() []string {
 }
 
 // newSpec makes up a new intent: mostly emails (to one or two of the pool),
-// with batches, template sends and broadcasts; kind "" draws one.
+// with batches, template sends and broadcasts; kind "" draws one. It names
+// a drawn tenant of the seed, or none (a run's enqueue draws its members'
+// again).
 func (r *sysRunner) newSpec(kind outbox.Kind) *sysSpec {
 	r.n++
-	s := &sysSpec{Key: fmt.Sprintf("sys:%d:%04d", r.seed, r.n), Kind: kind}
+	return r.makeSpec(fmt.Sprintf("sys:%d:%04d", r.seed, r.n), kind)
+}
+
+// makeSpec makes up a new intent of kind under key (see newSpec).
+func (r *sysRunner) makeSpec(key string, kind outbox.Kind) *sysSpec {
+	s := &sysSpec{Key: key, Kind: kind, Tenant: r.ten.pick()}
 	if s.Kind == "" {
 		switch x := r.rng.IntN(20); {
 		case x < 14:
@@ -224,9 +234,14 @@ func (r *sysRunner) inTx(iso pgx.TxIsoLevel, rollback bool, fn func(ctx context.
 	return outYes, nil
 }
 
-// committed records what an enqueue's answer proved about key.
-func (r *sysRunner) committed(op *sysOp, key string, variant int, o sysOutcome, existing bool, err error) {
+// committed records what an enqueue's answer proved about key; tenant is
+// the tenant its row names if this enqueue inserted it (sysTenantUnknown:
+// not known, a member of a run whose tenant the model does not know).
+func (r *sysRunner) committed(op *sysOp, key string, variant int, o sysOutcome, existing bool, err error, tenant string) {
 	in := r.m.intent(key)
+	if o != outNo && in.Committed != outYes {
+		in.Tenants = append(in.Tenants, tenant)
+	}
 	switch o {
 	case outYes:
 		if in.Committed == outYes && !existing && variant == in.Variant {
@@ -269,7 +284,7 @@ func (r *sysRunner) opEnqueueGo(specs []*sysSpec, variants []int, kind string) {
 		keys = append(keys, fmt.Sprintf("%s/v%d%s", s.Key, variants[i], s.formsText()))
 		addrs = append(addrs, s.addrs()...)
 	}
-	op.Detail = fmt.Sprintf("go %s many=%v rollback=%v held=%v %v", iso, many, rollback, held, keys)
+	op.Detail = fmt.Sprintf("go %s many=%v rollback=%v held=%v %v%s", iso, many, rollback, held, keys, tenantsText(specs))
 	op.Addrs = addrs
 	var res []*outbox.EnqueueResult
 	o, err := r.inTx(iso, rollback, func(ctx context.Context, tx pgx.Tx) error {
@@ -312,7 +327,10 @@ func (r *sysRunner) opEnqueueGo(specs []*sysSpec, variants []int, kind string) {
 	for i, s := range specs {
 		op.Keys = append(op.Keys, s.Key)
 		existing := o == outYes && res[i] != nil && res[i].Existing
-		r.committed(op, s.Key, variants[i], o, existing, err)
+		r.committed(op, s.Key, variants[i], o, existing, err, s.Tenant)
+		if kind == "enqueue-go-jobs" && o != outNo && !existing {
+			r.m.intents[s.Key].Jobs = true
+		}
 		if o == outYes && res[i] != nil {
 			op.Result += fmt.Sprintf(" %s:existing=%v", s.Key, res[i].Existing)
 		}
@@ -333,7 +351,7 @@ func (r *sysRunner) opEnqueueSQL(specs []*sysSpec, variants []int, run string) {
 		op.Keys = append(op.Keys, run)
 		op.Detail += "run=" + run + " "
 	}
-	op.Detail += fmt.Sprintf("rollback=%v", rollback)
+	op.Detail += fmt.Sprintf("rollback=%v%s", rollback, tenantsText(specs))
 	inserted := make([]int64, len(specs))
 	o, err := r.inTx(pgx.ReadCommitted, rollback, func(ctx context.Context, tx pgx.Tx) error {
 		for i, s := range specs {
@@ -344,8 +362,9 @@ func (r *sysRunner) opEnqueueSQL(specs []*sysSpec, variants []int, run string) {
 			if run != "" {
 				runKey = &run
 			}
-			tag, err := tx.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, run_key) VALUES ($1, $2, $3, $4, $5)`,
-				s.Key, string(s.Kind), string(s.payload(variants[i])), tmpl, runKey)
+			tag, err := tx.Exec(ctx, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload, template_id, run_key, tenant)
+				VALUES ($1, $2, $3, $4, $5, nullif($6, ''))`,
+				s.Key, string(s.Kind), string(s.payload(variants[i])), tmpl, runKey, s.Tenant)
 			if err != nil {
 				return err
 			}
@@ -354,13 +373,22 @@ func (r *sysRunner) opEnqueueSQL(specs []*sysSpec, variants []int, run string) {
 		return nil
 	})
 	r.end(op, o, err)
+	eff := ""
+	if run != "" {
+		eff = r.runAnswered(op, run, "", false, specs, o)
+		if refusedAsTenant(err) {
+			r.note(op, "refused: a member names another tenant than its run's (SQLSTATE 23514)")
+		}
+	}
 	for i, s := range specs {
+		tenant := s.Tenant
 		if run != "" {
 			r.m.intent(s.Key).Run = run
 			r.m.intents[s.Key].RunSince = r.m.runSince[run]
+			tenant = memberTenant(s, eff)
 		}
 		// A row the tombstone trigger skipped (0 rows) is an existing one.
-		r.committed(op, s.Key, variants[i], o, inserted[i] == 0, err)
+		r.committed(op, s.Key, variants[i], o, inserted[i] == 0, err, tenant)
 	}
 }
 
@@ -371,6 +399,10 @@ func (r *sysRunner) opEnqueueCLI(s *sysSpec, variant int) {
 	args := []string{"enqueue", "--key", s.Key, "--kind", string(s.Kind), "--json"}
 	if s.Template != "" {
 		args = append(args, "--template", s.Template)
+	}
+	if s.Tenant != "" {
+		args = append(args, "--tenant", s.Tenant)
+		op.Detail += " tenant=" + s.Tenant
 	}
 	res := run(r.t, "enqueue", r.e, strings.NewReader(string(s.payload(variant))), args...)
 	o, existing := outYes, false
@@ -390,7 +422,7 @@ func (r *sysRunner) opEnqueueCLI(s *sysSpec, variant int) {
 	if o == outNo && strings.Contains(res.stderr, "invalid") {
 		in.Refused = append(in.Refused, strings.TrimSpace(res.stderr))
 	}
-	r.committed(op, s.Key, variant, o, existing, err)
+	r.committed(op, s.Key, variant, o, existing, err, s.Tenant)
 }
 
 // cliOutcome classifies a failed command: a refusal it explained, or an
@@ -432,6 +464,13 @@ func (r *sysRunner) opReenqueue(another bool) {
 	kind := "reenqueue"
 	if another {
 		kind = "reuse-key"
+	}
+	if r.ten.rng.IntN(5) == 0 {
+		// Under another tenant: the tenant is no part of a key's
+		// identity, and the stored intent keeps its own.
+		c := *s
+		c.Tenant = r.ten.pick()
+		s = &c
 	}
 	switch x := r.rng.IntN(10); {
 	case x < 7:
@@ -668,14 +707,21 @@ func (r *sysRunner) opRunCreate() {
 }
 
 // opRunAdd enqueues n new members into run by Go (EnqueueRun), or by plain
-// SQL with run_key set.
+// SQL with run_key set. A new run names a drawn tenant, or none; an
+// enqueue into a run there already mostly names none (the run keeps its
+// own), or the run's, or another drawn one (to be refused when the run's
+// is another). Its members mostly name none (they take the run's), some
+// the run's, and a few another tenant: such an enqueue must be refused
+// whole (rule 13).
 func (r *sysRunner) opRunAdd(key string, n int) {
+	given := r.runTenantToGive(key)
 	var specs []*sysSpec
 	var variants []int
 	for range n {
 		specs = append(specs, r.newSpec(outbox.KindEmail))
 		variants = append(variants, 1)
 	}
+	r.drawMemberTenants(key, specs, given)
 	if r.rng.IntN(4) == 0 {
 		r.opEnqueueSQL(specs, variants, key)
 		return
@@ -685,30 +731,38 @@ func (r *sysRunner) opRunAdd(key string, n int) {
 		sendAt = time.Now().Add(time.Duration(500+r.rng.IntN(2000)) * time.Millisecond)
 	}
 	if r.rng.IntN(4) == 0 {
-		r.runEnqueueCLI(key, specs, sendAt)
+		r.runEnqueueCLI(key, given, specs, sendAt)
 		return
 	}
-	r.runEnqueue(key, specs, sendAt)
+	r.runEnqueue(key, given, specs, sendAt)
 }
 
 // runEnqueueCLI enqueues specs into run key with `sendonce enqueue --run`,
-// one NDJSON member a line.
-func (r *sysRunner) runEnqueueCLI(key string, specs []*sysSpec, sendAt time.Time) sysOutcome {
-	op := r.begin("run-enqueue-cli", fmt.Sprintf("%s members=%d sendAt=%v", key, len(specs), !sendAt.IsZero()))
+// one NDJSON member a line (each naming its tenant, if any), the run's
+// tenant given by --tenant when tenant is not empty.
+func (r *sysRunner) runEnqueueCLI(key, tenant string, specs []*sysSpec, sendAt time.Time) sysOutcome {
+	op := r.begin("run-enqueue-cli", fmt.Sprintf("%s members=%d sendAt=%v tenant=%q", key, len(specs), !sendAt.IsZero(), tenant))
 	op.Keys = []string{key}
 	var in strings.Builder
 	for _, s := range specs {
-		op.Detail += " " + s.Key + s.formsText()
+		op.Detail += " " + s.Key + s.formsText() + tenantText(s.Tenant)
 		op.Keys = append(op.Keys, s.Key)
 		op.Addrs = append(op.Addrs, s.addrs()...)
 		r.m.intent(s.Key).Run = key
-		in.Write(mustJSON(map[string]any{"key": s.Key, "payload": s.payload(1)}))
+		member := map[string]any{"key": s.Key, "payload": s.payload(1)}
+		if s.Tenant != "" {
+			member["tenant"] = s.Tenant
+		}
+		in.Write(mustJSON(member))
 		in.WriteByte('\n')
 	}
 	args := []string{"enqueue", "--run", key, "--json"}
 	if !sendAt.IsZero() {
 		// RFC 3339 to the second: the hold rounds down, which only starts it sooner.
 		args = append(args, "--send-at", sendAt.UTC().Format(time.RFC3339))
+	}
+	if tenant != "" {
+		args = append(args, "--tenant", tenant)
 	}
 	res := run(r.t, "enqueue-run", r.e, strings.NewReader(in.String()), args...)
 	o := outYes
@@ -717,6 +771,7 @@ func (r *sysRunner) runEnqueueCLI(key string, specs []*sysSpec, sendAt time.Time
 		o, err = cliOutcome(res), errors.New(strings.TrimSpace(res.stderr))
 	}
 	r.end(op, o, err)
+	created := false
 	if o == outYes {
 		r.note(op, oneLine(res.stdout))
 		var out struct {
@@ -724,22 +779,31 @@ func (r *sysRunner) runEnqueueCLI(key string, specs []*sysSpec, sendAt time.Time
 		}
 		if json.Unmarshal([]byte(res.stdout), &out) == nil && out.Created {
 			r.m.runSince[key] = op.Start
+			created = true
 		}
 	}
+	eff := r.runAnswered(op, key, tenant, created, specs, o)
 	for _, s := range specs {
-		r.committed(op, s.Key, 1, o, false, err)
+		r.committed(op, s.Key, 1, o, false, err, memberTenant(s, eff))
 		r.m.intents[s.Key].RunSince = r.m.runSince[key]
 	}
 	return o
 }
 
-// runEnqueue enqueues specs into run key by Go (EnqueueRun) and returns
-// the answer.
-func (r *sysRunner) runEnqueue(key string, specs []*sysSpec, sendAt time.Time) sysOutcome {
+// runEnqueue enqueues specs into run key by Go (EnqueueRun), the run's
+// tenant given when tenant is not empty, and returns the answer.
+func (r *sysRunner) runEnqueue(key, tenant string, specs []*sysSpec, sendAt time.Time) sysOutcome {
 	n := len(specs)
-	op := r.begin("run-enqueue", fmt.Sprintf("%s members=%d sendAt=%v", key, n, !sendAt.IsZero()))
-	for _, s := range specs {
-		op.Detail += " " + s.Key + s.formsText()
+	op := r.begin("run-enqueue", fmt.Sprintf("%s members=%d sendAt=%v tenant=%q", key, n, !sendAt.IsZero(), tenant))
+	for i, s := range specs {
+		if n > 12 && i == 3 {
+			op.Detail += fmt.Sprintf(" … %d more", n-4) // a race's run
+			continue
+		}
+		if n > 12 && i > 3 && i < n-1 {
+			continue
+		}
+		op.Detail += " " + s.Key + s.formsText() + tenantText(s.Tenant)
 	}
 	op.Keys = []string{key}
 	for _, s := range specs {
@@ -749,7 +813,7 @@ func (r *sysRunner) runEnqueue(key string, specs []*sysSpec, sendAt time.Time) s
 	}
 	var res *outbox.RunResult
 	o, err := r.inTx(pgx.ReadCommitted, false, func(ctx context.Context, tx pgx.Tx) error {
-		run := outbox.Run{Key: key, SendAt: sendAt}
+		run := outbox.Run{Key: key, SendAt: sendAt, Tenant: tenant}
 		for _, s := range specs {
 			run.Intents = append(run.Intents, s.intent(1))
 		}
@@ -758,15 +822,17 @@ func (r *sysRunner) runEnqueue(key string, specs []*sysSpec, sendAt time.Time) s
 		return err
 	})
 	r.end(op, o, err)
-	if o == outYes && res != nil && res.Created {
+	created := o == outYes && res != nil && res.Created
+	if created {
 		if _, before := r.m.runSince[key]; before {
 			r.note(op, "created the run anew: the old one was pruned when done")
 		}
 		r.m.runSince[key] = op.Start
 	}
+	eff := r.runAnswered(op, key, tenant, created, specs, o)
 	for i, s := range specs {
 		existing := o == outYes && res != nil && res.Intents[i].Existing
-		r.committed(op, s.Key, 1, o, existing, err)
+		r.committed(op, s.Key, 1, o, existing, err, memberTenant(s, eff))
 		r.m.intents[s.Key].RunSince = r.m.runSince[key]
 	}
 	return o
@@ -782,7 +848,9 @@ func (r *sysRunner) opRunOp(kind string) {
 	if kind == "cancel" && op.Result == outYes.String() && r.rng.IntN(3) == 0 {
 		// Hole 6's shape: a plain-SQL member of the run just canceled,
 		// which must be refused.
-		r.opEnqueueSQL([]*sysSpec{r.newSpec(outbox.KindEmail)}, []int{1}, key)
+		s := []*sysSpec{r.newSpec(outbox.KindEmail)}
+		r.drawMemberTenants(key, s, "")
+		r.opEnqueueSQL(s, []int{1}, key)
 	}
 }
 
@@ -856,7 +924,7 @@ func (r *sysRunner) opPruneRace() {
 	r.end(op, o, err)
 	existing := o == outYes && res != nil && res.Existing
 	op.Result += fmt.Sprintf(" existing=%v", existing)
-	r.committed(op, s.Key, in.Variant, o, existing, err)
+	r.committed(op, s.Key, in.Variant, o, existing, err, s.Tenant)
 }
 
 // sysTopic is the topic opTopicUnsubscribe unsubscribes pool addresses

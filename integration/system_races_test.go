@@ -134,7 +134,9 @@ func (r *sysRunner) opCancelAtFreeze() {
 	// Many members: the coalescing worker gets several of them, and the
 	// freeze's transaction, which the cancel must meet, is longer.
 	specs, _ := r.emailSpecs(6 + r.rng.IntN(7))
-	if r.runEnqueue(key, specs, time.Time{}) != outYes {
+	tenant := r.runTenantToGive(key)
+	r.drawMemberTenants(key, specs, tenant)
+	if r.runEnqueue(key, tenant, specs, time.Time{}) != outYes {
 		return
 	}
 	after := time.Duration(170+r.rng.IntN(80)) * time.Millisecond
@@ -179,6 +181,8 @@ func (r *sysRunner) opCancelAtFreeze() {
 	}
 	op := r.runOp(key, "cancel", " at freeze: "+saw)
 	if op.Result == outYes.String() {
-		r.opEnqueueSQL([]*sysSpec{r.newSpec(outbox.KindEmail)}, []int{1}, key)
+		s := []*sysSpec{r.newSpec(outbox.KindEmail)}
+		r.drawMemberTenants(key, s, "")
+		r.opEnqueueSQL(s, []int{1}, key)
 	}
 }

@@ -44,7 +44,9 @@ const (
 // TestSystem is the seeded, randomized whole-system test: for each seed it
 // runs a random schedule of operations (enqueues by Go in every isolation
 // level, by SQL and by the CLI, re-enqueues, key reuse, runs and their
-// steering, cancels, retries, suppressions, prunes) against 2–3 real
+// steering, schedules, cancels, retries, suppressions, prunes, each naming
+// one of the seed's tenants or none, and the tenants' weights and limits
+// changed as it goes: system_tenants_test.go) against 2–3 real
 // workers of mixed flags, interleaved with faults (SIGKILLs, PostgreSQL
 // restarts, lost answers, 5xx, 429s, 400/422 after an uncertain attempt,
 // workers stopped past their leases, one of them while the rescue of its
@@ -174,6 +176,10 @@ type sysRunner struct {
 	seq      int
 
 	unrescued *sysUnrescued // the seed's fault pause-unrescued
+	ten       *sysTenants   // the seed's tenants (system_tenants_test.go)
+	// dbFaultOn is when the claim-commit fault was last put on (zero:
+	// off), for rule 16.
+	dbFaultOn time.Time
 }
 
 func (r *sysRunner) begin(kind, detail string) *sysOp {
@@ -216,7 +222,8 @@ func oneLine(s string) string {
 func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor time.Duration) (int, int, int) {
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(seed, 0x5e4d0ce))
-	r := &sysRunner{t: t, seed: seed, start: start, rng: rng, cluster: cluster, m: newModel(seed), specs: map[string]*sysSpec{}}
+	r := &sysRunner{t: t, seed: seed, start: start, rng: rng, cluster: cluster, m: newModel(seed), specs: map[string]*sysSpec{},
+		ten: newSysTenants(seed)}
 
 	// The webhook proxy listens first, so the fake has its URL.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -285,11 +292,17 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	var descs []string
 	for _, w := range r.workers {
 		descs = append(descs, w.desc)
+		r.m.ten.claimBudget += w.conc + sysAheadMax + 1
 	}
-	t.Logf("system: seed=%d workers %s; operations for %s", seed, strings.Join(descs, " "), opsFor)
+	tenants := make([]string, len(r.ten.names))
+	for i, n := range r.ten.names {
+		tenants[i] = strconv.Quote(n)
+	}
+	t.Logf("system: seed=%d workers %s; tenants %s; operations for %s", seed, strings.Join(descs, " "), strings.Join(tenants, ","), opsFor)
 
 	// The schedule.
 	r.unrescued = newUnrescued(seed, time.Now(), opsFor)
+	r.m.ten.race = r.ten.newRace(time.Now(), opsFor)
 	tick := time.NewTicker(40 * time.Millisecond) // pacing of the schedule, not a synchronisation
 	defer tick.Stop()
 	deadline := time.Now().Add(opsFor)
@@ -301,6 +314,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 		r.continuePaused(false)
 		r.restartDead(false)
 		r.stepUnrescued(time.Now())
+		r.stepRace(time.Now())
 		if time.Since(lastSnap) > time.Second {
 			// Workers prune too (--retain): keep what each row said last.
 			r.snapshot()
@@ -316,6 +330,9 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	r.m.check(final)
 	if quota {
 		r.checkQuota(final)
+	}
+	for _, n := range r.m.ten.notes {
+		t.Logf("system: seed=%d %s", seed, n)
 	}
 
 	ops, faults := r.m.opCounts()
@@ -340,9 +357,9 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	for _, row := range final.rows {
 		states[row.State]++
 	}
-	summary(t, "system: seed=%d workers=%s ops={%s} faults={%s} intents=%d states={%s} deliveries=%d requests=%d events=%d violations=%d elapsed=%s",
-		seed, strings.Join(descs, ","), fmtCounts(ops), fmtCounts(faults), len(r.m.intents), fmtCounts(states), len(final.deliveries), len(final.requests),
-		len(r.m.events), len(r.m.violations), time.Since(start).Round(time.Second))
+	summary(t, "system: seed=%d workers=%s tenants=%d ops={%s} faults={%s} intents=%d states={%s} held=%d deliveries=%d requests=%d events=%d violations=%d elapsed=%s",
+		seed, strings.Join(descs, ","), len(r.ten.names), fmtCounts(ops), fmtCounts(faults), len(r.m.intents), fmtCounts(states), len(final.held),
+		len(final.deliveries), len(final.requests), len(r.m.events), len(r.m.violations), time.Since(start).Round(time.Second))
 	for _, w := range r.workers {
 		if w.p.running() {
 			w.p.terminate(20 * time.Second)
@@ -402,7 +419,13 @@ func (r *sysRunner) step() {
 		// them: intents with River jobs of their own, sent by the
 		// machinery that works such jobs under the same rules; opRiverJob
 		// deletes or discards their jobs.
-		{3, func() { s, v := newSpecs(); r.opEnqueueGo(s, v, "enqueue-go-jobs") }},
+		{3, func() {
+			s, v := newSpecs()
+			for _, x := range s {
+				x.Tenant = "" // an older release's: no tenant
+			}
+			r.opEnqueueGo(s, v, "enqueue-go-jobs")
+		}},
 		{2, r.opRiverJob},
 		{3, func() { r.opSuppression(true) }},
 		{2, func() { r.opSuppression(false) }},
@@ -443,6 +466,8 @@ func (r *sysRunner) step() {
 				r.opFaultEpisode()
 			}
 		}},
+		{3, r.opTenantSet},
+		{1, r.opSchedule},
 	}
 	sum := 0
 	for _, c := range choices {
@@ -458,19 +483,23 @@ func (r *sysRunner) step() {
 	}
 }
 
-// quiesce lifts the faults, starts every worker, resumes paused runs, and
-// waits (polling the outbox, with a deadline) until no intent is pending
-// or sending.
+// quiesce removes the schedules, cancels what is left of the race, lifts
+// the faults and the tenants' rates, starts every worker, resumes paused
+// runs, and waits (polling the outbox, with a deadline) until no intent is
+// pending or sending but those their tenant's daily quota holds.
 func (r *sysRunner) quiesce() {
 	r.settleUnrescued()
-	op := r.begin("quiesce", "lift faults, restart workers, resume paused runs")
+	r.endSchedules()
+	op := r.begin("quiesce", "lift faults and rates, restart workers, resume paused runs")
 	r.episodes = nil
+	r.endRace()
 	_ = r.applyFaults()
 	for end := time.Now().Add(time.Minute); r.dbFault != 0 && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		r.syncDBFault()
 	}
 	r.continuePaused(true)
 	r.restartDead(true)
+	r.liftRates()
 	ctx := context.Background()
 	for _, key := range r.runKeys {
 		st, err := r.ob.RunStatus(ctx, key)
@@ -487,7 +516,8 @@ func (r *sysRunner) quiesce() {
 	state, slow := "", ""
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := countBy(qctx, r.pool, `SELECT state, count(*) FROM sendonce_outbox WHERE state IN ('pending', 'sending') GROUP BY 1`)
+		// What a quota holds stays pending (rule 14).
+		c, err := countBy(qctx, r.pool, `SELECT state, count(*) FROM sendonce_outbox o WHERE state IN ('pending', 'sending') AND NOT `+heldSQL+` GROUP BY 1`)
 		cancel()
 		state = fmt.Sprint(c, err)
 		if err == nil && c.total() == 0 {
@@ -500,7 +530,7 @@ func (r *sysRunner) quiesce() {
 			// What a long drain waits for, for the log.
 			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			keys, _ := queryStrings(qctx, r.pool, `SELECT idempotency_key || ' ' || state || ' attempts=' || attempts || ' ' || coalesce(last_error, '')
-				FROM sendonce_outbox WHERE state IN ('pending', 'sending') ORDER BY id LIMIT 3`)
+				FROM sendonce_outbox o WHERE state IN ('pending', 'sending') AND NOT `+heldSQL+` ORDER BY id LIMIT 3`)
 			cancel()
 			slow = strings.Join(keys, "; ")
 			r.note(op, "after 5 s still waiting for "+oneLine(slow))
@@ -568,6 +598,7 @@ func (r *sysRunner) snapshot() {
 	for k, row := range rows {
 		r.m.snap[k] = row
 	}
+	r.learnScheduled(rows)
 	if b, err := readBatches(ctx, r.pool); err == nil {
 		for k, v := range b {
 			r.m.batchSnap[k] = v
@@ -584,6 +615,11 @@ func (r *sysRunner) readFinal() sysFinal {
 	if f.rows, err = readRows(ctx, r.pool); err != nil {
 		r.t.Fatal(err)
 	}
+	r.learnScheduled(f.rows)
+	if f.held, err = readHeld(ctx, r.pool); err != nil {
+		r.t.Fatal(err)
+	}
+	f.from, f.to = r.start, time.Now()
 	if f.batches, err = readBatches(ctx, r.pool); err != nil {
 		r.t.Fatal(err)
 	}
@@ -618,7 +654,7 @@ func (r *sysRunner) readFinal() sysFinal {
 		}
 		after = list[len(list)-1].Address
 	}
-	if f.claims, err = readClaims(ctx, r.pool); err != nil {
+	if f.claimLog, f.claims, err = readClaims(ctx, r.pool); err != nil {
 		r.t.Fatal(err)
 	}
 	if f.fenced, err = readFenced(ctx, r.pool); err != nil {

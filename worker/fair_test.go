@@ -234,3 +234,38 @@ func TestDrainClaimsForMoreTenantsThanOneClaimNames(t *testing.T) {
 		t.Fatalf("%d of 5,000 intents of 1,000 tenants delivered in %s: the drain stalled", len(fake.Deliveries()), time.Since(began).Round(time.Millisecond))
 	}
 }
+
+// A tenant's limits hold its email intents with coalescing on too: the
+// coalescer gathers no intent of a tenant with limits into a batch (a
+// batch's claim would take them past its quota), so that each goes alone
+// through the fair claim, which keeps them.
+func TestCoalescingKeepsTenantLimits(t *testing.T) {
+	t.Parallel()
+	ctx, pool, fake, cfg := fairSetup(t, "100/s")
+	cfg.Coalesce = 20
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day) VALUES ('capped', 20)`)
+	enqueueRunOf(t, pool, "capped", "digest-capped", 50)
+	enqueueRunOf(t, pool, "free", "digest-free", 50)
+	start(t, pool, cfg)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for !ok() {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: %v", what, ctx.Err())
+			}
+			_ = fake.WaitDeliveries(ctx, len(fake.Deliveries())+1)
+		}
+	}
+	waitFor("70 deliveries", func() bool { return len(fake.Deliveries()) >= 70 })
+	var pending int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sendonce_outbox WHERE tenant = 'capped' AND state = 'pending' AND attempts = 0`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, d := range fake.Deliveries() {
+		got[strings.SplitN(d.IdempotencyKey, ":", 2)[0]]++
+	}
+	if pending != 30 {
+		t.Fatalf("capped: %d pending and never attempted, want the 30 past its quota of 20; deliveries by key %v", pending, got)
+	}
+}

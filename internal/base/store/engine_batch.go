@@ -27,7 +27,9 @@ type BatchMember struct {
 
 // freezeSQL is SelectFreezeMembers' statement, its rows locked with lock.
 // The state check is written so that no index on state can drive the scan
-// (see claimSQL): rows are found by key.
+// (see claimSQL): rows are found by key. A drained intent of a tenant with
+// limits joins no batch (unlimitedTenantSQL), checked again here as the
+// batch is frozen, so that a limit set since FreezeDue read it holds.
 func freezeSQL(lock string) string {
 	return `SELECT o.id, o.idempotency_key, coalesce(o.job_id, 0), o.payload::text, coalesce(o.topic, ''), o.list_unsubscribe::text
 		FROM sendonce_outbox o
@@ -36,6 +38,7 @@ func freezeSQL(lock string) string {
 			AND (o.job_id IS NOT NULL OR (` + dueSQL + ` <= now() AND o.queue = $5))
 			AND o.kind = 'email' AND (o.state = 'pending') IS TRUE AND o.attempts = 0 AND o.batch_key IS NULL
 			AND o.run_key IS NOT DISTINCT FROM nullif($3, '')
+			AND (o.job_id IS NOT NULL OR ` + unlimitedTenantSQL + `)
 			AND NOT (((SELECT EXISTS (SELECT 1 FROM sendonce_suppression))
 					OR (o.topic IS NOT NULL AND (SELECT EXISTS (SELECT 1 FROM sendonce_unsubscribe))))
 				AND EXISTS (SELECT 1 FROM sendonce_suppressed_addresses(o.kind, o.payload, o.topic)))

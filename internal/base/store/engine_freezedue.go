@@ -20,13 +20,21 @@ type DueCandidate struct {
 	Left   time.Duration
 }
 
+// unlimitedTenantSQL is the SQL condition that the tenant of the outbox
+// row aliased o has no limits (no rate, no quota: sendonce_tenant). The
+// intents of a tenant with limits are not coalesced: a batch is claimed
+// and sent whole, by its own job, past the fair claim that holds each
+// tenant to its limits and spends them (ClaimDueShares), so they go one
+// by one through that claim.
+const unlimitedTenantSQL = `NOT EXISTS (SELECT 1 FROM sendonce_tenant t WHERE t.name = ` + tenantSQL + ` AND ` + limitedSQL + `)`
+
 // dueForBatchSQL is SelectDueForBatch's statement.
 var dueForBatchSQL = `SELECT o.idempotency_key, coalesce(o.run_key, ''), ` + tenantSQL + `,
 			extract(epoch FROM ` + dueSQL + ` + $3::float8 * interval '1 second' - now())::float8
 		FROM sendonce_outbox o
 		WHERE o.state = 'pending' AND o.job_id IS NULL AND ` + dueSQL + ` <= now() AND o.queue = $1
 			AND o.kind = 'email' AND o.attempts = 0 AND o.batch_key IS NULL AND (o.topic IS NULL OR $4)
-			AND ` + notPausedSQL + `
+			AND ` + notPausedSQL + ` AND ` + unlimitedTenantSQL + `
 		ORDER BY ` + dueOrderSQL + `
 		LIMIT $2`
 
@@ -34,7 +42,8 @@ var dueForBatchSQL = `SELECT o.idempotency_key, coalesce(o.run_key, ''), ` + ten
 // time), up to limit intents
 // ClaimDueIntents would claim (pending, without a River job, due, of
 // queue, not of a paused run) that may join a batch (email, never
-// attempted, in no batch, with a topic only when topics), each with how
+// attempted, in no batch, with a topic only when topics, of a tenant
+// without limits: unlimitedTenantSQL), each with how
 // long until wait has passed since it came due. It locks nothing.
 func SelectDueForBatch(ctx context.Context, db DB, queue string, limit int, wait time.Duration, topics bool) ([]DueCandidate, error) {
 	rows, err := db.Query(ctx, dueForBatchSQL, queue, limit, wait.Seconds(), topics)

@@ -77,8 +77,9 @@ const unclaimDrainedSQL = `WITH was AS (
 				AND o.claimed_by = $2),
 		given AS (
 			UPDATE sendonce_outbox o
-			SET state = CASE WHEN o.run_key IS NOT NULL AND EXISTS (SELECT 1 FROM sendonce_run run
-					WHERE run.key = o.run_key AND run.state = 'canceled') THEN 'canceled' ELSE 'pending' END,
+			SET state = CASE WHEN o.run_key IS NOT NULL AND (o.attempts <= 1 OR o.first_attempt_at IS NULL)
+					AND EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'canceled')
+					THEN 'canceled' ELSE 'pending' END,
 				claimed_by = NULL, next_attempt_at = NULL,
 				attempts = greatest(o.attempts - 1, 0), tries = greatest(o.tries - 1, 0),
 				first_attempt_at = CASE WHEN o.attempts <= 1 THEN NULL ELSE o.first_attempt_at END,
@@ -108,7 +109,10 @@ const unclaimDrainedSQL = `WITH was AS (
 // request of the claim was made), and what the claim spent of its
 // tenant's rate and quotas given back. A member of a run canceled
 // meanwhile is canceled, as the run's cancel would have canceled it had
-// it not been claimed. It returns how many it gave back.
+// it not been claimed: when no attempt before this claim may have reached
+// the API (outboxCancelRunMembersSQL's condition, as it will be); one
+// attempted before goes back to pending, to be sent again under its key.
+// It returns how many it gave back.
 func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, unclaimDrainedSQL, keys, owner).Scan(&n)

@@ -247,6 +247,47 @@ func TestClaimOfOneKeepsItsPlan(t *testing.T) {
 	}
 }
 
+// UnclaimDrained cancels a member of a run canceled while its claim ahead
+// waited only when the cancel would have canceled it unclaimed: never
+// attempted before that claim. One attempted before (its outcome unknown:
+// a worker killed in its send, the intent rescued and claimed ahead
+// again) may have reached the API; it goes back to pending, uncertain,
+// to be sent again under its key (TestSystem's rule 6, soak seeds 109 and
+// 110: race members canceled, yet delivered).
+func TestUnclaimDrainedOfACanceledRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := outboxtest.New(t)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_run (key) VALUES ('digest')`)
+	insertSQL(t, pool, "fresh", "run_key", "digest")
+	insertSQL(t, pool, "tried", "run_key", "digest")
+	// tried: attempted before, its outcome unknown, rescued (pending,
+	// uncertain, its attempt counted).
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET attempts = 1, uncertain = true, first_attempt_at = now() - interval '1 second'
+		WHERE idempotency_key = 'tried'`)
+	if got := claimDue(t, pool, 2, claimOpts); len(got) != 2 {
+		t.Fatalf("claim %v, want both", got)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET claimed_by = 7`)
+	pgtest.Exec(t, pool, `UPDATE sendonce_run SET state = 'canceled' WHERE key = 'digest'`)
+	if n, err := sendstate.UnclaimDrained(ctx, pool, []string{"fresh", "tried"}, 7); err != nil || n != 2 {
+		t.Fatalf("UnclaimDrained = %d, %v; want 2", n, err)
+	}
+	want := map[string]string{"fresh": "canceled 0 true false", "tried": "pending 1 false true"}
+	for key, w := range want {
+		var state string
+		var attempts int
+		var noFirst, uncertain bool
+		if err := pool.QueryRow(ctx, `SELECT state, attempts, first_attempt_at IS NULL, uncertain FROM sendonce_outbox WHERE idempotency_key = $1`,
+			key).Scan(&state, &attempts, &noFirst, &uncertain); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%s %d %v %v", state, attempts, noFirst, uncertain); got != w {
+			t.Errorf("%s: %s, want %s (state attempts no-first-attempt uncertain)", key, got, w)
+		}
+	}
+}
+
 // UnclaimDrained gives a claim that was never attempted back as it was:
 // pending, its attempt and try not counted, no first attempt, not
 // uncertain; the next claim takes it again, first in due order. A claim of

@@ -171,7 +171,8 @@ var Transitions = []Transition{
 	{From: outbox.StateSending, To: outbox.StateCanceled, Statement: "UnclaimDrained", Case: "its run canceled",
 		By: "the drain, for an intent it claimed ahead, of a run canceled while the claim waited",
 		Rule: "as to pending; the run's cancel left the member to its send, which never came, so it is canceled " +
-			"as the cancel would have canceled it unclaimed"},
+			"as the cancel would have canceled it unclaimed: when no attempt before this claim may have reached the API " +
+			"(one attempted before goes back to pending, to be sent again under its key)"},
 	{From: outbox.StateSending, To: outbox.StatePending, Statement: "ReleaseOrphans",
 		By: "the worker that claimed it, at each sweep interval for a while after a failed claim, and every 60",
 		Rule: "no River job and no batch; sending under the worker's own claim, claimed more than a few seconds ago, " +

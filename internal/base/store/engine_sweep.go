@@ -68,8 +68,11 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 // intents: a token of its rate for each, and for each first claim (one
 // attempt) a count of the quotas, if it was counted in the period its
 // row counts now (the claim set first_attempt_at and day_start from the
-// same now()). Without that, an intent claimed ahead and given back
-// counted twice against its tenant's quotas once claimed again. The
+// same now()), and after the tenant's settings last changed (updated_at:
+// a claim made before the tenant had a limit was not counted, and giving
+// it back would let one more through). Without that, an intent claimed
+// ahead and given back counted twice against its tenant's quotas once
+// claimed again. The
 // tenants' rows are locked in name order, as a claim locks them.
 const unclaimDrainedSQL = `WITH was AS (
 			SELECT o.id, o.attempts, o.first_attempt_at FROM sendonce_outbox o
@@ -88,7 +91,7 @@ const unclaimDrainedSQL = `WITH was AS (
 			WHERE o.id = was.id AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL AND o.claimed_by = $2
 			RETURNING ` + tenantSQL + ` AS tenant, was.attempts = 1 AS first, was.first_attempt_at),
 		locked AS (
-			SELECT t.name, t.day_start, t.month_start FROM sendonce_tenant t
+			SELECT t.name, t.day_start, t.month_start, t.updated_at FROM sendonce_tenant t
 			WHERE t.name IN (SELECT tenant FROM given) AND ` + limitedSQL + `
 			ORDER BY t.name FOR UPDATE OF t),
 		back AS (
@@ -97,8 +100,8 @@ const unclaimDrainedSQL = `WITH was AS (
 					ELSE least(greatest(t.rate, 1), t.tokens + c.n) END,
 				day_count = greatest(t.day_count - c.day, 0), month_count = greatest(t.month_count - c.month, 0)
 			FROM (SELECT l.name, count(*) AS n,
-					count(*) FILTER (WHERE g.first AND g.first_attempt_at >= l.day_start) AS day,
-					count(*) FILTER (WHERE g.first AND g.first_attempt_at >= l.month_start) AS month
+					count(*) FILTER (WHERE g.first AND g.first_attempt_at >= greatest(l.day_start, l.updated_at)) AS day,
+					count(*) FILTER (WHERE g.first AND g.first_attempt_at >= greatest(l.month_start, l.updated_at)) AS month
 				FROM locked l JOIN given g ON g.tenant = l.name GROUP BY l.name) c
 			WHERE t.name = c.name)
 		SELECT count(*) FROM given`

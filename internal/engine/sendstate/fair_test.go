@@ -264,3 +264,36 @@ func TestDueTenantsKeepsItsPlan(t *testing.T) {
 		t.Fatalf("%d looks: %d custom plans and %d generic; want at most the first 5 of each text planned for their arguments", 2*looks, custom, generic)
 	}
 }
+
+// A claim made before its tenant had a quota was not counted against it,
+// and giving it back takes nothing from the count: else one more intent
+// than the quota would go (TestSystem, rule 14, seed 1510: 15 first
+// claims against a daily quota of 14 set while a claim ahead waited).
+func TestUnclaimOfAClaimBeforeTheQuotaGivesNothingBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t)
+	insertTenant(t, pool, "late", "", 5)
+	before, err := sendstate.ClaimShares(ctx, pool, []sendstate.Share{{Tenant: "late", N: 1}}, claimOpts)
+	if err != nil || len(before) != 1 {
+		t.Fatalf("claimed %d, %v; want 1", len(before), err)
+	}
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_tenant (name, quota_day) VALUES ('late', 2)`)
+	if got := claimShares(t, pool, sendstate.Share{Tenant: "late", N: 1}); got["tx:late"] != 1 {
+		t.Fatalf("claimed %v, want 1 of late's, counted", got)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET claimed_by = 7 WHERE idempotency_key = $1`, before[0].Record.Key)
+	if n, err := sendstate.UnclaimDrained(ctx, pool, []string{before[0].Record.Key}, 7); err != nil || n != 1 {
+		t.Fatalf("UnclaimDrained = %d, %v; want 1", n, err)
+	}
+	var used int
+	if err := pool.QueryRow(ctx, `SELECT day_count FROM sendonce_tenant WHERE name = 'late'`).Scan(&used); err != nil {
+		t.Fatal(err)
+	}
+	if used != 1 {
+		t.Fatalf("day_count %d after giving back a claim made before the quota, want 1 (the one counted)", used)
+	}
+	if got := claimShares(t, pool, sendstate.Share{Tenant: "late", N: 5}); got["tx:late"] != 1 {
+		t.Fatalf("claimed %v, want 1 more of late's: its quota is 2", got)
+	}
+}

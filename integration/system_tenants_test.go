@@ -921,11 +921,11 @@ func (m *model) checkRates(f sysFinal, from, to time.Time) {
 // checkShares is rule 16. Each worker process's scheduler (worker/fair.go)
 // gives each claim's intents to the ready tenants of a class in order of
 // their passes (weighted fair queueing: a tenant's pass grows by 1/weight
-// for each intent it is given; the next goes to the least). While two
-// tenants are both ready in its view, with fixed weights, their passes
-// differ by one increment (1/weight) at most, so over any stretch the
-// intents it gave each, divided by its weight, differ by two increments
-// at most. What it gave is what its claims took, each in the claim log
+// for each intent it is given, a quantum of up to 4 intents at a time;
+// the next goes to the least). While two tenants are both ready in its
+// view, with fixed weights, their passes differ by one step (4/weight)
+// at most, so over any stretch the intents it gave each, divided by its
+// weight, differ by two steps at most. What it gave is what its claims took, each in the claim log
 // (a share that comes back short gives its pass back; claims again, of a
 // killed worker's intents, of retries, of claims ahead given back, are
 // given as any other), but for a claim whose statement failed: its
@@ -1048,9 +1048,12 @@ func (m *model) checkShares(f sysFinal) {
 }
 
 // sysShareSlack is rule 16's bound per worker process, in intents of
-// weight 1: two increments of the scheduler's passes, and two failed
-// claims' worth.
-const sysShareSlack = 2 + 2*2
+// weight 1: two of the scheduler's steps, each up to a quantum of intents
+// (worker/fair.go's fairQuantum, 4), and two failed claims' worth. With
+// steps of one intent it was 2 + 2*2, and the 30-minute soak found a
+// stretch where the quantum took weights 4:3 past it (26/4 - 34/3 = -4.8
+// against 4.0, seed 1603).
+const sysShareSlack = 2*4 + 2*2
 
 // cutSpans is s less the spans cut.
 func cutSpans(s sysSpan, cut []sysSpan) []sysSpan {

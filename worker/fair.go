@@ -212,7 +212,8 @@ func (f *fair) shares(n, quantum int, now time.Time) []sendstate.Share {
 // intents are next to one another in the due index, so a claim reads four
 // of one tenant's for about what one costs, and a claim of many intents
 // names a quarter as many tenants. The shares stay in proportion to the
-// weights; a tenant is at most a quantum ahead of its share.
+// weights; a tenant's pass is at most a quantum's worth (4/weight) ahead
+// of another's.
 const fairQuantum = 4
 
 // fairRetryHeld is how long a tenant whose limits allowed no more at the

@@ -63,7 +63,16 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 	return tag.RowsAffected() > 0, err
 }
 
-// unclaimDrainedSQL is UnclaimDrained's statement. What the claim
+// unclaimDrainedSQL is UnclaimDrained's statement. The runs of the
+// intents are locked first (FOR SHARE, in key order), as a run's cancel
+// locks its run (FOR UPDATE) before its members: a cancel committed while
+// the statement waited is read (a locked row is read as last committed),
+// and a cancel that comes after waits for the give-back and then finds
+// the member pending. Without the lock, a give-back and a cancel at the
+// same moment each read the other's rows as they were before: the cancel
+// left the member (it was sending), the give-back made it pending (the run
+// was not canceled yet), and the next claim sent it (TestSystem, rule 3,
+// seed 1632). What the claim
 // spent of the tenant's limits (claimSharesSQL) is given back with the
 // intents: a token of its rate for each, and for each first claim (one
 // attempt) a count of the quotas, if it was counted in the period its
@@ -75,13 +84,17 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 // claimed again. The
 // tenants' rows are locked in name order, as a claim locks them.
 const unclaimDrainedSQL = `WITH was AS (
-			SELECT o.id, o.attempts, o.first_attempt_at FROM sendonce_outbox o
+			SELECT o.id, o.attempts, o.first_attempt_at, o.run_key FROM sendonce_outbox o
 			WHERE o.idempotency_key = ANY($1::text[]) AND o.state = 'sending' AND o.job_id IS NULL AND o.batch_key IS NULL
 				AND o.claimed_by = $2),
+		runs AS MATERIALIZED (
+			SELECT run.key, run.state FROM sendonce_run run
+			WHERE run.key IN (SELECT was.run_key FROM was WHERE was.run_key IS NOT NULL)
+			ORDER BY run.key FOR SHARE OF run),
 		given AS (
 			UPDATE sendonce_outbox o
 			SET state = CASE WHEN o.run_key IS NOT NULL AND (o.attempts <= 1 OR o.first_attempt_at IS NULL)
-					AND EXISTS (SELECT 1 FROM sendonce_run run WHERE run.key = o.run_key AND run.state = 'canceled')
+					AND EXISTS (SELECT 1 FROM runs WHERE runs.key = o.run_key AND runs.state = 'canceled')
 					THEN 'canceled' ELSE 'pending' END,
 				claimed_by = NULL, next_attempt_at = NULL,
 				attempts = greatest(o.attempts - 1, 0), tries = greatest(o.tries - 1, 0),

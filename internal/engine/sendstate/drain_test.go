@@ -336,3 +336,68 @@ func TestUnclaimDrained(t *testing.T) {
 		t.Fatalf("claim after the unclaim %v, want u:1 again", got)
 	}
 }
+
+// A give-back racing its run's cancel leaves the member canceled, not
+// pending for the next claim to send: the cancel has locked the run and
+// canceled the members that were pending (not this one, claimed) when the
+// give-back comes; the give-back waits for the run's lock, and then reads
+// the run canceled (TestSystem, rule 3, seed 1632: without the wait it
+// read the run as it was before the cancel, and the member went out after
+// its run's cancel).
+func TestUnclaimDrainedRacingItsRunsCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := outboxtest.New(t)
+	pgtest.Exec(t, pool, `INSERT INTO sendonce_run (key) VALUES ('digest')`)
+	insertSQL(t, pool, "ahead", "run_key", "digest")
+	if got := claimDue(t, pool, 1, claimOpts); len(got) != 1 {
+		t.Fatalf("claim %v, want 1", got)
+	}
+	pgtest.Exec(t, pool, `UPDATE sendonce_outbox SET claimed_by = 7`)
+	cancel, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel.Rollback(ctx)
+	for _, sql := range []string{`SELECT state FROM sendonce_run WHERE key = 'digest' FOR UPDATE`,
+		`UPDATE sendonce_run SET state = 'canceled' WHERE key = 'digest'`,
+		`UPDATE sendonce_outbox SET state = 'canceled' WHERE run_key = 'digest' AND state = 'pending' AND attempts = 0`} {
+		if _, err := cancel.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := sendstate.UnclaimDrained(ctx, pool, []string{"ahead"}, 7)
+		done <- err
+	}()
+	// The give-back waits for the run's lock, or has given the member
+	// back already (the old statement): either is seen in the database.
+	for {
+		var waiting int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%runs AS MATERIALIZED%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		var state string
+		if err := pool.QueryRow(ctx, `SELECT state FROM sendonce_outbox WHERE idempotency_key = 'ahead'`).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 || state != "sending" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // the wait has no event to await from here
+	}
+	if err := cancel.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := pool.QueryRow(ctx, `SELECT state FROM sendonce_outbox WHERE idempotency_key = 'ahead'`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != "canceled" {
+		t.Fatalf("the member given back while its run was being canceled is %s, want canceled", state)
+	}
+}

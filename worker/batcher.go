@@ -49,6 +49,7 @@ type batcher struct {
 	claims chan claimRequest
 	sents  chan sentRequest
 	dues   chan dueRequest
+	looks  chan lookRequest
 	// freeze, when set (the drain's, with coalescing on), runs before
 	// each claim of due intents: what may be batched is frozen into
 	// batches before a claim could send it alone.
@@ -122,6 +123,21 @@ type dueResult struct {
 	err    error
 }
 
+// lookRequest asks for the drain's look (sendstate.DueTenants with next),
+// on the loop's connection: a look costs milliseconds per thousand tenants
+// to plan, and it is planned for its arguments at its first five runs on
+// each connection, so a pooled connection made it cost about twice that.
+type lookRequest struct {
+	queue string
+	hold  time.Duration
+	done  chan lookResult
+}
+
+type lookResult struct {
+	tenants []sendstate.DueTenant
+	err     error
+}
+
 // batchMax bounds the claims, and the answers, of one round.
 const batchMax = 200
 
@@ -154,7 +170,7 @@ type sentResult struct {
 // not nil, runs before each claim of due intents (see batcher.freeze).
 func newBatcher(pool *pgxpool.Pool, opts func() (sendstate.ClaimOptions, error), freeze func(context.Context)) *batcher {
 	return &batcher{pool: pool, opts: opts, claims: make(chan claimRequest), sents: make(chan sentRequest), dues: make(chan dueRequest),
-		freeze: freeze}
+		looks: make(chan lookRequest), freeze: freeze}
 }
 
 func (b *batcher) claim(ctx context.Context, r sendstate.ClaimRequest) (*sendstate.Claimed, bool, error) {
@@ -192,6 +208,28 @@ func (b *batcher) claimDues(ctx context.Context, n int) ([]*sendstate.DrainClaim
 	return res.claims, res.err
 }
 
+// look runs the drain's look (sendstate.DueTenants, with next) on the
+// loop's connection, between its rounds.
+func (b *batcher) look(ctx context.Context, queue string, hold time.Duration) ([]sendstate.DueTenant, error) {
+	req := lookRequest{queue: queue, hold: hold, done: make(chan lookResult, 1)}
+	select {
+	case b.looks <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res := <-req.done
+	return res.tenants, res.err
+}
+
+// runLook answers a look request.
+func (b *batcher) runLook(ctx context.Context, r lookRequest) {
+	ts, err := sendstate.DueTenants(context.WithoutCancel(ctx), b.held(context.WithoutCancel(ctx)), r.queue, r.hold, true)
+	if err != nil {
+		b.drop()
+	}
+	r.done <- lookResult{tenants: ts, err: err}
+}
+
 // markSent waits for its batch whatever ctx says: once the API has answered,
 // the answer must be recorded if at all possible.
 func (b *batcher) markSent(ctx context.Context, s sendstate.Sent) (bool, error) {
@@ -221,6 +259,9 @@ func (b *batcher) loop(ctx context.Context) {
 			sents = append(sents, r)
 		case r := <-b.dues:
 			dues = append(dues, r)
+		case r := <-b.looks:
+			b.runLook(ctx, r)
+			continue
 		case <-ctx.Done():
 			return
 		}
@@ -303,6 +344,8 @@ func (b *batcher) holdAnswers(ctx context.Context, sents []sentRequest) ([]sentR
 			return sents, []claimRequest{r}, nil
 		case r := <-b.dues:
 			return sents, nil, []dueRequest{r}
+		case r := <-b.looks:
+			b.runLook(ctx, r)
 		case <-look.C:
 			if !b.paced() {
 				return sents, nil, nil

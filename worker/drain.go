@@ -279,7 +279,12 @@ func (d *drain) step(ctx context.Context, gen uint64, probe bool, bulk *bool) bo
 func (d *drain) look(ctx context.Context) (due bool, next time.Duration, later bool, err error) {
 	w := d.w
 	now := time.Now()
-	ts, err := sendstate.DueTenants(ctx, w.pool, w.queue, w.coalesceWait, true)
+	var ts []sendstate.DueTenant
+	if w.batch != nil {
+		ts, err = w.batch.look(ctx, w.queue, w.coalesceWait)
+	} else { // tests that claim for the drain themselves
+		ts, err = sendstate.DueTenants(ctx, w.pool, w.queue, w.coalesceWait, true)
+	}
 	if err != nil {
 		return false, 0, false, err
 	}

@@ -44,6 +44,9 @@ type DrainParams struct {
 	// tenants, round robin in the order they are enqueued (intent i is
 	// tenant i mod Tenants's); 0 leaves them all the default tenant's.
 	Tenants int
+	// Grouped, with Tenants, enqueues each tenant's intents together (a
+	// tenant's batch or run, committed at once), not round robin.
+	Grouped bool
 }
 
 // DrainResult is what one drain measured.
@@ -127,6 +130,9 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 	if p.Tenants > 0 {
 		for i := range intents {
 			intents[i].Tenant = TenantName(i % p.Tenants)
+			if p.Grouped {
+				intents[i].Tenant = TenantName(i * p.Tenants / p.N)
+			}
 		}
 	}
 	if err := EnqueueBatches(ctx, pool, ob, intents, 1000); err != nil {

@@ -22,10 +22,10 @@ func (e *Env) resetStatements(ctx context.Context) bool {
 
 // topStatements renders the n statements of the benchmark database with
 // the most total execution time since resetStatements: total ms, calls
-// per unit (per intent, say), mean µs (and of it, planning) and the
+// per unit (per intent, say), mean µs (and of it, planning, and how many plans were made) and the
 // statement's first words.
 func (e *Env) topStatements(ctx context.Context, n int, units float64) string {
-	rows, err := e.Admin.Query(ctx, `SELECT total_exec_time + total_plan_time, total_plan_time, calls, query FROM pg_stat_statements
+	rows, err := e.Admin.Query(ctx, `SELECT total_exec_time + total_plan_time, total_plan_time, calls, plans, query FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		ORDER BY total_exec_time DESC LIMIT $1`, n)
 	if err != nil {
@@ -37,9 +37,9 @@ func (e *Env) topStatements(ctx context.Context, n int, units float64) string {
 	var calls int64
 	for rows.Next() {
 		var ms, plan float64
-		var c int64
+		var c, plans int64
 		var q string
-		if err := rows.Scan(&ms, &plan, &c, &q); err != nil {
+		if err := rows.Scan(&ms, &plan, &c, &plans, &q); err != nil {
 			return err.Error()
 		}
 		total += ms
@@ -48,7 +48,7 @@ func (e *Env) topStatements(ctx context.Context, n int, units float64) string {
 		if len(q) > 140 {
 			q = q[:140] + "…"
 		}
-		fmt.Fprintf(&b, "\n  %9.1f ms %8d calls %6.2f/unit %8.1f µs (planning %6.1f)  %s", ms, c, float64(c)/units, 1000*ms/float64(max(c, 1)), 1000*plan/float64(max(c, 1)), q)
+		fmt.Fprintf(&b, "\n  %9.1f ms %8d calls %6.2f/unit %8.1f µs (planning %6.1f, %d plans)  %s", ms, c, float64(c)/units, 1000*ms/float64(max(c, 1)), 1000*plan/float64(max(c, 1)), plans, q)
 	}
 	if err := rows.Err(); err != nil {
 		return err.Error()

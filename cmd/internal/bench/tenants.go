@@ -42,6 +42,7 @@ import (
 type Tenants struct {
 	p               DrainParams
 	cost            *versusClient // the drain over many tenants vs one
+	grouped         *versusClient // the same, each tenant's intents enqueued together
 	one             costs         // the one tenant's drain's costs
 	runs            int
 	cpuMany, cpuOne []CPU
@@ -102,6 +103,11 @@ func NewTenants(quick bool, binary string) *Tenants {
 	s.one = newCosts("one tenant", "intent")
 	s.cost.row.Also = append(s.cost.row.Also, s.one.figures()...)
 	s.cost.row.Goal = Goal{Text: "DB CPU/intent ≤ 1.2× one tenant's", Check: s.cost.cpuRatio.AtMost(1.2)}
+	s.grouped = newVersus("11. Tenants",
+		fmt.Sprintf("the same drain of %s tenants with each tenant's intents enqueued together (its batch or run, committed at once), vs the same drain of one tenant",
+			Thousands(CostTenants)),
+		"one tenant (the default), same drain", "one tenant", newCosts("", "intent"), true)
+	s.grouped.row.Goal = Goal{Text: "DB CPU/intent ≤ 1.2× one tenant's", Check: s.grouped.cpuRatio.AtMost(1.2)}
 
 	f := s.fleet
 	fleet := fmt.Sprintf("%d × `sendonce work --concurrency %d --api-rate %d/s`, API limit %d/s", f.workers, f.concurrency, f.limit, f.limit)
@@ -185,7 +191,7 @@ func (s *Tenants) Name() string { return "tenants" }
 
 // Rows are the cost's row, then the fairness run's.
 func (s *Tenants) Rows() []*Row {
-	return []*Row{s.cost.row, s.even, s.weighted, s.urgent, s.quotaRow, s.fleetCost}
+	return []*Row{s.cost.row, s.grouped.row, s.even, s.weighted, s.urgent, s.quotaRow, s.fleetCost}
 }
 
 // Run drains over many tenants and over one, in an order that alternates
@@ -221,12 +227,18 @@ func (s *Tenants) Run(ctx context.Context, env *Env) error {
 func (s *Tenants) costRun(ctx context.Context, env *Env) error {
 	one := s.p
 	one.Tenants = 0
-	var many, single DrainResult
+	grouped := s.p
+	grouped.Grouped = true
+	var many, together, single DrainResult
 	drains := []struct {
 		name string
 		res  *DrainResult
 		p    DrainParams
-	}{{fmt.Sprintf("%d tenants", CostTenants), &many, s.p}, {"one tenant", &single, one}}
+	}{
+		{fmt.Sprintf("%d tenants", CostTenants), &many, s.p},
+		{"one tenant", &single, one},
+		{fmt.Sprintf("%d tenants enqueued together", CostTenants), &together, grouped},
+	}
 	for i := range drains {
 		dr := drains[(i+s.runs)%len(drains)]
 		counting := env.resetStatements(ctx)
@@ -240,11 +252,12 @@ func (s *Tenants) costRun(ctx context.Context, env *Env) error {
 	}
 	s.runs++
 	rate, cpu := s.cost.add(many, single)
+	grate, gcpu := s.grouped.add(together, single)
 	s.one.add(single)
 	s.cpuMany = append(s.cpuMany, many.CPUPerJob())
 	s.cpuOne = append(s.cpuOne, single.CPUPerJob())
-	env.Logf("tenants cost: %d tenants %s, one tenant %s; %d tenants ÷ one: rate %s, DB CPU per intent %s",
-		CostTenants, many, single, CostTenants, Times.Format(rate), Times.Format(cpu))
+	env.Logf("tenants cost: %d tenants %s, enqueued together %s, one tenant %s; ÷ one: round robin rate %s, DB CPU per intent %s; together rate %s, DB CPU per intent %s",
+		CostTenants, many, together, single, Times.Format(rate), Times.Format(cpu), Times.Format(grate), Times.Format(gcpu))
 	return nil
 }
 

@@ -49,39 +49,51 @@ const tenantLeftSQL = `LATERAL (SELECT l.tokens, l.day, l.month, l.day_used, l.m
 // sets a limit.
 const limitedSQL = `(t.rate IS NOT NULL OR t.quota_day IS NOT NULL OR t.quota_month IS NOT NULL)`
 
-// claimSharesSQL is ClaimDueShares' statement for up to k shares: $7, $8
-// and $9 are the shares' classes, tenants and counts, padded to k (a
-// count of 0 takes nothing); $1, the shares' number, is only checked, so
-// that the parameters are those of claimDueSQL. The shares are read by index from
-// generate_series(1, k), whose row count the planner knows, so that the
-// generic plan costs what a custom one would and is kept (an unnest of a
-// parameter is estimated at many rows, and its statement planned anew at
-// every call; see claimOneSQL).
+// claimSharesSQL is ClaimDueShares' statement for up to k shares: $6, $7
+// and $8 are the shares' classes, tenants and counts, padded to k (a
+// count of 0 takes nothing); $1, the shares' number, is only checked; $2
+// to $5 are those of claimDueSQL; with owned, the claim is fenced by the
+// owner's lease ($3); with hold, $9 is the coalescing hold. The shares are
+// read by index from generate_series(1, k), whose row count the planner
+// knows, so that the generic plan costs what a custom one would and is
+// kept (an unnest of a parameter is estimated at many rows, and its
+// statement planned anew at every call; see claimOneSQL). For the same
+// reason no outbox row is read through a condition that a parameter's
+// value could make true (the fence without an owner, the hold of 0): a
+// plan for the arguments would fold it away, cost less than the generic
+// one, and be chosen, and planned, at every call (a millisecond each with
+// a thousand tenants, when the statistics were of one large tenant's).
 //
 // The limited tenants among the shares are locked, in name order, so
 // that two claims of one tenant take its tokens one after the other;
 // each share takes no more than its tenant's limits allow, and the
 // tenant's row counts what was taken: every claim spends a token, and a
 // first attempt counts against the quotas.
-func claimSharesSQL(k int) string {
+func claimSharesSQL(k int, owned, hold bool) string {
 	ks := strconv.Itoa(k)
+	fence, unheld := "", ""
+	if owned {
+		fence = ` AND ` + held("$3::int4")
+	}
+	if hold {
+		unheld = ` AND ` + unheldSQL("$9::float8")
+	}
 	return `WITH locked AS MATERIALIZED (
 			SELECT t.* FROM sendonce_tenant t
-			WHERE t.name IN (SELECT ($8::text[])[j] FROM generate_series(1, ` + ks + `) AS j) AND ` + limitedSQL + `
+			WHERE t.name IN (SELECT ($7::text[])[j] FROM generate_series(1, ` + ks + `) AS j) AND ` + limitedSQL + `
 			ORDER BY t.name FOR UPDATE OF t),
 		lim AS (SELECT t.name, l.* FROM locked t CROSS JOIN ` + tenantLeftSQL + ` l),
 		due AS (
 			SELECT d.id AS due_id FROM generate_series(1, ` + ks + `) AS i
-				LEFT JOIN lim ON lim.name = ($8::text[])[i] AND $1::int4 > 0
+				LEFT JOIN lim ON lim.name = ($7::text[])[i] AND $1::int4 > 0
 				CROSS JOIN LATERAL (
 					SELECT o.id FROM sendonce_outbox o
-					WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ($7::bool[])[i]
-						AND ` + tenantSQL + ` = ($8::text[])[i] AND ` + dueSQL + ` <= now() AND o.queue = $5
+					WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ($6::bool[])[i]
+						AND ` + tenantSQL + ` = ($7::text[])[i] AND ` + dueSQL + ` <= now() AND o.queue = $5
 						AND ` + notPausedSQL + `
-						AND ($3::int4 IS NULL OR ` + held("$3::int4") + `)
-						AND ` + unheldSQL("$6::float8") + `
+						` + fence + unheld + `
 					ORDER BY ` + dueOrderSQL + `
-					LIMIT greatest(0, least(coalesce(($9::int4[])[i], 0), coalesce(lim.allow, 2147483647)))
+					LIMIT greatest(0, least(coalesce(($8::int4[])[i], 0), coalesce(lim.allow, 2147483647)))
 					FOR UPDATE OF o SKIP LOCKED) d),
 		claimed AS (
 			UPDATE sendonce_outbox o
@@ -114,13 +126,23 @@ var shareSizes = []int{1, 8, 32, MaxShares}
 // MaxShares is the most shares one fair claim takes.
 const MaxShares = 128
 
-var claimSharesTexts = func() map[int]string {
-	out := map[int]string{}
+// claimSharesTexts are claimSharesSQL's texts, by size, owned and hold.
+var claimSharesTexts = func() map[claimSharesText]string {
+	out := map[claimSharesText]string{}
 	for _, k := range shareSizes {
-		out[k] = claimSharesSQL(k)
+		for _, owned := range []bool{false, true} {
+			for _, hold := range []bool{false, true} {
+				out[claimSharesText{k, owned, hold}] = claimSharesSQL(k, owned, hold)
+			}
+		}
 	}
 	return out
 }()
+
+type claimSharesText struct {
+	k           int
+	owned, hold bool
+}
 
 // ClaimDueShares claims, in one statement, up to each share's N due
 // intents of its tenant and class, of queue, without a River job of their
@@ -145,8 +167,11 @@ func ClaimDueShares(ctx context.Context, db DB, shares []Share, queue string, ow
 	for i, s := range shares {
 		bulk[i], tenants[i], counts[i] = s.Bulk, s.Tenant, int32(min(max(s.N, 0), math.MaxInt32))
 	}
-	rows, err := db.Query(ctx, claimSharesTexts[k], len(shares), window.Seconds(), engineOwner(owner), fingerprint, queue, hold.Seconds(),
-		bulk, tenants, counts)
+	args := []any{len(shares), window.Seconds(), engineOwner(owner), fingerprint, queue, bulk, tenants, counts}
+	if hold > 0 {
+		args = append(args, hold.Seconds())
+	}
+	rows, err := db.Query(ctx, claimSharesTexts[claimSharesText{k, owner != 0, hold > 0}], args...)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +203,9 @@ type DueTenant struct {
 	// Due says a claim would find one of them due now (its limits aside).
 	Due bool
 	// Next, when none is due, is how long until the first comes due (nil:
-	// none has a due time ahead).
+	// none has a due time ahead); with DueTenants' next, it may be sooner,
+	// when the tenant's first pending intent is of another queue or of a
+	// paused run.
 	Next *time.Duration
 	// Weight is the tenant's weight (1 without settings).
 	Weight int
@@ -192,12 +219,15 @@ type DueTenant struct {
 // one (class, tenant) to the next, one probe each, which finds each
 // tenant's first due time on the way, and the tenant's settings and what
 // its limits leave. With next (the drain's look before it sleeps), a
-// probe per tenant for a due intent that a claim would take (of the queue,
-// not of a paused run, not held for coalescing with hold, $2) and one for
-// the next to come due; without (a claim's look), a tenant is due when
-// its first due time has come, and a claim that finds otherwise comes back
-// short. A text has no parameter it does not use, so that no custom plan
-// folds one away and the generic plan is kept.
+// tenant whose first due time has come is probed for a due intent that a
+// claim would take (of the queue, not of a paused run, not held for
+// coalescing with hold, $2), and only one that has none for the next to
+// come due; a tenant whose first due time is ahead comes due then (or a
+// look then finds it is of another queue or a paused run). Without next
+// (a claim's look), a tenant is due when its first due time has come, and
+// a claim that finds otherwise comes back short. A text has no parameter
+// it does not use, so that no custom plan folds one away and the generic
+// plan is kept.
 func dueTenantsSQL(hold, next bool) string {
 	due := `ts.at <= now()`
 	nextDue := `NULL::float8`
@@ -206,14 +236,16 @@ func dueTenantsSQL(hold, next bool) string {
 		if hold {
 			unheld = ` AND ` + unheldSQL("$2::float8")
 		}
-		due = `EXISTS (SELECT 1 FROM sendonce_outbox o
+		due = `CASE WHEN ts.at <= now() THEN EXISTS (SELECT 1 FROM sendonce_outbox o
 				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ts.bulk
 					AND ` + tenantSQL + ` = ts.tenant AND ` + dueSQL + ` <= now() AND o.queue = $1
-					AND ` + notPausedSQL + unheld + `)`
-		nextDue = `(SELECT extract(epoch FROM ` + dueSQL + ` - now())::float8 FROM sendonce_outbox o
+					AND ` + notPausedSQL + unheld + `) ELSE false END`
+		nextDue = `CASE WHEN ts.at > now() THEN extract(epoch FROM ts.at - now())::float8
+			WHEN ts.due THEN NULL::float8
+			ELSE (SELECT extract(epoch FROM ` + dueSQL + ` - now())::float8 FROM sendonce_outbox o
 				WHERE o.state = 'pending' AND o.job_id IS NULL AND (o.run_key IS NOT NULL) = ts.bulk
 					AND ` + tenantSQL + ` = ts.tenant AND ` + dueSQL + ` > now() AND o.queue = $1 AND ` + notPausedSQL + `
-				ORDER BY ` + dueOrderSQL + ` LIMIT 1)`
+				ORDER BY ` + dueOrderSQL + ` LIMIT 1) END`
 	}
 	return `WITH RECURSIVE ts AS (
 			(SELECT (o.run_key IS NOT NULL) AS bulk, ` + tenantSQL + ` AS tenant, ` + dueSQL + ` AS at FROM sendonce_outbox o
@@ -224,10 +256,11 @@ func dueTenantsSQL(hold, next bool) string {
 				SELECT (o.run_key IS NOT NULL) AS bulk, ` + tenantSQL + ` AS tenant, ` + dueSQL + ` AS at FROM sendonce_outbox o
 				WHERE o.state = 'pending' AND o.job_id IS NULL
 					AND ((o.run_key IS NOT NULL), ` + tenantSQL + `) > (ts.bulk, ts.tenant)
-				ORDER BY ` + dueOrderSQL + ` LIMIT 1) n)
-		SELECT ts.bulk, ts.tenant, ` + due + `, ` + nextDue + `,
+				ORDER BY ` + dueOrderSQL + ` LIMIT 1) n),
+		td AS MATERIALIZED (SELECT ts.bulk, ts.tenant, ts.at, ` + due + ` AS due FROM ts)
+		SELECT ts.bulk, ts.tenant, ts.due, ` + nextDue + `,
 			coalesce(t.weight, 1), l.allow, l.wait
-		FROM ts LEFT JOIN sendonce_tenant t ON t.name = ts.tenant CROSS JOIN ` + tenantLeftSQL + ` l
+		FROM td ts LEFT JOIN sendonce_tenant t ON t.name = ts.tenant CROSS JOIN ` + tenantLeftSQL + ` l
 		ORDER BY ts.bulk, ts.tenant`
 }
 
@@ -246,7 +279,8 @@ var dueTenantsTexts = [2][2]string{
 // (of any queue, of a paused run or held: the claim is the judge).
 // Transactional classes come first, tenants in name order. One
 // statement: its cost grows with the tenants that have intents pending
-// (one probe each, three with next), not with the intents.
+// (one probe each, with next a second for each tenant whose first due time
+// has come, and a third where that finds none due), not with the intents.
 func DueTenants(ctx context.Context, db DB, queue string, hold time.Duration, next bool) ([]DueTenant, error) {
 	h, nx := 0, 0
 	var args []any

@@ -3,6 +3,17 @@
 -- TestSchemaFile; do not edit it by hand. After adding a migration:
 --   go run ./internal/cmd/withpg -- go test ./migrations -run TestSchemaFile -update
 
+-- TYPE sendonce_status
+CREATE TYPE public.sendonce_status AS (
+	transition text,
+	idempotency_key text,
+	kind text,
+	run_key text,
+	tenant text,
+	tags jsonb,
+	message_id text
+);
+
 -- FUNCTION sendonce_address(text)
 CREATE FUNCTION public.sendonce_address(a text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -656,6 +667,61 @@ BEGIN
 END
 $$;
 
+-- FUNCTION sendonce_status_changes()
+CREATE FUNCTION public.sendonce_status_changes() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    s sendonce_status[];
+BEGIN
+    SELECT array_agg(ROW(t.transition, n.idempotency_key, n.kind, n.run_key, coalesce(n.tenant, ''),
+            CASE WHEN jsonb_typeof(n.payload -> 'tags') = 'object' THEN n.payload -> 'tags' END,
+            coalesce(n.message_id, ''))::sendonce_status ORDER BY n.id, t.rank)
+        INTO s
+    FROM new_rows n JOIN old_rows o ON o.id = n.id
+    CROSS JOIN LATERAL (VALUES
+        (1, CASE WHEN n.state IS DISTINCT FROM o.state AND n.state IN ('sent', 'failed', 'suppressed', 'canceled') THEN n.state END),
+        (2, CASE WHEN n.delivery_status IS DISTINCT FROM o.delivery_status
+            AND n.delivery_status IN ('delivered', 'bounced', 'complained') THEN n.delivery_status END)) AS t(rank, transition)
+    WHERE t.transition IS NOT NULL;
+    IF s IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF TG_ARGV[0] = 'capture' THEN
+        PERFORM set_config('sendonce.statuses',
+            (coalesce(nullif(current_setting('sendonce.statuses', true), ''), '[]')::jsonb || to_jsonb(s))::text, true);
+    ELSE
+        PERFORM sendonce_on_status(x) FROM unnest(s) AS x;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- FUNCTION sendonce_status_hook_disable()
+CREATE FUNCTION public.sendonce_status_hook_disable() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DROP TRIGGER IF EXISTS sendonce_outbox_status_hook ON sendonce_outbox;
+END
+$$;
+
+-- FUNCTION sendonce_status_hook_enable()
+CREATE FUNCTION public.sendonce_status_hook_enable() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF to_regprocedure('sendonce_on_status(sendonce_status)') IS NULL THEN
+        RAISE EXCEPTION 'sendonce: define the function sendonce_on_status(sendonce_status) before enabling the status hook';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'sendonce_outbox'::regclass AND tgname = 'sendonce_outbox_status_hook') THEN
+        CREATE TRIGGER sendonce_outbox_status_hook AFTER UPDATE ON sendonce_outbox
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION sendonce_status_changes('call');
+    END IF;
+END
+$$;
+
 -- FUNCTION sendonce_suppressed(text, jsonb)
 CREATE FUNCTION public.sendonce_suppressed(kind text, payload jsonb) RETURNS text[]
     LANGUAGE sql STABLE
@@ -1189,6 +1255,9 @@ CREATE TRIGGER sendonce_outbox_run_topic BEFORE INSERT ON public.sendonce_outbox
 
 -- TRIGGER sendonce_outbox sendonce_outbox_snapshot
 CREATE TRIGGER sendonce_outbox_snapshot AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked) AND (current_setting('transaction_isolation'::text) <> ALL (ARRAY['read committed'::text, 'read uncommitted'::text])))) EXECUTE FUNCTION public.sendonce_outbox_snapshot();
+
+-- TRIGGER sendonce_outbox sendonce_outbox_status_capture
+CREATE TRIGGER sendonce_outbox_status_capture AFTER UPDATE ON public.sendonce_outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((current_setting('sendonce.capture'::text, true) = 'on'::text)) EXECUTE FUNCTION public.sendonce_status_changes('capture');
 
 -- TRIGGER sendonce_outbox sendonce_outbox_tally_delete
 CREATE TRIGGER sendonce_outbox_tally_delete AFTER DELETE ON public.sendonce_outbox REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.sendonce_outbox_tally();

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sendonce/sendonce/internal/base/status"
 	"github.com/sendonce/sendonce/internal/base/store"
 )
 
@@ -29,6 +30,16 @@ type Handler struct {
 	secrets []string
 	log     *slog.Logger
 	now     func() time.Time
+	hook    status.Hook
+}
+
+// OnStatus sets a status hook (outbox.StatusHook): the delivery
+// statuses an event records (delivered, bounced, complained) are told to
+// it in the transaction that stores the event, before it commits. An error
+// from it rolls the event back and answers 500, so that the API delivers
+// it again. Set it before the Handler serves.
+func (h *Handler) OnStatus(hook status.Hook) {
+	h.hook = hook
 }
 
 // New returns a Handler that stores events through pool and accepts a
@@ -134,6 +145,11 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 		if err != nil {
 			return fmt.Errorf("insert event: %w", err)
 		}
+		if h.hook != nil {
+			if err := store.CaptureStatuses(ctx, tx); err != nil {
+				return fmt.Errorf("capture statuses: %w", err)
+			}
+		}
 		// Match first: an event without addresses of its own suppresses
 		// the recipients of the intent it matched.
 		var key *string
@@ -142,6 +158,20 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 			return fmt.Errorf("match event: %w", err)
 		}
 		st.intentKey = deref(key)
+		if h.hook == nil {
+			return nil
+		}
+		raw, err := store.CapturedStatuses(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("read captured statuses: %w", err)
+		}
+		statuses, err := status.Parse(raw)
+		if err != nil || len(statuses) == 0 {
+			return err
+		}
+		if err := h.hook(ctx, tx, statuses); err != nil {
+			return fmt.Errorf("status hook: %w", err)
+		}
 		return nil
 	})
 	if err != nil {

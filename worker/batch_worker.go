@@ -40,6 +40,7 @@ func (bw *batchWorker) NextRetry(job *river.Job[sendjob.BatchArgs]) time.Time {
 // members, with the claim and the HTTP attempts as children.
 func (bw *batchWorker) Work(ctx context.Context, job *river.Job[sendjob.BatchArgs]) (err error) {
 	w := bw.w
+	ctx = sendstate.WithStatusHook(ctx, w.onStatus)
 	ctx, span := w.tracer.Start(ctx, spanSendBatch, trace.WithAttributes(attrBatchKey.String(job.Args.Key), attrJobID.Int64(job.ID)))
 	defer func() { endSend(span, err) }()
 	releaseSend, err := w.acquireSend(ctx)

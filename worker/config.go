@@ -120,6 +120,14 @@ type Config struct {
 	// it comes due (its insert, its send_at), and one alone goes
 	// sendstate.CoalesceGrace (a tenth of a second) after it.
 	CoalesceWait time.Duration
+	// OnStatus, when set, is called with the transaction that records
+	// the transitions of intents this worker makes, before it commits, so
+	// that the application's own writes commit with them or not at all
+	// (see outbox.StatusHook). This worker tells it of the intents it
+	// records sent. An error from it rolls the recording back, which is
+	// then tried again as a failed recording is: the intent goes out again
+	// under its key, which the API replays.
+	OnStatus outbox.StatusHook
 	// Producers are the Go producers of recurring runs, by the name a
 	// schedule gives (outbox.Schedule.Producer). A schedule naming a
 	// producer this worker lacks is left to a worker that has it.

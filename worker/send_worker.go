@@ -41,6 +41,8 @@ type sendWorker struct {
 	pool   *pgxpool.Pool
 	client *client.Client
 	cfg    SendConfig
+	// onStatus is Config.OnStatus, carried into each send's context.
+	onStatus outbox.StatusHook
 	// riverLog, when set (by New), is told of the errors a job's work
 	// logged itself, so River does not log them again.
 	riverLog *riverLog
@@ -141,6 +143,7 @@ func (c *SendConfig) retryDelay(attempt int) time.Duration {
 // the intent was enqueued in, with the claim and the HTTP attempts as
 // children and the outcome as attributes.
 func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendjob.Args]) (err error) {
+	ctx = sendstate.WithStatusHook(ctx, w.onStatus)
 	key := job.Args.Key
 	ctx, span := w.tracer.Start(ctx, spanSend, trace.WithAttributes(
 		attrKey.String(key), attrKind.String(job.Args.IntentKind), attrJobID.Int64(job.ID)))

@@ -82,6 +82,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Worker, error) {
 	conf.Send.Observer = rep
 	sendWorker := newSendWorker(pool, c, &conf.Send)
 	sendWorker.riverLog = newRiverLog(logger)
+	sendWorker.onStatus = conf.OnStatus
 	sendWorker.queue = conf.Queue
 	sendWorker.sends = make(chan struct{}, conf.Concurrency)
 	sendWorker.tracer = conf.TracerProvider.Tracer(tracerName)
@@ -194,6 +195,7 @@ func (w *Worker) RiverClient() *river.Client[pgx.Tx] { return w.river }
 
 // Start starts fetching and sending, and the sweeper.
 func (w *Worker) Start(ctx context.Context) error {
+	ctx = sendstate.WithStatusHook(ctx, w.sendWorker.onStatus)
 	// The batcher and the sweeper live until Stop, past ctx: sends in
 	// flight when ctx ends still record their outcome.
 	bgCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -45,6 +45,11 @@ type Outcome struct {
 type SentMark struct {
 	Key       string
 	WasFailed bool
+	// The row's, read only when MarkIntentsSent is asked for them (a
+	// status hook's): its kind, run key, tenant, the payload's tags (a
+	// JSON object, or nil) and the message id recorded.
+	Kind, RunKey, Tenant, MessageID string
+	Tags                            []byte
 }
 
 // markSentSQL is MarkIntentsSent's statement, joined to the answers
@@ -72,11 +77,16 @@ type SentMark struct {
 // counted alike, under pending; or failed) and into sent at its minute,
 // and for the members of runs the same by second. The delivery status and
 // the run key are the row's, which the mark does not change.
-func markSentSQL(answers string, asyncCommit bool) string {
+func markSentSQL(answers string, asyncCommit, status bool) string {
 	// The answers alone (asyncCommit) commit without waiting for the WAL
 	// flush, unless one of them overrode a failed intent: lost to a crash,
 	// that record would leave it failed, though its email went out, where
 	// a lost record of a sending intent has it sent again under its key.
+	statusColumns, statusOut := "", ""
+	if status {
+		statusColumns = `, ` + statusSQL
+		statusOut = `, kind, coalesce(run_key, ''), tenant, message_id, tags`
+	}
 	from := `m`
 	if asyncCommit {
 		from = `m, (SELECT set_config('synchronous_commit',
@@ -92,7 +102,7 @@ func markSentSQL(answers string, asyncCommit bool) string {
 		WHERE o.idempotency_key = m.key AND (o.state IN ('pending', 'sending', 'failed')) IS TRUE
 			AND (o.state = 'failed' OR ` + owned("o", "m.owner") + `)
 		RETURNING o.idempotency_key AS key, o.last_error IS NOT NULL AS was_failed, o.run_key,
-			coalesce(o.delivery_status, '') AS delivery_status, ` + selfTallied + `),
+			coalesce(o.delivery_status, '') AS delivery_status, ` + selfTallied + statusColumns + `),
 	t AS (
 		INSERT INTO sendonce_outbox_tally (minute, state, delivery_status, n)
 		SELECT v.minute, v.state, m.delivery_status, sum(v.n) FROM m,
@@ -106,21 +116,35 @@ func markSentSQL(answers string, asyncCommit bool) string {
 				(date_trunc('second', now()), 'sent', 1)) AS v(at, state, n)
 		WHERE m.run_key IS NOT NULL
 		GROUP BY 1, 2, 3, 4)
-	SELECT key, was_failed FROM ` + from
+	SELECT key, was_failed` + statusOut + ` FROM ` + from
 }
 
 // markSentOneSQL and markSentManySQL are MarkIntentsSent's statement for
 // one answer and for many: a one-row VALUES, and arrays unnested through
 // scalar subqueries, so that both keep a generic plan (see claimOneSQL).
 // The Async ones commit without waiting for the WAL flush.
+// The Status ones also return what a status hook is told of (statusSQL).
 var (
-	markSentOneSQL       = markSentSQL(markSentOne, false)
-	markSentManySQL      = markSentSQL(markSentMany, false)
-	markSentOneAsyncSQL  = markSentSQL(markSentOne, true)
-	markSentManyAsyncSQL = markSentSQL(markSentMany, true)
-	markSentOne          = `(VALUES ($1::text, $2::text, $3::bool, $4::int4))`
-	markSentMany         = `unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::bool[]), (SELECT $4::int4[]))`
+	markSentOne  = `(VALUES ($1::text, $2::text, $3::bool, $4::int4))`
+	markSentMany = `unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::bool[]), (SELECT $4::int4[]))`
+
+	markSentOneSQL             = markSentSQL(markSentOne, false, false)
+	markSentManySQL            = markSentSQL(markSentMany, false, false)
+	markSentOneAsyncSQL        = markSentSQL(markSentOne, true, false)
+	markSentManyAsyncSQL       = markSentSQL(markSentMany, true, false)
+	markSentOneStatusSQL       = markSentSQL(markSentOne, false, true)
+	markSentManyStatusSQL      = markSentSQL(markSentMany, false, true)
+	markSentOneAsyncStatusSQL  = markSentSQL(markSentOne, true, true)
+	markSentManyAsyncStatusSQL = markSentSQL(markSentMany, true, true)
 )
+
+// statusSQL is what a statement recording a transition of the outbox row
+// aliased o returns for a status hook: its kind, tenant (” for the
+// default), message id (” before one) and the payload's tags when they
+// are a JSON object. Only the texts for a hook read them: the tags cost a
+// read of the payload.
+const statusSQL = `o.kind, coalesce(o.tenant, '') AS tenant, coalesce(o.message_id, '') AS message_id,
+	CASE WHEN jsonb_typeof(o.payload -> 'tags') = 'object' THEN o.payload -> 'tags' END AS tags`
 
 // MarkIntentsSent records the API's answers in one statement: the intent
 // of keys[i] sent with messageIDs[i], replayed[i], by the attempt claimed
@@ -141,10 +165,17 @@ var (
 // claim, which must be durable before the send, is never made so.
 // In a transaction of the caller's, asyncCommit applies to its commit:
 // pass false there.
-func MarkIntentsSent(ctx context.Context, db DB, keys, messageIDs []string, replayed []bool, owners []int32, asyncCommit bool) ([]SentMark, error) {
+//
+// With status, each mark also holds what a status hook is told of.
+func MarkIntentsSent(ctx context.Context, db DB, keys, messageIDs []string, replayed []bool, owners []int32, asyncCommit, status bool) ([]SentMark, error) {
 	one, many := markSentOneSQL, markSentManySQL
-	if asyncCommit {
+	switch {
+	case asyncCommit && status:
+		one, many = markSentOneAsyncStatusSQL, markSentManyAsyncStatusSQL
+	case asyncCommit:
 		one, many = markSentOneAsyncSQL, markSentManyAsyncSQL
+	case status:
+		one, many = markSentOneStatusSQL, markSentManyStatusSQL
 	}
 	sql, args := many, []any{keys, messageIDs, replayed, owners}
 	if len(keys) == 1 {
@@ -158,7 +189,11 @@ func MarkIntentsSent(ctx context.Context, db DB, keys, messageIDs []string, repl
 	out := make([]SentMark, 0, len(keys))
 	for rows.Next() {
 		var m SentMark
-		if err := rows.Scan(&m.Key, &m.WasFailed); err != nil {
+		dest := []any{&m.Key, &m.WasFailed}
+		if status {
+			dest = append(dest, &m.Kind, &m.RunKey, &m.Tenant, &m.MessageID, &m.Tags)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		out = append(out, m)
@@ -181,13 +216,21 @@ var markFailedSQL = `UPDATE sendonce_outbox o
 		SET state = 'failed', last_error = $3, uncertain = uncertain OR $4, updated_at = now()
 		WHERE idempotency_key = $1 AND ` + jobIs("$2") + ` AND state IN ('pending', 'sending') AND ` + owned("o", "$5::int4")
 
+// markFailedStatusSQL is markFailedSQL returning what a status hook is
+// told of.
+var markFailedStatusSQL = markFailedSQL + statusReturning
+
 // MarkIntentFailed parks the intent o.Key as failed with o.Reason (and
 // uncertain with o.Uncertain), if it is pending or sending, its job is
 // o.JobID (0: none), and with an owner, its claim is o.Owner's and the
-// lease is held.
-func MarkIntentFailed(ctx context.Context, db DB, o Outcome) error {
+// lease is held. With status, it returns the intent parked (none when it
+// parked none), for a status hook.
+func MarkIntentFailed(ctx context.Context, db DB, o Outcome, status bool) ([]StatusRow, error) {
+	if status {
+		return queryStatusRows(ctx, db, markFailedStatusSQL, o.Key, o.JobID, o.Reason, o.Uncertain, o.Owner)
+	}
 	_, err := db.Exec(ctx, markFailedSQL, o.Key, o.JobID, o.Reason, o.Uncertain, o.Owner)
-	return err
+	return nil, err
 }
 
 // markPendingSQL is MarkIntentPending's statement.
@@ -225,7 +268,45 @@ var markSuppressedSQL = `UPDATE sendonce_outbox o
 // conditions of MarkIntentFailed, with o.Reason followed by its suppressed
 // recipients and why each is on the list, and undoes its claim (no
 // attempts, no first attempt, not uncertain, no API key).
-func MarkIntentSuppressed(ctx context.Context, db DB, o Outcome) error {
+// With status, it returns the intent parked, for a status hook.
+func MarkIntentSuppressed(ctx context.Context, db DB, o Outcome, status bool) ([]StatusRow, error) {
+	if status {
+		return queryStatusRows(ctx, db, markSuppressedStatusSQL, o.Key, o.JobID, o.Reason, o.Owner)
+	}
 	_, err := db.Exec(ctx, markSuppressedSQL, o.Key, o.JobID, o.Reason, o.Owner)
-	return err
+	return nil, err
+}
+
+// markSuppressedStatusSQL is markSuppressedSQL returning what a status
+// hook is told of.
+var markSuppressedStatusSQL = markSuppressedSQL + statusReturning
+
+// StatusRow is an outbox row a statement moved, as a status hook is told
+// of it (see statusSQL).
+type StatusRow struct {
+	Key, Kind, RunKey, Tenant, MessageID string
+	Tags                                 []byte
+}
+
+// statusReturning is the RETURNING clause of a statement on the outbox
+// row aliased o that returns StatusRows.
+const statusReturning = `
+		RETURNING o.idempotency_key, o.kind, coalesce(o.run_key, ''), ` + statusSQL
+
+// queryStatusRows runs sql, which returns StatusRows, and reads them.
+func queryStatusRows(ctx context.Context, db DB, sql string, args ...any) ([]StatusRow, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []StatusRow
+	for rows.Next() {
+		var r StatusRow
+		if err := rows.Scan(&r.Key, &r.Kind, &r.RunKey, &r.Tenant, &r.MessageID, &r.Tags); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }

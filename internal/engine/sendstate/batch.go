@@ -473,7 +473,9 @@ func RecordBatch(ctx context.Context, db *pgxpool.Pool, key string, owner int32,
 			for i, f := range failed {
 				keys[i], reasons[i], uncertain[i] = f.Key, f.Reason, f.Uncertain
 			}
-			if err := store.FailBatchMembers(ctx, tx, key, keys, reasons, uncertain); err != nil {
+			if err := captureStatus(ctx, tx, func(db DB) error {
+				return store.FailBatchMembers(ctx, db, key, keys, reasons, uncertain)
+			}); err != nil {
 				return err
 			}
 		}
@@ -500,7 +502,7 @@ func MarkBatchFailed(ctx context.Context, db DB, o Outcome) error {
 }
 
 func markBatch(ctx context.Context, db DB, state string, o Outcome) error {
-	err := store.MarkBatch(ctx, db, state, o)
+	err := captureStatus(ctx, db, func(db DB) error { return store.MarkBatch(ctx, db, state, o) })
 	if err != nil {
 		return fmt.Errorf("sendstate: mark batch %s %q: %w", state, o.Key, err)
 	}
@@ -561,8 +563,10 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 				return fmt.Errorf("read the batch's run: %w", err)
 			}
 			if runState == "canceled" {
-				return store.CancelBatchMembers(ctx, tx, o.Key, allMembers(parts),
-					o.Reason+"; not sent, and not sent again: its run was canceled")
+				return captureStatus(ctx, tx, func(db DB) error {
+					return store.CancelBatchMembers(ctx, db, o.Key, allMembers(parts),
+						o.Reason+"; not sent, and not sent again: its run was canceled")
+				})
 			}
 		}
 		for _, p := range parts {
@@ -586,7 +590,7 @@ func (b *Batcher) Split(ctx context.Context, o Outcome, parts []SplitPart) (keys
 			switch {
 			case len(ids) == 0:
 			case p.Failed != "":
-				if err := store.FailIntents(ctx, tx, ids, p.Failed); err != nil {
+				if err := captureStatus(ctx, tx, func(db DB) error { return store.FailIntents(ctx, db, ids, p.Failed) }); err != nil {
 					return err
 				}
 			case len(ids) == 1:

@@ -16,7 +16,12 @@ const matchBatch = 1000
 // it matched. The workers' sweeper calls it every second; with no unmatched
 // event it reads one empty index page.
 func MatchEvents(ctx context.Context, db DB) (int, error) {
-	n, err := store.MatchPendingEvents(ctx, db, matchBatch)
+	var n int
+	err := captureStatus(ctx, db, func(db DB) error {
+		var err error
+		n, err = store.MatchPendingEvents(ctx, db, matchBatch)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: match pending events: %w", err)
 	}

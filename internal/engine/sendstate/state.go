@@ -26,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sendonce/sendonce/internal/base/status"
 	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
@@ -222,7 +223,22 @@ func markSentMany(ctx context.Context, db DB, sent []Sent, asyncCommit bool) (ov
 	for i, s := range sorted {
 		keys[i], ids[i], replayed[i], owners[i] = s.Key, s.MessageID, s.Replayed, s.Owner
 	}
-	marks, err := store.MarkIntentsSent(ctx, db, keys, ids, replayed, owners, asyncCommit)
+	var marks []store.SentMark
+	if hook := statusHook(ctx); hook != nil {
+		err = recordWithHook(ctx, db, hook, func(db DB) ([]outbox.Status, error) {
+			var err error
+			if marks, err = store.MarkIntentsSent(ctx, db, keys, ids, replayed, owners, asyncCommit, true); err != nil {
+				return nil, err
+			}
+			statuses := make([]outbox.Status, len(marks))
+			for i, m := range marks {
+				statuses[i] = status.Of(outbox.TransitionSent, m.Key, m.Kind, m.RunKey, m.Tenant, m.MessageID, m.Tags)
+			}
+			return statuses, nil
+		})
+	} else {
+		marks, err = store.MarkIntentsSent(ctx, db, keys, ids, replayed, owners, asyncCommit, false)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("sendstate: mark sent: %w", err)
 	}
@@ -258,7 +274,9 @@ type Outcome = store.Outcome
 // MarkFailed parks an intent as failed with the reason. Only the intent's
 // own job may, and with an owner only under its lease (see MarkSentMany).
 func MarkFailed(ctx context.Context, db DB, o Outcome) error {
-	return mark(store.MarkIntentFailed(ctx, db, o), "mark failed", o)
+	return mark(recordStatus(ctx, db, outbox.TransitionFailed, func(db DB, status bool) ([]store.StatusRow, error) {
+		return store.MarkIntentFailed(ctx, db, o, status)
+	}), "mark failed", o)
 }
 
 // MarkPending puts an intent back to pending after an attempt that will be
@@ -288,5 +306,7 @@ func mark(err error, op string, o Outcome) error {
 // the recipients up again. Only the intent's own job may, and
 // with an owner only under its lease (see MarkSentMany).
 func MarkSuppressed(ctx context.Context, db DB, o Outcome) error {
-	return mark(store.MarkIntentSuppressed(ctx, db, o), "mark suppressed", o)
+	return mark(recordStatus(ctx, db, outbox.TransitionSuppressed, func(db DB, status bool) ([]store.StatusRow, error) {
+		return store.MarkIntentSuppressed(ctx, db, o, status)
+	}), "mark suppressed", o)
 }

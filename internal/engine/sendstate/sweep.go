@@ -148,7 +148,12 @@ func ReleaseDrained(ctx context.Context, db DB, key string, owner int32) (bool, 
 // no longer sending under owner's claim is left as it is. It returns how
 // many it gave back.
 func UnclaimDrained(ctx context.Context, db DB, keys []string, owner int32) (int, error) {
-	n, err := store.UnclaimDrained(ctx, db, keys, owner)
+	var n int
+	err := captureStatus(ctx, db, func(db DB) error {
+		var err error
+		n, err = store.UnclaimDrained(ctx, db, keys, owner)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("sendstate: give back %d unsent claims: %w", len(keys), err)
 	}

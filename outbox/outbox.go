@@ -9,6 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/sendonce/sendonce/internal/base/status"
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // DefaultQueue is the queue intents go on unless configured: the River
@@ -20,6 +23,11 @@ type Config struct {
 	// Queue is the queue the intents go on (default DefaultQueue): the
 	// workers of that River queue (worker.Config.Queue) drain them.
 	Queue string
+	// OnStatus, when set, is told of the transitions this Outbox records
+	// (an intent canceled, a run's members canceled) in the transaction
+	// that records them, before it commits (see StatusHook); an error
+	// from it rolls the operation back and is returned.
+	OnStatus StatusHook
 }
 
 // Outbox enqueues and reads send intents. It is safe for concurrent use.
@@ -27,6 +35,7 @@ type Outbox struct {
 	pool  *pgxpool.Pool
 	river *river.Client[pgx.Tx]
 	queue string
+	hook  StatusHook
 }
 
 // New returns an Outbox over the application's database. Nothing is
@@ -47,12 +56,36 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: river client: %w", err)
 	}
-	return &Outbox{pool: pool, river: rc, queue: queue}, nil
+	return &Outbox{pool: pool, river: rc, queue: queue, hook: cfg.OnStatus}, nil
 }
 
 // inTx runs fn in a transaction of its own on the pool.
+// With a status hook, the transitions fn's statements record are
+// captured (store.CaptureStatuses) and told to it before the commit.
 func (o *Outbox) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, o.pool, fn)
+	if o.hook == nil {
+		return pgx.BeginFunc(ctx, o.pool, fn)
+	}
+	return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		if err := store.CaptureStatuses(ctx, tx); err != nil {
+			return fmt.Errorf("capture statuses: %w", err)
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		raw, err := store.CapturedStatuses(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("read captured statuses: %w", err)
+		}
+		statuses, err := status.Parse(raw)
+		if err != nil || len(statuses) == 0 {
+			return err
+		}
+		if err := o.hook(ctx, tx, statuses); err != nil {
+			return fmt.Errorf("status hook: %w", err)
+		}
+		return nil
+	})
 }
 
 func notFound(err error, key string) error {

@@ -47,7 +47,14 @@ type DrainParams struct {
 	// Grouped, with Tenants, enqueues each tenant's intents together (a
 	// tenant's batch or run, committed at once), not round robin.
 	Grouped bool
+	// Hook, for DrainOutbox, gives the worker a status hook (OnStatus)
+	// that does one UPDATE of HookTable per call: each sent intent's
+	// row gets emailed_at and one more in emailed.
+	Hook bool
 }
+
+// HookTable is the application's table of the status hook's drain.
+const HookTable = "bench_invoices"
 
 // DrainResult is what one drain measured.
 type DrainResult struct {
@@ -60,6 +67,11 @@ type DrainResult struct {
 	// WAL is the bytes of write-ahead log the server wrote in the measured
 	// time.
 	WAL int64
+	// Statements and Commits, for DrainOutbox, are the statements
+	// (pg_stat_statements' calls; -1 without it) and the transactions
+	// (pg_stat_database's xact_commit) of the benchmark database from the
+	// start of the drain to its end, its pool closed.
+	Statements, Commits int64
 }
 
 // Rate is jobs per second.
@@ -138,12 +150,30 @@ func DrainOutbox(ctx context.Context, env *Env, p DrainParams) (DrainResult, err
 	if err := EnqueueBatches(ctx, pool, ob, intents, 1000); err != nil {
 		return DrainResult{}, err
 	}
+	if p.Hook {
+		if err := env.hookTable(ctx, intents); err != nil {
+			return DrainResult{}, err
+		}
+	}
 	if err := env.Checkpoint(ctx); err != nil {
 		return DrainResult{}, err
 	}
 
+	s0, c0 := env.readStatements(ctx), env.readCommits(ctx)
 	res, err := drainQueued(ctx, env, pool, fake, p)
-	return checkDrained(ctx, env, fake, p, res, err)
+	if err == nil {
+		// The pool's backends report their transactions as they exit.
+		pool.Close()
+		res.Statements, res.Commits = env.readStatements(ctx)-s0, env.readCommits(ctx)-c0
+		if s0 < 0 {
+			res.Statements = -1
+		}
+	}
+	res, err = checkDrained(ctx, env, fake, p, res, err)
+	if err == nil && p.Hook {
+		err = env.checkHookTable(ctx, p.N)
+	}
+	return res, err
 }
 
 // checkDrained is res, err of a drain of p.N intents, unless, after a
@@ -167,13 +197,17 @@ func checkDrained(ctx context.Context, env *Env, fake *Fake, p DrainParams, res 
 // sends end it).
 func drainQueued(ctx context.Context, env *Env, pool *pgxpool.Pool, fake *Fake, p DrainParams) (DrainResult, error) {
 	events, observe := outcomeEvents(p.N + 1000)
-	w, err := worker.New(pool, &worker.Config{
+	cfg := &worker.Config{
 		Client:        fake.Client,
 		Concurrency:   p.Concurrency,
 		FetchCooldown: p.FetchCooldown,
 		Logger:        discard,
 		Send:          worker.SendConfig{Observer: observe},
-	})
+	}
+	if p.Hook {
+		cfg.OnStatus = invoicesEmailed
+	}
+	w, err := worker.New(pool, cfg)
 	if err != nil {
 		return DrainResult{}, err
 	}

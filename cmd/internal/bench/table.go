@@ -22,6 +22,7 @@ const (
 	PercentTenths             // 0.4% (value is a fraction: 0.004), for small shares
 	Micros                    // 123 µs (value in microseconds)
 	Bytes                     // 1,234 B (value in bytes)
+	Hundredths                // 0.15 (a number per unit, to two places)
 )
 
 // Format renders v in the unit.
@@ -53,6 +54,8 @@ func (u Unit) Format(v float64) string {
 		return Thousands(v) + " µs"
 	case Bytes:
 		return Thousands(v) + " B"
+	case Hundredths:
+		return strconv.FormatFloat(v, 'f', 2, 64)
 	}
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }

@@ -87,6 +87,7 @@ func run() int {
 		bench.NewIdle(),
 		bench.NewHistory(*quick, sizes),
 		bench.NewTenants(*quick, *sendonce),
+		bench.NewHook(*quick),
 	}
 	scenarios := all
 	if *only != "" {

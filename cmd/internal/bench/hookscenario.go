@@ -38,9 +38,10 @@ func NewHook(quick bool) *Hook {
 	s.baseCommit = &Figure{Name: "without: transactions/intent", Unit: Hundredths}
 	s.addCommits = &Figure{Name: "transactions added/intent", Unit: Hundredths}
 	s.cost.row.Also = append(s.cost.row.Also, s.stmts, s.baseStmts, s.addStmts, s.commits, s.baseCommit, s.addCommits)
-	s.cost.row.Goal = Goal{Text: "≤ 1 statement and no transaction added per intent (one transition each: sent)", Check: func(r *Row) bool {
-		return s.addStmts.AtMost(1)(r) && s.addCommits.AtMost(0.01)(r)
-	}}
+	// The transactions are shown, not checked: how many rounds a drain
+	// makes varies with its pace, and the hook runs in the mark's own
+	// transaction by construction (TestStatusHookAddsNoTransaction).
+	s.cost.row.Goal = Goal{Text: "≤ 1 statement added per intent (one transition each: sent), in the mark's transaction", Check: s.addStmts.AtMost(1)}
 	return s
 }
 

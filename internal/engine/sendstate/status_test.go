@@ -181,3 +181,44 @@ func TestSQLStatusHook(t *testing.T) {
 		t.Fatalf("disabled, the function was still called: %d rows, want 4", n)
 	}
 }
+
+// A status hook adds no transaction: its writes are in the mark's own
+// (the rows' xmin is one transaction id), a lone mark's as well as one in
+// a transaction of the caller's.
+func TestStatusHookAddsNoTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, _ := setup(t)
+	pgtest.Exec(t, pool, `CREATE TABLE app_emailed (key text PRIMARY KEY)`)
+	for i := range 4 {
+		pgtest.Exec(t, pool, `INSERT INTO sendonce_outbox (idempotency_key, kind, payload) VALUES ('invoice:' || $1::int, 'email', $2)`, i, outboxtest.InvoiceBody)
+	}
+	claimDue(t, pool, 4, claimOpts)
+	hook := func(ctx context.Context, tx pgx.Tx, statuses []outbox.Status) error {
+		keys := make([]string, len(statuses))
+		for i, s := range statuses {
+			keys[i] = s.Key
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO app_emailed SELECT unnest($1::text[])`, keys)
+		return err
+	}
+	hctx := sendstate.WithStatusHook(ctx, hook)
+	if _, _, err := sendstate.MarkSentManyAsyncCommit(hctx, pool, []sendstate.Sent{{Key: "invoice:0", MessageID: "m0"}, {Key: "invoice:1", MessageID: "m1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, _, err := sendstate.MarkSentMany(hctx, tx, []sendstate.Sent{{Key: "invoice:2", MessageID: "m2"}, {Key: "invoice:3", MessageID: "m3"}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Each pair of marks and its hook's rows: one transaction id.
+	if n := outboxtest.Value[int](t, pool, `SELECT count(DISTINCT x) FROM (
+		SELECT xmin::text AS x FROM sendonce_outbox WHERE state = 'sent'
+		UNION ALL SELECT xmin::text FROM app_emailed) t`); n != 2 {
+		t.Fatalf("the marks and the hook's writes are in %d transactions, want 2 (one per mark)", n)
+	}
+	if n := outboxtest.Value[int](t, pool, `SELECT count(*) FROM app_emailed a JOIN sendonce_outbox o ON o.idempotency_key = a.key AND o.xmin::text = a.xmin::text`); n != 4 {
+		t.Fatalf("%d of the hook's 4 rows share their intent's transaction", n)
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/sendonce/sendonce/internal/base/status"
-	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // DefaultQueue is the queue intents go on unless configured: the River
@@ -67,17 +66,7 @@ func (o *Outbox) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		return pgx.BeginFunc(ctx, o.pool, fn)
 	}
 	return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		if err := store.CaptureStatuses(ctx, tx); err != nil {
-			return fmt.Errorf("capture statuses: %w", err)
-		}
-		if err := fn(tx); err != nil {
-			return err
-		}
-		raw, err := store.CapturedStatuses(ctx, tx)
-		if err != nil {
-			return fmt.Errorf("read captured statuses: %w", err)
-		}
-		statuses, err := status.Parse(raw)
+		statuses, err := status.Capture(ctx, tx, func() error { return fn(tx) })
 		if err != nil || len(statuses) == 0 {
 			return err
 		}

@@ -145,27 +145,23 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 		if err != nil {
 			return fmt.Errorf("insert event: %w", err)
 		}
-		if h.hook != nil {
-			if err := store.CaptureStatuses(ctx, tx); err != nil {
-				return fmt.Errorf("capture statuses: %w", err)
-			}
-		}
 		// Match first: an event without addresses of its own suppresses
-		// the recipients of the intent it matched.
-		var key *string
-		st.intentID, key, st.suppressed, err = store.ApplyWebhookEvent(ctx, tx, ev.ID)
-		if err != nil {
-			return fmt.Errorf("match event: %w", err)
-		}
-		st.intentKey = deref(key)
-		if h.hook == nil {
+		// the recipients of the intent it matched. With a status hook,
+		// the delivery status it records is captured and told to it.
+		apply := func() error {
+			var key *string
+			var err error
+			st.intentID, key, st.suppressed, err = store.ApplyWebhookEvent(ctx, tx, ev.ID)
+			if err != nil {
+				return fmt.Errorf("match event: %w", err)
+			}
+			st.intentKey = deref(key)
 			return nil
 		}
-		raw, err := store.CapturedStatuses(ctx, tx)
-		if err != nil {
-			return fmt.Errorf("read captured statuses: %w", err)
+		if h.hook == nil {
+			return apply()
 		}
-		statuses, err := status.Parse(raw)
+		statuses, err := status.Capture(ctx, tx, apply)
 		if err != nil || len(statuses) == 0 {
 			return err
 		}

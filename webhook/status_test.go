@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -55,18 +56,6 @@ func newStatusEnv(t *testing.T) (*env, *statusLog) {
 	return e, l
 }
 
-func equal(got []string, want ...string) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // The delivery statuses an event records are told to the hook once each,
 // in the event's transaction: an event delivered again, or a second event
 // of a status the intent has, tells nothing; a hook that fails answers
@@ -91,7 +80,7 @@ func TestOnStatusTellsDeliveryStatusesOnce(t *testing.T) {
 		if got := e.post(step.body, ""); got != http.StatusOK {
 			t.Fatalf("step %d: status %d", i, got)
 		}
-		if got := l.take(); !equal(got, step.want...) {
+		if got := l.take(); !slices.Equal(got, step.want) {
 			t.Fatalf("step %d: told %v, want %v", i, got, step.want)
 		}
 	}
@@ -109,7 +98,7 @@ func TestOnStatusTellsDeliveryStatusesOnce(t *testing.T) {
 	if got := e.post(complaint, ""); got != http.StatusOK {
 		t.Fatalf("delivered again: status %d", got)
 	}
-	if got := l.take(); !equal(got, "invoice:1:complained") {
+	if got := l.take(); !slices.Equal(got, []string{"invoice:1:complained"}) {
 		t.Fatalf("delivered again: told %v, want the complaint", got)
 	}
 	if n := outboxtest.Value[int](t, e.pool, `SELECT count(*) FROM app_status`); n != 3 {
@@ -139,7 +128,7 @@ func TestOnStatusTellsALateMatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := l.take(); !equal(got, "invoice:late:sent", "invoice:late:delivered") {
+	if got := l.take(); !slices.Equal(got, []string{"invoice:late:sent", "invoice:late:delivered"}) {
 		t.Fatalf("told %v, want sent then delivered", got)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sendonce/sendonce/internal/base/store"
 )
 
 // Transition is a move of an intent that a status hook is told of: into
@@ -94,4 +96,21 @@ func Parse(raw []byte) ([]Status, error) {
 		out[i] = Of(Transition(r.Transition), r.Key, r.Kind, run, r.Tenant, r.MessageID, tags)
 	}
 	return out, nil
+}
+
+// Capture runs record, whose statements run in the transaction db is,
+// with the capture of transitions on (store.CaptureStatuses), and returns
+// the transitions they recorded.
+func Capture(ctx context.Context, db store.DB, record func() error) ([]Status, error) {
+	if err := store.CaptureStatuses(ctx, db); err != nil {
+		return nil, fmt.Errorf("capture statuses: %w", err)
+	}
+	if err := record(); err != nil {
+		return nil, err
+	}
+	raw, err := store.CapturedStatuses(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("read captured statuses: %w", err)
+	}
+	return Parse(raw)
 }

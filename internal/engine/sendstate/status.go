@@ -101,16 +101,6 @@ func captureStatus(ctx context.Context, db DB, record func(db DB) error) error {
 		return record(db)
 	}
 	return recordWithHook(ctx, db, hook, func(db DB) ([]outbox.Status, error) {
-		if err := store.CaptureStatuses(ctx, db); err != nil {
-			return nil, err
-		}
-		if err := record(db); err != nil {
-			return nil, err
-		}
-		raw, err := store.CapturedStatuses(ctx, db)
-		if err != nil {
-			return nil, err
-		}
-		return status.Parse(raw)
+		return status.Capture(ctx, db, func() error { return record(db) })
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,13 +21,18 @@ type Config struct {
 	// Queue is the queue the intents go on (default DefaultQueue): the
 	// workers of that River queue (worker.Config.Queue) drain them.
 	Queue string
+	// Logger takes the warnings of operations on runs (a run resumed
+	// after its breaker paused it, its settings unchanged); nil:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Outbox enqueues and reads send intents. It is safe for concurrent use.
 type Outbox struct {
-	pool  *pgxpool.Pool
-	river *river.Client[pgx.Tx]
-	queue string
+	pool   *pgxpool.Pool
+	river  *river.Client[pgx.Tx]
+	queue  string
+	logger *slog.Logger
 }
 
 // New returns an Outbox over the application's database. Nothing is
@@ -47,7 +53,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: river client: %w", err)
 	}
-	return &Outbox{pool: pool, river: rc, queue: queue}, nil
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Outbox{pool: pool, river: rc, queue: queue, logger: logger}, nil
 }
 
 // inTx runs fn in a transaction of its own on the pool.

@@ -621,6 +621,65 @@ CREATE FUNCTION public.sendonce_recipients(kind text, payload jsonb) RETURNS SET
         ELSE '[]' END) AS r
 $_$;
 
+-- FUNCTION sendonce_run_breaker()
+CREATE FUNCTION public.sendonce_run_breaker() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    dk     integer := coalesce(NEW.delivery_status IN ('delivered', 'bounced', 'complained'), false)::integer
+                    - coalesce(OLD.delivery_status IN ('delivered', 'bounced', 'complained'), false)::integer;
+    dh     integer := coalesce(NEW.delivery_status = 'bounced', false)::integer - coalesce(OLD.delivery_status = 'bounced', false)::integer;
+    dc     integer := coalesce(NEW.delivery_status = 'complained', false)::integer - coalesce(OLD.delivery_status = 'complained', false)::integer;
+    r      sendonce_run;
+    k      bigint;
+    h      bigint;
+    c      bigint;
+    reason text;
+BEGIN
+    IF dk = 0 AND dh = 0 AND dc = 0 THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO sendonce_run_outcome AS o (run_key, shard, known, hard, complained)
+    VALUES (NEW.run_key, (pg_backend_pid() % 16)::smallint, dk, dh, dc)
+    ON CONFLICT (run_key, shard) DO UPDATE
+    SET known = o.known + EXCLUDED.known, hard = o.hard + EXCLUDED.hard, complained = o.complained + EXCLUDED.complained;
+    SELECT * INTO r FROM sendonce_run WHERE key = NEW.run_key;
+    IF NOT FOUND OR r.state <> 'active' OR (r.breaker_bounce_rate IS NULL AND r.breaker_complaint_rate IS NULL) THEN
+        RETURN NULL;
+    END IF;
+    SELECT sum(o.known) - r.breaker_since_known, sum(o.hard) - r.breaker_since_hard, sum(o.complained) - r.breaker_since_complained
+    INTO k, h, c FROM sendonce_run_outcome o WHERE o.run_key = NEW.run_key;
+    IF k < r.breaker_min_outcomes THEN
+        RETURN NULL;
+    END IF;
+    IF r.breaker_bounce_rate IS NOT NULL AND h::numeric >= r.breaker_bounce_rate::numeric * k THEN
+        reason := format('bounce rate %s%% (%s of %s known outcomes) >= %s%% threshold',
+            round(100.0 * h / k, 1), h, k, trim_scale((100 * r.breaker_bounce_rate)::numeric));
+    ELSIF r.breaker_complaint_rate IS NOT NULL AND c::numeric >= r.breaker_complaint_rate::numeric * k THEN
+        reason := format('complaint rate %s%% (%s of %s known outcomes) >= %s%% threshold',
+            round(100.0 * c / k, 2), c, k, trim_scale((100 * r.breaker_complaint_rate)::numeric));
+    ELSE
+        RETURN NULL;
+    END IF;
+    IF r.breaker_since_known > 0 THEN
+        reason := reason || ' since the last resume';
+    END IF;
+    -- A run with nothing left to send is not paused: there is nothing to
+    -- hold back, and a paused run is never pruned.
+    IF NOT EXISTS (SELECT 1 FROM sendonce_outbox WHERE run_key = NEW.run_key AND state IN ('pending', 'sending')) THEN
+        RETURN NULL;
+    END IF;
+    UPDATE sendonce_run SET state = 'paused', pause_reason = reason, breaker_tripped_at = now(),
+        breaker_trip_known = k, breaker_trip_hard = h, breaker_trip_complained = c, updated_at = now()
+    WHERE key = NEW.run_key AND state = 'active';
+    IF FOUND THEN
+        PERFORM set_config('sendonce.breaker_trips',
+            coalesce(current_setting('sendonce.breaker_trips', true), '') || NEW.run_key || E'\t' || reason || E'\n', true);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- FUNCTION sendonce_run_tenant()
 CREATE FUNCTION public.sendonce_run_tenant() RETURNS trigger
     LANGUAGE plpgsql
@@ -964,10 +1023,34 @@ CREATE TABLE public.sendonce_run (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     topic text,
     tenant text,
+    breaker_bounce_rate double precision DEFAULT 0.05,
+    breaker_complaint_rate double precision DEFAULT 0.001,
+    breaker_min_outcomes integer DEFAULT 100 NOT NULL,
+    breaker_changed_at timestamp with time zone,
+    breaker_since_known bigint DEFAULT 0 NOT NULL,
+    breaker_since_hard bigint DEFAULT 0 NOT NULL,
+    breaker_since_complained bigint DEFAULT 0 NOT NULL,
+    pause_reason text,
+    breaker_tripped_at timestamp with time zone,
+    breaker_trip_known bigint,
+    breaker_trip_hard bigint,
+    breaker_trip_complained bigint,
+    CONSTRAINT sendonce_run_breaker_bounce_rate_check CHECK (((breaker_bounce_rate > (0)::double precision) AND (breaker_bounce_rate <= (1)::double precision))),
+    CONSTRAINT sendonce_run_breaker_complaint_rate_check CHECK (((breaker_complaint_rate > (0)::double precision) AND (breaker_complaint_rate <= (1)::double precision))),
+    CONSTRAINT sendonce_run_breaker_min_outcomes_check CHECK ((breaker_min_outcomes >= 1)),
     CONSTRAINT sendonce_run_key_check CHECK ((key ~ '^[A-Za-z0-9_.:-]{1,200}$'::text)),
     CONSTRAINT sendonce_run_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'canceled'::text]))),
     CONSTRAINT sendonce_run_tenant_check CHECK (((tenant ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'::text) AND (tenant <> 'default'::text))),
     CONSTRAINT sendonce_run_topic_check CHECK ((topic ~ '^[a-z][a-z0-9_-]{0,63}$'::text))
+);
+
+-- TABLE sendonce_run_outcome
+CREATE TABLE public.sendonce_run_outcome (
+    run_key text NOT NULL,
+    shard smallint NOT NULL,
+    known bigint DEFAULT 0 NOT NULL,
+    hard bigint DEFAULT 0 NOT NULL,
+    complained bigint DEFAULT 0 NOT NULL
 );
 
 -- TABLE sendonce_run_tally
@@ -1144,6 +1227,10 @@ ALTER TABLE ONLY public.sendonce_rate_budget
 ALTER TABLE ONLY public.sendonce_rate_quota
     ADD CONSTRAINT sendonce_rate_quota_pkey PRIMARY KEY (key_fingerprint, period);
 
+-- CONSTRAINT sendonce_run_outcome sendonce_run_outcome_pkey
+ALTER TABLE ONLY public.sendonce_run_outcome
+    ADD CONSTRAINT sendonce_run_outcome_pkey PRIMARY KEY (run_key, shard);
+
 -- CONSTRAINT sendonce_run sendonce_run_pkey
 ALTER TABLE ONLY public.sendonce_run
     ADD CONSTRAINT sendonce_run_pkey PRIMARY KEY (key);
@@ -1281,9 +1368,16 @@ CREATE TRIGGER sendonce_outbox_tombstone BEFORE INSERT ON public.sendonce_outbox
 -- TRIGGER sendonce_outbox sendonce_outbox_tombstone_after
 CREATE TRIGGER sendonce_outbox_tombstone_after AFTER INSERT ON public.sendonce_outbox FOR EACH ROW WHEN (((new.job_id IS NULL) AND (NOT new.checked))) EXECUTE FUNCTION public.sendonce_outbox_tombstone();
 
+-- TRIGGER sendonce_outbox sendonce_run_breaker
+CREATE TRIGGER sendonce_run_breaker AFTER UPDATE OF delivery_status ON public.sendonce_outbox FOR EACH ROW WHEN (((new.run_key IS NOT NULL) AND (old.delivery_status IS DISTINCT FROM new.delivery_status))) EXECUTE FUNCTION public.sendonce_run_breaker();
+
 -- TRIGGER sendonce_run sendonce_run_tenant_fixed
 CREATE TRIGGER sendonce_run_tenant_fixed BEFORE UPDATE OF tenant ON public.sendonce_run FOR EACH ROW WHEN ((old.tenant IS DISTINCT FROM new.tenant)) EXECUTE FUNCTION public.sendonce_run_tenant_fixed();
 
 -- FK CONSTRAINT sendonce_outbox sendonce_outbox_run_key_fkey
 ALTER TABLE ONLY public.sendonce_outbox
     ADD CONSTRAINT sendonce_outbox_run_key_fkey FOREIGN KEY (run_key) REFERENCES public.sendonce_run(key);
+
+-- FK CONSTRAINT sendonce_run_outcome sendonce_run_outcome_run_key_fkey
+ALTER TABLE ONLY public.sendonce_run_outcome
+    ADD CONSTRAINT sendonce_run_outcome_run_key_fkey FOREIGN KEY (run_key) REFERENCES public.sendonce_run(key) ON DELETE CASCADE;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,14 +28,19 @@ type Config struct {
 	// that records them, before it commits (see StatusHook); an error
 	// from it rolls the operation back and is returned.
 	OnStatus StatusHook
+	// Logger takes the warnings of operations on runs (a run resumed
+	// after its breaker paused it, its settings unchanged); nil:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Outbox enqueues and reads send intents. It is safe for concurrent use.
 type Outbox struct {
-	pool  *pgxpool.Pool
-	river *river.Client[pgx.Tx]
-	queue string
-	hook  StatusHook
+	pool   *pgxpool.Pool
+	river  *river.Client[pgx.Tx]
+	queue  string
+	hook   StatusHook
+	logger *slog.Logger
 }
 
 // New returns an Outbox over the application's database. Nothing is
@@ -55,7 +61,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: river client: %w", err)
 	}
-	return &Outbox{pool: pool, river: rc, queue: queue, hook: cfg.OnStatus}, nil
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Outbox{pool: pool, river: rc, queue: queue, hook: cfg.OnStatus, logger: logger}, nil
 }
 
 // inTx runs fn in a transaction of its own on the pool.

@@ -41,6 +41,11 @@ type Run struct {
 	// run there already, its tenant as it was set when it was created
 	// (a run's tenant never changes: another is refused).
 	Tenant string
+	// Breaker is the run's bounce-rate breaker (nil: the defaults,
+	// DefaultBreakerBounceRate and the others; see Breaker). It is set when
+	// the run is created; enqueueing into the run again leaves it as it
+	// was (SetRunBreaker changes it).
+	Breaker *Breaker
 }
 
 // RunState is where a run stands.
@@ -87,6 +92,9 @@ type RunStatus struct {
 	// Deliveries counts the members by delivery status, from the API's
 	// webhooks (only the statuses some member has).
 	Deliveries map[DeliveryStatus]int64 `json:"deliveries"`
+	// Breaker is the run's bounce-rate breaker: its settings, its counts,
+	// and why it paused the run (Breaker.Reason, while it holds it paused).
+	Breaker *RunBreaker `json:"breaker"`
 }
 
 // Done reports whether no member is waiting or being sent.
@@ -140,6 +148,10 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	if err := ValidateTenant(run.Tenant); err != nil {
 		return nil, err
 	}
+	breaker, err := run.Breaker.row()
+	if err != nil {
+		return nil, err
+	}
 	// Before anything is written: a member naming another tenant than the
 	// one the run is given. (With none given, the run's tenant is known
 	// once its row is read: the default tenant's for a new run.)
@@ -163,7 +175,7 @@ func (o *Outbox) EnqueueRun(ctx context.Context, tx pgx.Tx, run Run) (*RunResult
 	// waited for (issue 22; see store.CreateRun).
 	var created bool
 	var st, tenant string
-	created, st, tenant, err = store.CreateRun(ctx, tx, run.Key, sendAt, run.Topic, run.Tenant)
+	created, st, tenant, err = store.CreateRun(ctx, tx, run.Key, sendAt, run.Topic, run.Tenant, breaker)
 	res.Created, state = created, RunState(st)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: enqueue run %q: %w", run.Key, err)
@@ -283,6 +295,7 @@ func runStatuses(ctx context.Context, db store.DB, read func() ([]store.RunRow, 
 		}
 		st.Key, st.State, st.SendAt, st.Schedule, st.Occurrence = r.Key, RunState(r.State), r.SendAt, r.Schedule, r.Occurrence
 		st.CreatedAt, st.UpdatedAt, st.Tenant = r.CreatedAt, r.UpdatedAt, r.Tenant
+		st.Breaker = runBreaker(r.Breaker)
 		out[i] = st
 	}
 	byKey := make(map[string]*RunStatus, len(out))
@@ -376,10 +389,18 @@ func (o *Outbox) PauseRun(ctx context.Context, key string) (*RunStatus, error) {
 }
 
 // ResumeRun resumes a paused run: its members are claimed again, and every
-// frozen batch whose job ended while it was paused gets a new one.
+// frozen batch whose job ended while it was paused gets a new one. A run
+// its breaker paused is resumed too; the breaker then judges only the
+// outcomes that come after the resume (so it does not pause the run again
+// at once on the same figures), and a resume without a change of the
+// breaker's settings since the trip (SetRunBreaker) is logged as a
+// warning.
 func (o *Outbox) ResumeRun(ctx context.Context, key string) (*RunStatus, error) {
 	return o.runOp(ctx, key, "resume", func(tx pgx.Tx) error {
 		if _, err := lockRun(ctx, tx, key, "resume", RunPaused); err != nil {
+			return err
+		}
+		if err := o.resumeBreaker(ctx, tx, key); err != nil {
 			return err
 		}
 		if err := setRunState(ctx, tx, key, RunActive); err != nil {

@@ -105,6 +105,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		attrs = append(attrs, "key", stored.intentKey, "intent_id", *stored.intentID)
 	}
 	h.log.Info("webhook event", append(attrs, "duplicate", stored.duplicate, "suppression_changes", stored.suppressed)...)
+	for _, t := range stored.trips {
+		h.log.Warn("run breaker tripped: run paused", "run", t.Run, "reason", t.Reason, "event_id", ev.ID)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]bool{"received": true, "duplicate": stored.duplicate})
 }
@@ -120,8 +123,9 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, code int, reaso
 type stored struct {
 	duplicate  bool
 	intentID   *int64
-	intentKey  string // the matched intent's key, when intentID is set
-	suppressed int    // addresses the event put on (or took off) the suppression list
+	intentKey  string              // the matched intent's key, when intentID is set
+	suppressed int                 // addresses the event put on (or took off) the suppression list
+	trips      []store.BreakerTrip // runs the event's outcome paused (the runs' breaker)
 }
 
 // store writes the event and applies it, in one transaction: the event is
@@ -151,7 +155,7 @@ func (h *Handler) store(ctx context.Context, ev *event, body []byte) (stored, er
 		apply := func() error {
 			var key *string
 			var err error
-			st.intentID, key, st.suppressed, err = store.ApplyWebhookEvent(ctx, tx, ev.ID)
+			st.intentID, key, st.suppressed, st.trips, err = store.ApplyWebhookEvent(ctx, tx, ev.ID)
 			if err != nil {
 				return fmt.Errorf("match event: %w", err)
 			}

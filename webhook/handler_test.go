@@ -109,7 +109,7 @@ func (e *env) send(key, messageID string) {
 	if _, err := sendstate.MarkSent(context.Background(), e.pool, sendstate.Sent{Key: key, MessageID: messageID}); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := sendstate.MatchEvents(context.Background(), e.pool); err != nil {
+	if _, _, err := sendstate.MatchEvents(context.Background(), e.pool); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -458,7 +458,7 @@ func TestRaceWithSend(t *testing.T) {
 	}
 	<-done
 	// What raced is matched by the sweeper's next pass.
-	if _, err := sendstate.MatchEvents(context.Background(), e.pool); err != nil {
+	if _, _, err := sendstate.MatchEvents(context.Background(), e.pool); err != nil {
 		t.Fatal(err)
 	}
 	if got := outboxtest.Value[int](t, e.pool, `SELECT count(*) FROM sendonce_outbox WHERE delivery_status = 'delivered'`); got != n {

@@ -124,7 +124,7 @@ func TestOnStatusTellsALateMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, err := sendstate.MatchEvents(ctx, e.pool); err != nil {
+		if _, _, err := sendstate.MatchEvents(ctx, e.pool); err != nil {
 			t.Fatal(err)
 		}
 	}

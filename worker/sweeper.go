@@ -303,8 +303,11 @@ func (s *sweeper) sweep(ctx context.Context, look bool) {
 	sweeps := s.role == nil || s.role.sweeps()
 	if s.drain.w.recorded.Swap(false) || (sweeps && (net || s.matched)) {
 		matchEvents := func(ctx context.Context) (int, error) {
-			n, err := sendstate.MatchEvents(ctx, s.pool)
+			n, trips, err := sendstate.MatchEvents(ctx, s.pool)
 			s.matched = n > 0
+			for _, t := range trips {
+				s.logger.Warn("run breaker tripped: run paused", "run", t.Run, "reason", t.Reason)
+			}
 			return n, err
 		}
 		s.do(ctx, matchEvents, "match events", "applied delivery events that came before their send was recorded")

@@ -54,6 +54,7 @@ type enqueueOptions struct {
 	run      string
 	topic    string
 	tenant   string
+	breaker  breakerFlags
 }
 
 // enqueueOutput is enqueue's --json answer.
@@ -86,6 +87,7 @@ func (a *app) enqueueCommand() *cobra.Command {
 	f.StringVar(&o.topic, "topic", "", "the intent's topic (with --run: the run's), e.g. digest: List-Unsubscribe headers, and no send to an address unsubscribed from it")
 	f.StringVar(&o.tenant, "tenant", "", "the intent's tenant (with --run: the run's and its members'), e.g. acme; none: the default tenant")
 	f.BoolVar(&o.json, "json", false, "print the intent as JSON")
+	o.breaker.add(f, "with --run, for a new run: the ")
 	bindEnv(f, "queue", "SENDONCE_QUEUE")
 	return cmd
 }
@@ -161,6 +163,9 @@ func (a *app) enqueue(cmd *cobra.Command, o *enqueueOptions) error {
 	if o.run != "" {
 		return a.enqueueRun(cmd, o)
 	}
+	if o.breaker.set() {
+		return usagef("--bounce-threshold, --complaint-threshold, --min-outcomes and --no-breaker are a run's: give --run")
+	}
 	in, err := a.readIntent(o)
 	if err != nil {
 		return err
@@ -223,6 +228,13 @@ func (a *app) enqueueRun(cmd *cobra.Command, o *enqueueOptions) error {
 		return usageError{err}
 	}
 	run := outbox.Run{Key: o.run, Topic: o.topic, Tenant: o.tenant}
+	if o.breaker.set() {
+		b, err := o.breaker.breaker(outbox.Breaker{})
+		if err != nil {
+			return err
+		}
+		run.Breaker = &b
+	}
 	if o.sendAt != "" {
 		t, err := time.Parse(time.RFC3339, o.sendAt)
 		if err != nil {

@@ -31,6 +31,9 @@ schedule. A run's members are the intents enqueued with it (sendonce enqueue
   reschedule KEY TIME   holds the members whose send has not started until TIME
                         (RFC 3339, ahead: a time in the past is refused), or
                         lets them go at once (TIME "now")
+  breaker KEY           changes the run's bounce-rate breaker: past its hard-bounce
+                        or complaint rate (5%, 0.1% by default) over 100 known
+                        outcomes, the run pauses itself, and says why
 
 A run's state is active, paused or canceled, or done: active, with members,
 every one of them settled (sent, failed, canceled or suppressed). The outbox
@@ -59,12 +62,17 @@ first: their state and their members by state.`,
 			}
 			// A TENANT column only when a run has one: a sender for one
 			// customer sees the table as it was.
-			header, tenants := "KEY\tSTATE\tMEMBERS\tSENT\tFAILED\tCANCELED\tTO SEND\tCREATED", false
+			header, tenants, tripped := "KEY\tSTATE\tMEMBERS\tSENT\tFAILED\tCANCELED\tTO SEND\tCREATED", false, false
 			for _, r := range runs {
 				tenants = tenants || r.Tenant != ""
+				tripped = tripped || breakerReason(r) != ""
 			}
 			if tenants {
 				header += "\tTENANT"
+			}
+			// A PAUSED BY column only when the breaker holds a run paused.
+			if tripped {
+				header += "\tPAUSED BY"
 			}
 			return printList(a.stdout, asJSON, runs, header, func(r *outbox.RunStatus) string {
 				line := fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", r.Key, r.State, r.Total, r.Counts[outbox.StateSent],
@@ -72,6 +80,9 @@ first: their state and their members by state.`,
 					r.Counts[outbox.StatePending]+r.Counts[outbox.StateSending], stamp(r.CreatedAt))
 				if tenants {
 					line += "\t" + outbox.TenantName(r.Tenant)
+				}
+				if tripped {
+					line += "\t" + breakerReason(r)
 				}
 				return line
 			})
@@ -191,7 +202,7 @@ func (a *app) runCommand() *cobra.Command {
 	cmd.AddCommand(
 		status("show", "Show a run: members by state, pace, time left", (*outbox.Outbox).RunStatus, ""),
 		status("pause", "Pause a run: no member is claimed until resume", (*outbox.Outbox).PauseRun, "paused"),
-		resume, cancel, reschedule,
+		resume, cancel, reschedule, a.runBreakerCommand(),
 	)
 	return cmd
 }
@@ -226,6 +237,7 @@ func printRun(w io.Writer, r *outbox.RunStatus) {
 			fmt.Fprintf(tw, "  delivery %s:\t%d\n", d, n)
 		}
 	}
+	printBreaker(tw, r)
 	fmt.Fprintf(tw, "sent in the last minute:\t%d\n", r.SentLastMinute)
 	switch left := r.Left(); {
 	case r.Settled():
@@ -424,4 +436,13 @@ func noSuch(what, name string, err error) error {
 		return fmt.Errorf("no %s %q", what, name)
 	}
 	return err
+}
+
+// breakerReason is "breaker: REASON" for a run the breaker holds paused,
+// "" otherwise.
+func breakerReason(r *outbox.RunStatus) string {
+	if r.State != outbox.RunPaused || r.Breaker == nil || r.Breaker.Reason == "" {
+		return ""
+	}
+	return "breaker: " + r.Breaker.Reason
 }

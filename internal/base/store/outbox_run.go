@@ -22,17 +22,20 @@ import (
 // later waits for this transaction and cancels its members with the
 // others.
 const outboxCreateRunSQL = `WITH i AS (
-			INSERT INTO sendonce_run (key, send_at, topic, tenant) VALUES ($1, $2, nullif($3, ''), nullif($4, ''))
+			INSERT INTO sendonce_run (key, send_at, topic, tenant, breaker_bounce_rate, breaker_complaint_rate, breaker_min_outcomes)
+			VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7)
 			ON CONFLICT (key) DO NOTHING RETURNING state, tenant)
 		SELECT true, state, coalesce(tenant, '') FROM i UNION ALL
 		SELECT false, state, coalesce(tenant, '') FROM (SELECT state, tenant FROM sendonce_run WHERE key = $1 FOR SHARE) r
 		WHERE NOT EXISTS (SELECT 1 FROM i)`
 
 // CreateRun makes the run with key key if it is not there (outboxCreateRunSQL),
-// and returns whether it made it, the run's state, read FOR SHARE, and its
-// tenant ("": the default tenant). The error is the database's, unwrapped.
-func CreateRun(ctx context.Context, db DB, key string, sendAt *time.Time, topic, tenant string) (created bool, state, runTenant string, _ error) {
-	err := db.QueryRow(ctx, outboxCreateRunSQL, key, sendAt, topic, tenant).Scan(&created, &state, &runTenant)
+// with the breaker's settings b (its thresholds and minimum; see
+// RunBreakerRow), and returns whether it made it, the run's state, read
+// FOR SHARE, and its tenant ("": the default tenant). The error is the
+// database's, unwrapped.
+func CreateRun(ctx context.Context, db DB, key string, sendAt *time.Time, topic, tenant string, b RunBreakerRow) (created bool, state, runTenant string, _ error) {
+	err := db.QueryRow(ctx, outboxCreateRunSQL, key, sendAt, topic, tenant, b.BounceRate, b.ComplaintRate, b.MinOutcomes).Scan(&created, &state, &runTenant)
 	return created, state, runTenant, err
 }
 
@@ -56,13 +59,39 @@ type RunRow struct {
 	Tenant               string // "": the default tenant
 	Occurrence           *time.Time
 	CreatedAt, UpdatedAt time.Time
+	Breaker              RunBreakerRow
+}
+
+// RunBreakerRow is a run's bounce-rate breaker (migration 00033): its
+// settings, the reason it paused the run, its last trip and its counts.
+type RunBreakerRow struct {
+	// BounceRate and ComplaintRate are the thresholds (nil: not watched).
+	BounceRate, ComplaintRate *float64
+	MinOutcomes               int
+	ChangedAt                 *time.Time
+	// PauseReason is set while the breaker holds the run paused.
+	PauseReason string
+	TrippedAt   *time.Time
+	// TripKnown, TripHard and TripComplained are the figures of the last
+	// trip (0 before any).
+	TripKnown, TripHard, TripComplained int64
+	// Known, Hard and Complained count the members' outcomes since the
+	// last resume from a trip (since the start before any).
+	Known, Hard, Complained int64
 }
 
 // outboxRunsSQL reads the runs that rest selects (a WHERE, ORDER BY or
-// LIMIT clause over sendonce_run).
+// LIMIT clause over sendonce_run), with their breakers' counts (at most
+// 16 rows of sendonce_run_outcome a run).
 func outboxRunsSQL(rest string) string {
-	return `SELECT key, state, send_at, coalesce(schedule_name, ''), occurrence, created_at, updated_at, coalesce(tenant, '')
-		FROM sendonce_run ` + rest
+	return `SELECT key, state, send_at, coalesce(schedule_name, ''), occurrence, created_at, updated_at, coalesce(tenant, ''),
+			breaker_bounce_rate, breaker_complaint_rate, breaker_min_outcomes, breaker_changed_at,
+			coalesce(pause_reason, ''), breaker_tripped_at, coalesce(breaker_trip_known, 0),
+			coalesce(breaker_trip_hard, 0), coalesce(breaker_trip_complained, 0),
+			coalesce(n.known, 0) - breaker_since_known, coalesce(n.hard, 0) - breaker_since_hard,
+			coalesce(n.complained, 0) - breaker_since_complained
+		FROM sendonce_run r LEFT JOIN LATERAL (SELECT sum(known) AS known, sum(hard) AS hard, sum(complained) AS complained
+			FROM sendonce_run_outcome o WHERE o.run_key = r.key) n ON true ` + rest
 }
 
 // outboxReadRuns runs outboxRunsSQL(rest) with args.
@@ -73,7 +102,10 @@ func outboxReadRuns(ctx context.Context, db DB, rest string, args ...any) ([]Run
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunRow, error) {
 		var x RunRow
-		err := r.Scan(&x.Key, &x.State, &x.SendAt, &x.Schedule, &x.Occurrence, &x.CreatedAt, &x.UpdatedAt, &x.Tenant)
+		b := &x.Breaker
+		err := r.Scan(&x.Key, &x.State, &x.SendAt, &x.Schedule, &x.Occurrence, &x.CreatedAt, &x.UpdatedAt, &x.Tenant,
+			&b.BounceRate, &b.ComplaintRate, &b.MinOutcomes, &b.ChangedAt, &b.PauseReason, &b.TrippedAt,
+			&b.TripKnown, &b.TripHard, &b.TripComplained, &b.Known, &b.Hard, &b.Complained)
 		return x, err
 	})
 }
@@ -142,8 +174,10 @@ func LockRunForUpdate(ctx context.Context, db DB, key string) (string, error) {
 	return state, err
 }
 
-// outboxSetRunStateSQL moves run $1 to state $2.
-const outboxSetRunStateSQL = `UPDATE sendonce_run SET state = $2, updated_at = now() WHERE key = $1`
+// outboxSetRunStateSQL moves run $1 to state $2; the breaker's reason
+// for a pause goes with the pause.
+const outboxSetRunStateSQL = `UPDATE sendonce_run SET state = $2, updated_at = now(),
+			pause_reason = CASE WHEN $2 = 'paused' THEN pause_reason END WHERE key = $1`
 
 // SetRunState moves the (locked) run with key key to state. The error is
 // the database's, unwrapped.

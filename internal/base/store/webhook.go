@@ -27,14 +27,19 @@ func StoreWebhookEvent(ctx context.Context, db DB, deliveryID, eventID, typ stri
 // (if one is recorded yet), updating its delivery status, then applies
 // the event to the suppression list: match first, since an event without
 // addresses of its own suppresses the recipients of the intent it matched.
-const webhookApplyWebhookEventSQL = `SELECT m, (SELECT idempotency_key FROM sendonce_outbox WHERE id = m), sendonce_event_suppress($1)
+// Last, the runs the breaker paused in the transaction (migration 00033).
+const webhookApplyWebhookEventSQL = `SELECT m, (SELECT idempotency_key FROM sendonce_outbox WHERE id = m), sendonce_event_suppress($1),
+			coalesce(current_setting('sendonce.breaker_trips', true), '')
 			FROM sendonce_event_match($1) AS m`
 
 // ApplyWebhookEvent matches the stored event eventID to its intent and applies
 // it (webhookApplyWebhookEventSQL). It returns the matched intent's id and key
-// (nil when none matched) and how many addresses the event put on or took
-// off the suppression list. The error is the database's, unwrapped.
-func ApplyWebhookEvent(ctx context.Context, db DB, eventID string) (intentID *int64, key *string, suppressed int, _ error) {
-	err := db.QueryRow(ctx, webhookApplyWebhookEventSQL, eventID).Scan(&intentID, &key, &suppressed)
-	return intentID, key, suppressed, err
+// (nil when none matched), how many addresses the event put on or took
+// off the suppression list, and the runs the breaker paused in the
+// transaction so far (see BreakerTrips). The error is the database's,
+// unwrapped.
+func ApplyWebhookEvent(ctx context.Context, db DB, eventID string) (intentID *int64, key *string, suppressed int, trips []BreakerTrip, _ error) {
+	var noted string
+	err := db.QueryRow(ctx, webhookApplyWebhookEventSQL, eventID).Scan(&intentID, &key, &suppressed, &noted)
+	return intentID, key, suppressed, BreakerTrips(noted), err
 }

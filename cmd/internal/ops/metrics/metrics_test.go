@@ -207,6 +207,15 @@ func TestWatchRunsReportsRunsNotDone(t *testing.T) {
 	}
 	text := scrape(t, m)
 	wantLine(t, text, `sendonce_run_intents{run="billing:2026-12",run_state="paused",state="pending"} 2`)
+	if strings.Contains(text, "sendonce_run_breaker_paused{") {
+		t.Errorf("a run paused by hand is reported as paused by its breaker:\n%s", text)
+	}
+	// Paused by its breaker (the trip's columns, as the trigger sets them).
+	if _, err := pool.Exec(ctx, `UPDATE sendonce_run SET pause_reason = 'bounce rate 10.0% (10 of 100 known outcomes) >= 5% threshold'
+		WHERE key = 'billing:2026-12'`); err != nil {
+		t.Fatal(err)
+	}
+	wantLine(t, scrape(t, m), `sendonce_run_breaker_paused{reason="bounces",run="billing:2026-12"} 1`)
 	if _, err := ob.CancelRun(ctx, "billing:2026-12"); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,7 +151,14 @@ type runsCollector struct {
 	logger  *slog.Logger
 }
 
-func (c *runsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- runIntentsDesc }
+var runBreakerDesc = prometheus.NewDesc(Namespace+"_run_breaker_paused",
+	"1 for each run (of the latest 50) its bounce-rate breaker holds paused, by what tripped it (bounces or complaints), read from the database at scrape time.",
+	[]string{"run", "reason"}, nil)
+
+func (c *runsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- runIntentsDesc
+	ch <- runBreakerDesc
+}
 
 func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
@@ -161,6 +169,13 @@ func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, r := range runs {
+		if r.State == outbox.RunPaused && r.Breaker != nil && r.Breaker.Reason != "" {
+			reason := "bounces"
+			if strings.HasPrefix(r.Breaker.Reason, "complaint") {
+				reason = "complaints"
+			}
+			ch <- prometheus.MustNewConstMetric(runBreakerDesc, prometheus.GaugeValue, 1, r.Key, reason)
+		}
 		if r.Done() {
 			continue
 		}

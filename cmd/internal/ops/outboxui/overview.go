@@ -53,6 +53,9 @@ type runRow struct {
 	State                                outbox.RunState
 	Sent, Pending, Failed, Total, Minute int64
 	Left                                 time.Duration
+	// Breaker is why the run's bounce-rate breaker holds it paused ("":
+	// it does not), with the figures.
+	Breaker string
 }
 
 type budgetRow struct {
@@ -124,6 +127,9 @@ func (h *Handler) readOverview(ctx context.Context) (*overviewData, error) {
 		d.Runs = append(d.Runs, runRow{Key: r.Key, State: r.State, Sent: r.Counts[outbox.StateSent],
 			Pending: r.Counts[outbox.StatePending] + r.Counts[outbox.StateSending], Failed: r.Counts[outbox.StateFailed],
 			Total: r.Total, Minute: r.SentLastMinute, Left: r.Left()})
+		if r.State == outbox.RunPaused && r.Breaker != nil {
+			d.Runs[len(d.Runs)-1].Breaker = r.Breaker.Reason
+		}
 	}
 	if d.Failures, err = h.recentFailures(ctx); err != nil {
 		return nil, err

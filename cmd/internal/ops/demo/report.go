@@ -199,6 +199,7 @@ func (d *demo) printReport(r *report) {
 		{cmd + " work", "a worker; it serves the outbox page, " + outboxPage + ": these intents in a browser"},
 		{"docs/guarantee.md", "what sendonce promises, and its limits"},
 		{"docs/webhooks.md", "delivery webhooks, bounces and the suppression list"},
+		{"docs/status-callbacks.md", "the status hook: your tables told of each email's fate, in its transaction"},
 		{"make test", "the test suite, with integration tests that kill workers mid-send"},
 	}
 	width := 0

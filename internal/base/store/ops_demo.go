@@ -6,7 +6,8 @@ import "context"
 // river_* tables: the operator's and the report's side of the run, scoped
 // to the run's keys (they start with a prefix of the run's own). The
 // demo's application side writes its intents through package outbox, and
-// its own table (demo_invoices) is not sendonce's.
+// its own table (demo_invoices) is not sendonce's; the statements of its
+// status hook, below, name sendonce_* objects, and so live here.
 
 // DemoCounts are a demo run's intents by outcome.
 type DemoCounts struct {
@@ -114,4 +115,114 @@ func DemoSuppressed(ctx context.Context, db DB, addr string) (bool, error) {
 	var on bool
 	err := db.QueryRow(ctx, demoSuppressedSQL, addr).Scan(&on)
 	return on, err
+}
+
+// The demo's application keeps demo_invoices.emailed_at through the status
+// hook (issue 47): the SQL interface of migration 00032, as a producer in
+// another language would use it. The function's text names sendonce_status,
+// and enabling and disabling the hook call sendonce_* functions, so they
+// live here too.
+
+// DemoOnStatusFunction is the demo application's status hook: a "sent"
+// transition of the key invoice:<id> sets that invoice's emailed_at and
+// counts it in emailed_times; other keys and transitions change nothing
+// (on a database of your own, your workers' transitions call it too). The
+// demo shows it to the reader as it runs it.
+const DemoOnStatusFunction = `CREATE FUNCTION sendonce_on_status(s sendonce_status) RETURNS void LANGUAGE sql AS $$
+  UPDATE demo_invoices SET emailed_at = now(), emailed_times = emailed_times + 1
+  WHERE s.transition = 'sent' AND id = substr(s.idempotency_key, length('invoice:') + 1)
+    AND starts_with(s.idempotency_key, 'invoice:')
+$$`
+
+// DemoStatusHookEnable turns the status hook on, once the function exists.
+const DemoStatusHookEnable = `SELECT sendonce_status_hook_enable()`
+
+// demoStatusHookMark is the comment on the demo's function, by which the
+// demo tells its own (left by a run killed before its cleanup) from one of
+// your application's, which it never replaces or drops.
+const demoStatusHookMark = "sendonce demo: sets demo_invoices.emailed_at; dropped when the demo ends"
+
+// demoStatusHookMarkSQL puts demoStatusHookMark on the demo's function.
+const demoStatusHookMarkSQL = `COMMENT ON FUNCTION sendonce_on_status(sendonce_status) IS '` + demoStatusHookMark + `'`
+
+// DemoEnableStatusHook creates the demo's sendonce_on_status
+// (DemoOnStatusFunction), marks it as the demo's, and enables the hook.
+// Run it in a transaction, after demo_invoices exists. The error is the
+// statement's, unwrapped.
+func DemoEnableStatusHook(ctx context.Context, db DB) error {
+	for _, sql := range []string{DemoOnStatusFunction, demoStatusHookMarkSQL, DemoStatusHookEnable} {
+		if _, err := db.Exec(ctx, sql); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// demoStatusHookOwnerSQL says whether a sendonce_on_status(sendonce_status)
+// exists, and whether it carries the demo's mark ($1).
+const demoStatusHookOwnerSQL = `SELECT p IS NOT NULL, coalesce(obj_description(p, 'pg_proc') = $1, false)
+		FROM (SELECT to_regprocedure('sendonce_on_status(sendonce_status)') AS p) f`
+
+// DemoStatusHookOwner reports whether the database has a function
+// sendonce_on_status(sendonce_status), and whether it is the demo's own.
+// The error is the statement's, unwrapped.
+func DemoStatusHookOwner(ctx context.Context, db DB) (exists, demos bool, err error) {
+	err = db.QueryRow(ctx, demoStatusHookOwnerSQL, demoStatusHookMark).Scan(&exists, &demos)
+	return exists, demos, err
+}
+
+// demoStatusHookDropSQL disables the hook and drops the function.
+const demoStatusHookDropSQL = `SELECT sendonce_status_hook_disable();
+DROP FUNCTION IF EXISTS sendonce_on_status(sendonce_status)`
+
+// DemoDropStatusHook disables the status hook and drops the demo's
+// sendonce_on_status, in one transaction; a function that is not the
+// demo's (DemoStatusHookOwner) is left alone, and so is the hook. It
+// returns whether it dropped one. The error is the statement's, unwrapped.
+func DemoDropStatusHook(ctx context.Context, db DB) (bool, error) {
+	exists, demos, err := DemoStatusHookOwner(ctx, db)
+	if err != nil || !exists || !demos {
+		return false, err
+	}
+	// Two statements in one string, without arguments: the simple
+	// protocol, one implicit transaction.
+	if _, err := db.Exec(ctx, demoStatusHookDropSQL); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// DemoEmailed is what the demo's status hook wrote for a run's invoice
+// intents, read against the outbox.
+type DemoEmailed struct {
+	Sent     int // intents marked sent
+	Replayed int // of Sent, those the API answered with a replay
+	// Once: of Sent, those whose invoice has emailed_times = 1 and
+	// emailed_at set; OnceReplayed, of Once, the replayed ones.
+	Once         int
+	OnceReplayed int
+	// More: invoices whose emailed_times is above 1. Unsent: invoices
+	// with emailed_times above 0 whose intent is not marked sent.
+	More   int
+	Unsent int
+}
+
+// demoEmailedSQL reads DemoEmailed for the invoice intents whose keys
+// start with $1, joined with their invoices in demo_invoices.
+const demoEmailedSQL = `SELECT
+			count(*) FILTER (WHERE o.state = 'sent'),
+			count(*) FILTER (WHERE o.state = 'sent' AND o.replayed),
+			count(*) FILTER (WHERE o.state = 'sent' AND i.emailed_times = 1 AND i.emailed_at IS NOT NULL),
+			count(*) FILTER (WHERE o.state = 'sent' AND o.replayed AND i.emailed_times = 1 AND i.emailed_at IS NOT NULL),
+			count(*) FILTER (WHERE i.emailed_times > 1),
+			count(*) FILTER (WHERE o.state <> 'sent' AND i.emailed_times > 0)
+		FROM sendonce_outbox o LEFT JOIN demo_invoices i ON o.idempotency_key = 'invoice:' || i.id
+		WHERE starts_with(o.idempotency_key, $1)`
+
+// DemoReadEmailed reads what the status hook wrote for the invoice intents
+// whose keys start with keyPrefix. The error is the statement's, unwrapped.
+func DemoReadEmailed(ctx context.Context, db DB, keyPrefix string) (DemoEmailed, error) {
+	var e DemoEmailed
+	err := db.QueryRow(ctx, demoEmailedSQL, keyPrefix).Scan(&e.Sent, &e.Replayed, &e.Once, &e.OnceReplayed, &e.More, &e.Unsent)
+	return e, err
 }

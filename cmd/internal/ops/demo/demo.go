@@ -74,8 +74,9 @@ const demoAPIKey = "oe_test_sendonce_demo"
 // the suppressed email after it, then a report. It returns an error when a
 // step fails, when ctx is cancelled, or when the report finds a broken
 // promise: an email delivered twice, an email of a rolled-back invoice
-// delivered, a committed intent left unsent, or an email to a bounced
-// address sent.
+// delivered, a committed intent left unsent, an email to a bounced
+// address sent, or an invoice's emailed_at not set exactly once for its
+// email sent.
 // Everything it started is stopped and removed before it returns.
 func Run(ctx context.Context, opts Options) error {
 	if opts.Out == nil {
@@ -138,6 +139,10 @@ type demo struct {
 	// hookSecret, which is never printed.
 	hookAddr   string
 	hookSecret string
+	// statusHook is true once the demo's status hook is enabled;
+	// statusHookSkipped when a sendonce_on_status of your own kept it out.
+	statusHook        bool
+	statusHookSkipped bool
 
 	// procCtx is handed to WorkerCommand. It is cancelled only in cleanup,
 	// after the workers were stopped, so the caller's cancellation leaves

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sendonce/sendonce/cmd/internal/ops/demo"
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/internal/testkit/pgtest"
 	"github.com/sendonce/sendonce/internal/testkit/syncbuf"
 	"github.com/sendonce/sendonce/migrations"
@@ -111,12 +112,14 @@ func assertGone(t *testing.T, pids []int) {
 // runDemo runs the demo to the end and checks its report: 40 invoices,
 // 4 declined, 36 sent once each, replays after the kill, one bounce and the
 // next email to that address suppressed; and the webhook secret the
-// workers got shown nowhere.
+// workers got shown nowhere. With wantHook, the status hook set emailed_at
+// once for each of the 36 invoices sent, the replayed ones among them;
+// without, the demo said it skipped the hook.
 //
 // With keep set, the demo keeps its throwaway cluster up after the report
 // (Options.Keep): keep runs with the output so far once the demo says so,
 // and then the demo is stopped as by Ctrl-C.
-func runDemo(t *testing.T, databaseURL string, keep func(out string)) string {
+func runDemo(t *testing.T, databaseURL string, wantHook bool, keep func(out string)) string {
 	t.Helper()
 	cmd := worker(t)
 	var secrets []string // OPENEMAIL_WEBHOOK_SECRET of each worker
@@ -192,6 +195,7 @@ func runDemo(t *testing.T, databaseURL string, keep func(out string)) string {
 		!strings.Contains(o, "gives them new jobs") {
 		t.Errorf("the demo's text of the recovery does not match what it shows (replays seconds after the kill)")
 	}
+	checkHookReport(t, o, wantHook)
 	pids := workerPIDs(o)
 	if len(pids) != 2 {
 		t.Errorf("the demo named %d worker pids, want 2", len(pids))
@@ -240,13 +244,25 @@ func TestRunOnYourDatabase(t *testing.T) {
 		VALUES ('charles@example.org', 'bounced', 'webhook whd_left_by_a_killed_demo')`); err != nil {
 		t.Fatal(err)
 	}
+	// A run killed before its cleanup also left its table and its status
+	// hook, enabled: the demo knows the function for its own and replaces
+	// it (a function of yours it never touches: TestRunKeepsYourStatusHook).
+	pgtest.Exec(t, pool, `CREATE TABLE demo_invoices (id text PRIMARY KEY, emailed_at timestamptz,
+		emailed_times int NOT NULL DEFAULT 0)`)
+	if err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return store.DemoEnableStatusHook(t.Context(), tx) }); err != nil {
+		t.Fatal(err)
+	}
 	pool.Close()
-	o := runDemo(t, url, nil)
+	o := runDemo(t, url, true, nil)
 
-	// On a database of the caller's own, the demo drops its table and
-	// leaves the outbox rows, and takes the address that bounced off the
-	// suppression list.
+	// On a database of the caller's own, the demo drops its table and its
+	// status hook and leaves the outbox rows, and takes the address that
+	// bounced off the suppression list.
 	conn := wantNoInvoiceTable(t, url)
+	wantNoStatusHook(t, conn)
+	if !strings.Contains(o, "disabled the status hook and dropped sendonce_on_status") {
+		t.Errorf("the cleanup did not say it dropped the status hook")
+	}
 	var sent, replayed, bounced int
 	if err := conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE state = 'sent'), count(*) FILTER (WHERE replayed),
 			count(*) FILTER (WHERE delivery_status = 'bounced')
@@ -363,11 +379,24 @@ func (m *markWriter) Write(p []byte) (int, error) {
 func TestRunOnAThrowawayCluster(t *testing.T) {
 	t.Parallel()
 	var status, page string
-	o := runDemo(t, "", func(out string) {
+	var emailedOnce, invoices int
+	o := runDemo(t, "", true, func(out string) {
 		m := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(out)
 		if m == nil {
 			t.Errorf("the demo kept its database but printed no DATABASE_URL:\n%s", out)
 			return
+		}
+		// The application's table, read apart from the report: every
+		// invoice (all of them sent) emailed once, by the status hook.
+		conn, err := pgx.Connect(t.Context(), m[1])
+		if err != nil {
+			t.Errorf("connect to the kept database: %v", err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE emailed_times = 1 AND emailed_at IS NOT NULL),
+				count(*) FROM demo_invoices`).Scan(&emailedOnce, &invoices); err != nil {
+			t.Errorf("read demo_invoices on the kept database: %v", err)
 		}
 		cmd := exec.Command(sendonceBin, "status")
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+m[1])
@@ -378,6 +407,10 @@ func TestRunOnAThrowawayCluster(t *testing.T) {
 		status = string(b)
 		page = outboxPageOfKept(t, out, m[1])
 	})
+	if emailedOnce != 36 || invoices != 36 {
+		t.Errorf("the kept database's demo_invoices: %d of %d invoices with emailed_at set and emailed_times 1, want 36 of 36",
+			emailedOnce, invoices)
+	}
 	if !regexp.MustCompile(`(?m)^sent\s+36$`).MatchString(status) {
 		t.Errorf("sendonce status on the kept database does not count the 36 sent invoices:\n%s", status)
 	}
@@ -444,7 +477,99 @@ func TestRunCancelledCleansUp(t *testing.T) {
 	}
 	t.Logf("demo output:\n%s", out.String())
 	assertGone(t, workerPIDs(out.String()))
+	wantNoStatusHook(t, wantNoInvoiceTable(t, url))
+}
+
+// TestRunKeepsYourStatusHook: on a database whose application has a
+// sendonce_on_status of its own, enabled, the demo neither replaces nor
+// disables it; it skips its own hook, says so, and passes.
+func TestRunKeepsYourStatusHook(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDBURL(t)
+	pool, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrations.Up(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `CREATE TABLE my_statuses (key text, transition text)`)
+	pgtest.Exec(t, pool, `CREATE FUNCTION sendonce_on_status(s sendonce_status) RETURNS void LANGUAGE sql AS $$
+		INSERT INTO my_statuses VALUES (s.idempotency_key, s.transition) $$`)
+	pgtest.Exec(t, pool, `SELECT sendonce_status_hook_enable()`)
+
+	o := runDemo(t, url, false, nil)
+	if !strings.Contains(o, "SKIPPED: this database has a sendonce_on_status of its own") {
+		t.Errorf("the demo did not say it skipped its status hook")
+	}
+	if strings.Contains(o, "disabled the status hook") {
+		t.Errorf("the demo says it disabled the status hook of the application")
+	}
+	var body string
+	var enabled bool
+	var sent int
+	if err := pool.QueryRow(t.Context(), `SELECT prosrc, EXISTS (SELECT FROM pg_trigger WHERE tgname = 'sendonce_outbox_status_hook'),
+			(SELECT count(*) FROM my_statuses WHERE transition = 'sent' AND key LIKE 'invoice:inv\_%')
+		FROM pg_proc WHERE proname = 'sendonce_on_status'`).Scan(&body, &enabled, &sent); err != nil {
+		t.Fatalf("the application's sendonce_on_status after the demo: %v", err)
+	}
+	if !strings.Contains(body, "my_statuses") || !enabled {
+		t.Errorf("after the demo, sendonce_on_status is %q and the hook enabled: %t; want the application's, enabled", body, enabled)
+	}
+	if sent != 36 {
+		t.Errorf("the application's function was told of %d invoices sent, want the demo's 36 (its hook stayed on)", sent)
+	}
 	wantNoInvoiceTable(t, url)
+}
+
+// checkHookReport checks the report's line of the status hook: with
+// wantHook, emailed_at set once for all 36 invoices sent, as many of them
+// replayed as the report's "replayed" (at least one, after the kill);
+// without, the hook skipped.
+func checkHookReport(t *testing.T, o string, wantHook bool) {
+	t.Helper()
+	if !wantHook {
+		if !regexp.MustCompile(`(?m)^\s+emailed_at set once\s+-\s+skipped: this database has a sendonce_on_status of its own$`).MatchString(o) {
+			t.Errorf("the report does not say the status hook was skipped")
+		}
+		return
+	}
+	if !strings.Contains(o, "CREATE FUNCTION sendonce_on_status(s sendonce_status)") ||
+		!strings.Contains(o, "SELECT sendonce_status_hook_enable();") || !strings.Contains(o, "status hook") {
+		t.Errorf("step 3 does not show the status hook's SQL")
+	}
+	m := regexp.MustCompile(`(?m)^\s+emailed_at set once\s+(\d+)\s+of (\d+) invoices sent, (\d+) of them replayed after the kill$`).FindStringSubmatch(o)
+	if m == nil {
+		t.Errorf("the report has no line \"emailed_at set once N of N invoices sent, K of them replayed after the kill\"")
+		return
+	}
+	once, _ := strconv.Atoi(m[1])
+	sent, _ := strconv.Atoi(m[2])
+	replayed, _ := strconv.Atoi(m[3])
+	if once != 36 || sent != 36 {
+		t.Errorf("emailed_at set once for %d of %d invoices sent, want 36 of 36", once, sent)
+	}
+	if want := figure(t, o, "replayed"); replayed != want || replayed < 1 {
+		t.Errorf("emailed_at set once for %d replayed invoices, want the report's %d replayed (at least 1)", replayed, want)
+	}
+	if !strings.Contains(o, "The status hook\nset each invoice's emailed_at once") {
+		t.Errorf("the verdict does not mention the status hook")
+	}
+}
+
+// wantNoStatusHook checks that the demo disabled the status hook and
+// dropped its function from the database of conn.
+func wantNoStatusHook(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	var fn, trigger bool
+	if err := conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM pg_proc WHERE proname = 'sendonce_on_status'),
+		EXISTS (SELECT FROM pg_trigger WHERE tgname = 'sendonce_outbox_status_hook')`).Scan(&fn, &trigger); err != nil {
+		t.Fatal(err)
+	}
+	if fn || trigger {
+		t.Errorf("after Run, the function sendonce_on_status is there: %t; the hook's trigger: %t; want neither", fn, trigger)
+	}
 }
 
 // wantNoInvoiceTable checks that the demo dropped its table from the

@@ -33,7 +33,14 @@
 //     has its card declined and its transaction rolled back, email included.
 //     The last committed invoice goes to a customer of its own,
 //     charles@example.org, whose mailbox "does not exist": the fake's
-//     bounce rule matches that address and no other.
+//     bounce rule matches that address and no other. Then the
+//     application's books: it defines sendonce_on_status and enables the
+//     status hook (the SQL interface of issue 47, as a producer in another
+//     language would: the workers are separate processes), so that a
+//     "sent" transition of "invoice:<id>" sets that invoice's emailed_at
+//     and adds 1 to its emailed_times, in the worker's transaction that
+//     records "sent"; other keys and transitions change nothing. Step 3
+//     shows the SQL (store.DemoOnStatusFunction).
 //  4. Worker 1 (`sendonce work`, a real process) starts sending; a progress
 //     bar follows the outbox. Once a third of the emails are sent and some
 //     send sits in the window, worker 1 gets SIGKILL. Worker 2 starts at once,
@@ -46,22 +53,31 @@
 //     as "suppressed", checking that the fake API never saw its key. Then
 //     the last worker gets SIGTERM.
 //  6. The report: invoices committed and rolled back, intents sent and
-//     replayed, deliveries and duplicates at the API, the bounce and the
-//     suppressed reminder.
+//     replayed, emailed_at set once for every invoice sent (the replayed
+//     ones counted; none set twice, none for an email not sent),
+//     deliveries and duplicates at the API, the bounce and the suppressed
+//     reminder.
 //  7. Cleanup, always, also on errors and on cancellation of the context:
 //     workers stopped, the fake closed, the throwaway cluster removed. On a
-//     database of your own only the demo's table is dropped and the bounced
-//     address taken off the suppression list; its outbox rows (and stored
-//     webhook events) stay for you to inspect.
+//     database of your own only the status hook is disabled and its
+//     function dropped, then the demo's table, and the bounced address is
+//     taken off the suppression list; its outbox rows (and stored webhook
+//     events) stay for you to inspect.
 //
 // # Running it on your own database
 //
 //	DATABASE_URL=postgres://me@localhost/mydb sendonce demo
 //
 // The demo migrates the database, creates and finally drops the table
-// demo_invoices, and leaves its intents in sendonce_outbox (their keys start
-// "invoice:inv_" or "reminder:inv_" and a tag of the run) and the webhook
-// events in sendonce_event. The bouncing address, charles@example.org, is
+// demo_invoices and its status hook (the function sendonce_on_status,
+// marked as the demo's by a comment), and leaves its intents in
+// sendonce_outbox (their keys start "invoice:inv_" or "reminder:inv_" and a
+// tag of the run) and the webhook events in sendonce_event. A
+// sendonce_on_status of your own is never replaced or dropped: the demo
+// then skips its hook, says so, and runs the rest. While the demo runs, its
+// function is called for your workers' transitions too, and changes
+// nothing for them; one left by a demo killed before its cleanup is
+// removed by the next run. The bouncing address, charles@example.org, is
 // the demo's own: it is taken off the suppression list before the workers
 // start (an entry left by a demo killed before its cleanup would park that
 // invoice's email) and again at cleanup. While the demo runs, your own

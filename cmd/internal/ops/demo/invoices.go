@@ -175,16 +175,24 @@ const createInvoicesTable = `CREATE TABLE demo_invoices (
 	id             text PRIMARY KEY,
 	customer_email text NOT NULL,
 	amount_cents   bigint NOT NULL,
-	created_at     timestamptz NOT NULL DEFAULT now()
+	created_at     timestamptz NOT NULL DEFAULT now(),
+	emailed_at     timestamptz,
+	emailed_times  int NOT NULL DEFAULT 0
 )`
 
 // runInvoices is step 3: the application's side. Every invoice is one
-// transaction that writes the invoice and enqueues its email.
+// transaction that writes the invoice and enqueues its email; then the
+// status hook that sets the invoice's emailed_at when its email is sent.
 func (d *demo) runInvoices(ctx context.Context) error {
 	committed, declined := d.plan.committed(), d.plan.declined()
 	d.section(3, fmt.Sprintf("An invoice run: %d invoices, each in ONE transaction with its email", len(d.plan.invoices)))
 
-	// A table of the same name left by an interrupted run is the demo's own.
+	// A table of the same name left by an interrupted run is the demo's
+	// own, and so is a status hook marked as the demo's: it goes first, as
+	// its function updates the table.
+	if err := d.dropLeftoverHook(ctx); err != nil {
+		return err
+	}
 	if _, err := d.pool.Exec(ctx, `DROP TABLE IF EXISTS demo_invoices`); err != nil {
 		return fmt.Errorf("demo: drop an old demo_invoices: %w", err)
 	}
@@ -232,7 +240,7 @@ func (d *demo) runInvoices(ctx context.Context) error {
 	if rows != len(committed) || intents != len(committed) {
 		return fmt.Errorf("demo: %d invoices committed, but the database holds %d invoice rows and %d intents", len(committed), rows, intents)
 	}
-	return nil
+	return d.enableHook(ctx)
 }
 
 // invoiceTx is the application code the demo stands for: one transaction

@@ -41,7 +41,15 @@ type report struct {
 	// suppressed, and 0.
 	ReminderState outbox.State
 	ReminderCalls int
-	Elapsed       time.Duration
+	// StatusHook is true when the demo's status hook was enabled (and
+	// StatusHookSkipped when a function of your own kept it out); Emailed
+	// is what it wrote. The promise: every invoice sent has emailed_times
+	// 1 and emailed_at set, the replayed ones included; none has more, and
+	// none whose email is not sent has any.
+	StatusHook        bool
+	StatusHookSkipped bool
+	Emailed           store.DemoEmailed
+	Elapsed           time.Duration
 }
 
 // buildReport reads the figures once every intent is settled.
@@ -56,6 +64,13 @@ func (d *demo) buildReport(ctx context.Context, res *runResult, b *bounceResult)
 	}
 	if r.Bounced, err = store.DemoCountBounced(ctx, d.pool, d.plan.keyPrefix()); err != nil {
 		return nil, fmt.Errorf("demo: read the outbox: %w", err)
+	}
+
+	r.StatusHook, r.StatusHookSkipped = d.statusHook, d.statusHookSkipped
+	if r.StatusHook {
+		if r.Emailed, err = store.DemoReadEmailed(ctx, d.pool, d.plan.keyPrefix()); err != nil {
+			return nil, fmt.Errorf("demo: read the invoices' emailed_at: %w", err)
+		}
 	}
 
 	c, err := d.readCounts(ctx)
@@ -137,6 +152,7 @@ func (d *demo) printReport(r *report) {
 	default:
 		row("replayed", r.Replayed, "delivered by worker 1 before the kill; the API replayed them to worker 2")
 	}
+	d.printEmailed(r, row)
 	if r.Deliveries == r.Committed {
 		row("deliveries at the API", r.Deliveries, "one per committed invoice")
 	} else {
@@ -167,8 +183,11 @@ func (d *demo) printReport(r *report) {
 	}
 	if err := r.check(); err == nil {
 		d.printf("\nEvery committed invoice's email went out exactly once, through a SIGKILL, and no rolled-back\n")
-		d.printf("invoice's email went out at all; the address that bounced got nothing more. The demo took %s.\n",
-			round(r.Elapsed))
+		d.printf("invoice's email went out at all; the address that bounced got nothing more.")
+		if r.StatusHook {
+			d.printf(" The status hook\nset each invoice's emailed_at once, with the record of its email sent.")
+		}
+		d.printf(" The demo took %s.\n", round(r.Elapsed))
 	}
 
 	d.printf("\nWhere to look next\n")
@@ -180,6 +199,7 @@ func (d *demo) printReport(r *report) {
 		{cmd + " work", "a worker; it serves the outbox page, " + outboxPage + ": these intents in a browser"},
 		{"docs/guarantee.md", "what sendonce promises, and its limits"},
 		{"docs/webhooks.md", "delivery webhooks, bounces and the suppression list"},
+		{"docs/status-callbacks.md", "the status hook: your tables told of each email's fate, in its transaction"},
 		{"make test", "the test suite, with integration tests that kill workers mid-send"},
 	}
 	width := 0
@@ -199,9 +219,55 @@ func (d *demo) printReport(r *report) {
 	default:
 		d.say("This run's %d intents stay in sendonce_outbox for those commands (keys %s…", r.Committed+1, d.plan.keyPrefix())
 		d.say("and %s); the table demo_invoices is dropped, and %s is", reminderKey(d.plan.bounced()), r.BouncedAddress)
-		d.say("taken off the suppression list.")
+		if r.StatusHook {
+			d.say("taken off the suppression list. The status hook is disabled and its function dropped.")
+		} else {
+			d.say("taken off the suppression list.")
+		}
 	}
 	d.printf("\n")
+}
+
+// printEmailed prints the status hook's row: emailed_at set once for every
+// invoice sent, the replayed ones counted.
+func (d *demo) printEmailed(r *report, row func(string, int, string)) {
+	const label = "emailed_at set once"
+	e := r.Emailed
+	switch {
+	case r.StatusHookSkipped:
+		d.say("%-22s %5s   %s", label, "-", "skipped: this database has a sendonce_on_status of its own")
+		return
+	case !r.StatusHook:
+		d.say("%-22s %5s   %s", label, "-", "BROKEN: the status hook was not enabled")
+		return
+	}
+	replayed := ""
+	if r.Killed {
+		replayed = fmt.Sprintf(", %d of them replayed after the kill", e.OnceReplayed)
+	}
+	if broken := emailedBroken(e); len(broken) == 0 {
+		row(label, e.Once, fmt.Sprintf("of %d invoices sent%s", e.Sent, replayed))
+	} else {
+		row(label, e.Once, "BROKEN: "+strings.Join(broken, "; "))
+	}
+}
+
+// emailedBroken names what the status hook's figures break, or nothing:
+// every invoice sent, replayed or not, has emailed_at set and
+// emailed_times 1; none has more; none whose email is not sent has any.
+func emailedBroken(e store.DemoEmailed) []string {
+	var broken []string
+	if e.Once != e.Sent {
+		broken = append(broken, fmt.Sprintf("emailed_at set once for %d of %d invoices sent (%d of %d replayed)",
+			e.Once, e.Sent, e.OnceReplayed, e.Replayed))
+	}
+	if e.More > 0 {
+		broken = append(broken, fmt.Sprintf("%d invoices have emailed_times above 1", e.More))
+	}
+	if e.Unsent > 0 {
+		broken = append(broken, fmt.Sprintf("%d invoices have emailed_at set for an email not sent", e.Unsent))
+	}
+	return broken
 }
 
 // check returns an error naming every broken promise, or nil.
@@ -230,6 +296,12 @@ func (r *report) check() error {
 	}
 	if r.ReminderState != outbox.StateSuppressed {
 		broken = append(broken, fmt.Sprintf("the next email to the bounced address ended %q, not suppressed", r.ReminderState))
+	}
+	switch {
+	case r.StatusHook:
+		broken = append(broken, emailedBroken(r.Emailed)...)
+	case !r.StatusHookSkipped:
+		broken = append(broken, "the status hook was not enabled")
 	}
 	if len(broken) == 0 {
 		return nil

@@ -5,14 +5,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sendonce/sendonce/internal/base/store"
 	"github.com/sendonce/sendonce/outbox"
 )
 
 func TestReportCheckNamesEveryBrokenPromise(t *testing.T) {
 	good := report{Committed: 36, RolledBack: 4, Sent: 36, Replayed: 2, Killed: true, Deliveries: 36,
-		Bounced: 1, BouncedAddress: "charles@example.org", BounceListed: true, ReminderState: outbox.StateSuppressed}
+		Bounced: 1, BouncedAddress: "charles@example.org", BounceListed: true, ReminderState: outbox.StateSuppressed,
+		StatusHook: true, Emailed: store.DemoEmailed{Sent: 36, Replayed: 2, Once: 36, OnceReplayed: 2}}
 	if err := good.check(); err != nil {
 		t.Fatalf("a clean run: check = %v", err)
+	}
+	skipped := good
+	skipped.StatusHook, skipped.StatusHookSkipped, skipped.Emailed = false, true, store.DemoEmailed{}
+	if err := skipped.check(); err != nil {
+		t.Fatalf("a clean run whose status hook was skipped (a function of your own): check = %v", err)
 	}
 	with := func(change func(r *report)) report {
 		r := good
@@ -46,6 +53,22 @@ func TestReportCheckNamesEveryBrokenPromise(t *testing.T) {
 		"reminder sent": {
 			with(func(r *report) { r.ReminderState, r.ReminderCalls = outbox.StateSent, 1 }),
 			`the next email to the bounced address reached the API 1 times; the next email to the bounced address ended "sent", not suppressed`,
+		},
+		"emailed_at missing on the replayed": {
+			with(func(r *report) { r.Emailed.Once, r.Emailed.OnceReplayed = 34, 0 }),
+			"emailed_at set once for 34 of 36 invoices sent (0 of 2 replayed)",
+		},
+		"emailed_at set twice": {
+			with(func(r *report) { r.Emailed.Once, r.Emailed.OnceReplayed, r.Emailed.More = 35, 1, 1 }),
+			"emailed_at set once for 35 of 36 invoices sent (1 of 2 replayed); 1 invoices have emailed_times above 1",
+		},
+		"emailed_at of an email not sent": {
+			with(func(r *report) { r.Emailed.Unsent = 1 }),
+			"1 invoices have emailed_at set for an email not sent",
+		},
+		"status hook not enabled": {
+			with(func(r *report) { r.StatusHook = false }),
+			"the status hook was not enabled",
 		},
 		"reminder failed": {
 			with(func(r *report) { r.ReminderState = outbox.StateFailed }),

@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // versions is the number of sendonce migrations in sql/.
-const versions = 31
+const versions = 32
 
 func TestUpTwiceIsNoOp(t *testing.T) {
 	t.Parallel()
@@ -46,7 +46,7 @@ func TestPendingOnEmptyDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewDB(t)
-	if _, err := pool.Exec(ctx, "DROP TABLE sendonce_outbox; DROP FUNCTION sendonce_outbox_check, sendonce_outbox_notify, sendonce_check_email, sendonce_is_timestamp; DROP SEQUENCE sendonce_worker_id_seq; DROP TABLE sendonce_worker; DROP TABLE sendonce_rate_budget; DROP TABLE sendonce_rate_quota; DROP TABLE sendonce_batch; DROP TABLE sendonce_run_outcome; DROP FUNCTION sendonce_run_breaker; DROP TABLE sendonce_run; DROP TABLE sendonce_schedule; DROP TABLE sendonce_event; DROP TABLE sendonce_suppression; DROP TABLE sendonce_suppression_change; DROP TABLE sendonce_unsubscribe, sendonce_unsubscribe_event; DROP FUNCTION sendonce_run_topic; DROP FUNCTION sendonce_run_tenant, sendonce_run_tenant_fixed; DROP FUNCTION sendonce_suppressed_addresses; DROP FUNCTION sendonce_event_match, sendonce_event_suppress; DROP TABLE sendonce_tombstone; DROP FUNCTION sendonce_address; DROP FUNCTION sendonce_outbox_snapshot, sendonce_outbox_run_member; DROP TABLE sendonce_outbox_tally, sendonce_run_tally; DROP FUNCTION sendonce_outbox_tally, sendonce_outbox_tally_truncate, sendonce_tally_compact, sendonce_outbox_run_key_moved; DROP FUNCTION sendonce_status_changes, sendonce_status_hook_enable, sendonce_status_hook_disable; DROP TYPE sendonce_status; DROP TABLE "+migrations.TableName); err != nil {
+	if _, err := pool.Exec(ctx, "DROP TABLE sendonce_outbox; DROP FUNCTION sendonce_outbox_check, sendonce_outbox_notify, sendonce_check_email, sendonce_is_timestamp; DROP SEQUENCE sendonce_worker_id_seq; DROP TABLE sendonce_worker; DROP TABLE sendonce_rate_budget; DROP TABLE sendonce_rate_quota; DROP TABLE sendonce_batch; DROP TABLE sendonce_run_outcome; DROP FUNCTION sendonce_run_breaker; DROP TABLE sendonce_run; DROP TABLE sendonce_schedule; DROP TABLE sendonce_event; DROP TABLE sendonce_suppression; DROP TABLE sendonce_suppression_change; DROP TABLE sendonce_unsubscribe, sendonce_unsubscribe_event; DROP FUNCTION sendonce_run_topic; DROP FUNCTION sendonce_run_tenant, sendonce_run_tenant_fixed; DROP FUNCTION sendonce_suppressed_addresses; DROP FUNCTION sendonce_event_match, sendonce_event_suppress; DROP TABLE sendonce_tombstone; DROP FUNCTION sendonce_address; DROP FUNCTION sendonce_outbox_snapshot, sendonce_outbox_run_member; DROP TABLE sendonce_outbox_tally, sendonce_run_tally; DROP FUNCTION sendonce_outbox_tally, sendonce_outbox_tally_truncate, sendonce_tally_compact, sendonce_outbox_run_key_moved; DROP FUNCTION sendonce_status_changes, sendonce_status_hook_enable, sendonce_status_hook_disable; DROP TYPE sendonce_status; DROP FUNCTION sendonce_scope_breaker, sendonce_run_held; DROP TABLE sendonce_breaker, sendonce_breaker_state, sendonce_breaker_outcome; DROP TABLE "+migrations.TableName); err != nil {
 		t.Fatal(err)
 	}
 	pending, err := migrations.Pending(ctx, pool)

@@ -680,6 +680,25 @@ BEGIN
 END
 $$;
 
+-- FUNCTION sendonce_run_held()
+CREATE FUNCTION public.sendonce_run_held() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    why text;
+BEGIN
+    SELECT s.scope || ' ' || CASE WHEN s.name = '' THEN 'default' ELSE s.name END || ': ' || s.reason INTO why
+    FROM sendonce_breaker_state s
+    WHERE s.tripped_at IS NOT NULL AND ((s.scope = 'topic' AND s.name = NEW.topic) OR (s.scope = 'tenant' AND s.name = coalesce(NEW.tenant, '')))
+    ORDER BY s.scope DESC LIMIT 1;
+    IF why IS NOT NULL THEN
+        NEW.state := 'paused';
+        NEW.pause_reason := why;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- FUNCTION sendonce_run_tenant()
 CREATE FUNCTION public.sendonce_run_tenant() RETURNS trigger
     LANGUAGE plpgsql
@@ -723,6 +742,81 @@ BEGIN
         NEW.topic := (SELECT r.topic FROM sendonce_run r WHERE r.key = NEW.run_key);
     END IF;
     RETURN NEW;
+END
+$$;
+
+-- FUNCTION sendonce_scope_breaker()
+CREATE FUNCTION public.sendonce_scope_breaker() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    dk     integer := coalesce(NEW.delivery_status IN ('delivered', 'bounced', 'complained'), false)::integer
+                    - coalesce(OLD.delivery_status IN ('delivered', 'bounced', 'complained'), false)::integer;
+    dh     integer := coalesce(NEW.delivery_status = 'bounced', false)::integer - coalesce(OLD.delivery_status = 'bounced', false)::integer;
+    dc     integer := coalesce(NEW.delivery_status = 'complained', false)::integer - coalesce(OLD.delivery_status = 'complained', false)::integer;
+    sc     text;
+    nm     text;
+    b      sendonce_breaker;
+    st     sendonce_breaker_state;
+    k      bigint;
+    h      bigint;
+    c      bigint;
+    reason text;
+    what   text;
+    run    text;
+BEGIN
+    IF dk = 0 AND dh = 0 AND dc = 0 THEN
+        RETURN NULL;
+    END IF;
+    FOR sc, nm IN SELECT * FROM (VALUES ('topic', NEW.topic), ('tenant', coalesce(NEW.tenant, ''))) AS v(s, n) WHERE v.n IS NOT NULL LOOP
+        INSERT INTO sendonce_breaker_outcome AS o (scope, name, shard, known, hard, complained)
+        VALUES (sc, nm, (pg_backend_pid() % 16)::smallint, dk, dh, dc)
+        ON CONFLICT (scope, name, shard) DO UPDATE
+        SET known = o.known + EXCLUDED.known, hard = o.hard + EXCLUDED.hard, complained = o.complained + EXCLUDED.complained;
+        SELECT * INTO b FROM sendonce_breaker WHERE scope = sc AND name IN (nm, '*') ORDER BY name = '*' LIMIT 1;
+        IF NOT FOUND THEN
+            b := ROW(sc, nm, false, 0.05, 0.001, 1000, now())::sendonce_breaker;
+        END IF;
+        IF b.off THEN
+            CONTINUE;
+        END IF;
+        SELECT * INTO st FROM sendonce_breaker_state WHERE scope = sc AND name = nm;
+        IF FOUND AND st.tripped_at IS NOT NULL THEN
+            CONTINUE;
+        END IF;
+        SELECT sum(o.known) - coalesce(st.since_known, 0), sum(o.hard) - coalesce(st.since_hard, 0),
+            sum(o.complained) - coalesce(st.since_complained, 0)
+        INTO k, h, c FROM sendonce_breaker_outcome o WHERE o.scope = sc AND o.name = nm;
+        IF k < b.min_outcomes THEN
+            CONTINUE;
+        END IF;
+        IF h::numeric >= b.bounce_rate::numeric * k THEN
+            reason := format('bounce rate %s%% (%s of %s known outcomes) >= %s%% threshold',
+                round(100.0 * h / k, 1), h, k, trim_scale((100 * b.bounce_rate)::numeric));
+        ELSIF c::numeric >= b.complaint_rate::numeric * k THEN
+            reason := format('complaint rate %s%% (%s of %s known outcomes) >= %s%% threshold',
+                round(100.0 * c / k, 2), c, k, trim_scale((100 * b.complaint_rate)::numeric));
+        ELSE
+            CONTINUE;
+        END IF;
+        IF coalesce(st.since_known, 0) > 0 THEN
+            reason := reason || ' since the last resume';
+        END IF;
+        INSERT INTO sendonce_breaker_state AS s (scope, name, tripped_at, reason, trip_known, trip_hard, trip_complained)
+        VALUES (sc, nm, now(), reason, k, h, c)
+        ON CONFLICT (scope, name) DO UPDATE
+        SET tripped_at = now(), reason = EXCLUDED.reason, trip_known = k, trip_hard = h, trip_complained = c;
+        what := sc || ' ' || CASE WHEN nm = '' THEN 'default' ELSE nm END || ': ' || reason;
+        FOR run IN UPDATE sendonce_run r SET state = 'paused', pause_reason = what, updated_at = now()
+            WHERE r.state = 'active' AND CASE sc WHEN 'topic' THEN r.topic = nm ELSE coalesce(r.tenant, '') = nm END
+                AND EXISTS (SELECT 1 FROM sendonce_outbox m WHERE m.run_key = r.key AND m.state IN ('pending', 'sending'))
+            RETURNING r.key
+        LOOP
+            PERFORM set_config('sendonce.breaker_trips',
+                coalesce(current_setting('sendonce.breaker_trips', true), '') || run || E'\t' || what || E'\n', true);
+        END LOOP;
+    END LOOP;
+    RETURN NULL;
 END
 $$;
 
@@ -896,6 +990,45 @@ ALTER TABLE public.sendonce_batch ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTI
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+-- TABLE sendonce_breaker
+CREATE TABLE public.sendonce_breaker (
+    scope text NOT NULL,
+    name text NOT NULL,
+    off boolean DEFAULT false NOT NULL,
+    bounce_rate double precision DEFAULT 0.05 NOT NULL,
+    complaint_rate double precision DEFAULT 0.001 NOT NULL,
+    min_outcomes integer DEFAULT 1000 NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sendonce_breaker_bounce_rate_check CHECK (((bounce_rate > (0)::double precision) AND (bounce_rate <= (1)::double precision))),
+    CONSTRAINT sendonce_breaker_complaint_rate_check CHECK (((complaint_rate > (0)::double precision) AND (complaint_rate <= (1)::double precision))),
+    CONSTRAINT sendonce_breaker_min_outcomes_check CHECK ((min_outcomes >= 1)),
+    CONSTRAINT sendonce_breaker_scope_check CHECK ((scope = ANY (ARRAY['topic'::text, 'tenant'::text])))
+);
+
+-- TABLE sendonce_breaker_outcome
+CREATE TABLE public.sendonce_breaker_outcome (
+    scope text NOT NULL,
+    name text NOT NULL,
+    shard smallint NOT NULL,
+    known bigint DEFAULT 0 NOT NULL,
+    hard bigint DEFAULT 0 NOT NULL,
+    complained bigint DEFAULT 0 NOT NULL
+);
+
+-- TABLE sendonce_breaker_state
+CREATE TABLE public.sendonce_breaker_state (
+    scope text NOT NULL,
+    name text NOT NULL,
+    since_known bigint DEFAULT 0 NOT NULL,
+    since_hard bigint DEFAULT 0 NOT NULL,
+    since_complained bigint DEFAULT 0 NOT NULL,
+    tripped_at timestamp with time zone,
+    reason text,
+    trip_known bigint,
+    trip_hard bigint,
+    trip_complained bigint
 );
 
 -- TABLE sendonce_event
@@ -1199,6 +1332,18 @@ ALTER TABLE ONLY public.sendonce_batch
 ALTER TABLE ONLY public.sendonce_batch
     ADD CONSTRAINT sendonce_batch_pkey PRIMARY KEY (id);
 
+-- CONSTRAINT sendonce_breaker_outcome sendonce_breaker_outcome_pkey
+ALTER TABLE ONLY public.sendonce_breaker_outcome
+    ADD CONSTRAINT sendonce_breaker_outcome_pkey PRIMARY KEY (scope, name, shard);
+
+-- CONSTRAINT sendonce_breaker sendonce_breaker_pkey
+ALTER TABLE ONLY public.sendonce_breaker
+    ADD CONSTRAINT sendonce_breaker_pkey PRIMARY KEY (scope, name);
+
+-- CONSTRAINT sendonce_breaker_state sendonce_breaker_state_pkey
+ALTER TABLE ONLY public.sendonce_breaker_state
+    ADD CONSTRAINT sendonce_breaker_state_pkey PRIMARY KEY (scope, name);
+
 -- CONSTRAINT sendonce_event sendonce_event_pkey
 ALTER TABLE ONLY public.sendonce_event
     ADD CONSTRAINT sendonce_event_pkey PRIMARY KEY (event_id);
@@ -1371,8 +1516,14 @@ CREATE TRIGGER sendonce_outbox_tombstone_after AFTER INSERT ON public.sendonce_o
 -- TRIGGER sendonce_outbox sendonce_run_breaker
 CREATE TRIGGER sendonce_run_breaker AFTER UPDATE OF delivery_status ON public.sendonce_outbox FOR EACH ROW WHEN (((new.run_key IS NOT NULL) AND (old.delivery_status IS DISTINCT FROM new.delivery_status))) EXECUTE FUNCTION public.sendonce_run_breaker();
 
+-- TRIGGER sendonce_run sendonce_run_held
+CREATE TRIGGER sendonce_run_held BEFORE INSERT ON public.sendonce_run FOR EACH ROW WHEN ((new.state = 'active'::text)) EXECUTE FUNCTION public.sendonce_run_held();
+
 -- TRIGGER sendonce_run sendonce_run_tenant_fixed
 CREATE TRIGGER sendonce_run_tenant_fixed BEFORE UPDATE OF tenant ON public.sendonce_run FOR EACH ROW WHEN ((old.tenant IS DISTINCT FROM new.tenant)) EXECUTE FUNCTION public.sendonce_run_tenant_fixed();
+
+-- TRIGGER sendonce_outbox sendonce_scope_breaker
+CREATE TRIGGER sendonce_scope_breaker AFTER UPDATE OF delivery_status ON public.sendonce_outbox FOR EACH ROW WHEN (((new.run_key IS NOT NULL) AND (old.delivery_status IS DISTINCT FROM new.delivery_status))) EXECUTE FUNCTION public.sendonce_scope_breaker();
 
 -- FK CONSTRAINT sendonce_outbox sendonce_outbox_run_key_fkey
 ALTER TABLE ONLY public.sendonce_outbox

@@ -131,6 +131,8 @@ func (a *app) rootCommand() *cobra.Command {
 		a.scheduleCommand(),
 		a.tenantsCommand(),
 		a.tenantCommand(),
+		a.breakersCommand(),
+		a.scopeBreakerCommand(),
 		a.suppressionCommand(),
 		a.pruneCommand(),
 		a.demoCommand(),

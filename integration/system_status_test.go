@@ -36,8 +36,9 @@ import (
 //	no repeats: two equal state transitions in a row only with a retry
 //	  answered between them (failed, retried, failed again); two equal
 //	  delivery transitions in a row only for bounced, with an email.failed
-//	  or email.suppressed event of its messages stored between (the three
-//	  rank the same, and the latest event wins).
+//	  or email.suppressed event of its messages that may have been stored
+//	  (the three rank the same, and the latest event wins, so a status may
+//	  go bounced, failed, bounced).
 //	none uncommitted: every transition is one its history allows. After sent
 //	  or canceled nothing; after failed only sent (a late success) or,
 //	  after a retry answered between them, anything; after suppressed

@@ -191,7 +191,7 @@
 //     transitions (rule 17, system_status_test.go): no missing (each final
 //     state sent, failed, suppressed or canceled, and each final delivery
 //     status delivered, bounced or complained, is its key's last of its
-//     kind in the log; a delivered intent not parked failed has a sent;
+//     kind in the log; a delivered intent settled but not failed has a sent;
 //     each retry answered follows a failed or suppressed of its own), none
 //     repeated (equal state transitions in a row only with a retry
 //     answered between them; equal delivery transitions in a row only

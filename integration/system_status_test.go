@@ -29,7 +29,10 @@ import (
 //	  delivered, bounced or complained (of a pruned row, its last snapshot's)
 //	  is its last delivery transition (is among them); an intent the API
 //	  delivered has a sent unless it ended failed (an answer lost, then
-//	  parked: rule 6 allows it); each retry certainly answered follows a
+//	  parked: rule 6 allows it) or unsettled (an answer lost under an
+//	  ended lease, and the intent held pending by its tenant's daily quota
+//	  since: rule 14; it goes again under its key, replayed, when the quota
+//	  allows); each retry certainly answered follows a
 //	  failed or suppressed of its own (the k-th retry, k of them logged
 //	  before its answer); a pending intent's last state transition was
 //	  retried after it.
@@ -211,7 +214,7 @@ func (m *model) checkStatusLog(f sysFinal) {
 				say("%s ended with delivery status %s, but that is not its last delivery transition in the log (missing)", key, row.Delivery)
 			}
 		}
-		if delivered[key] > 0 && hasRow && row.State != "failed" && !slices.ContainsFunc(states, func(e sysStatusEntry) bool { return e.Transition == "sent" }) {
+		if delivered[key] > 0 && hasRow && !slices.Contains([]string{"failed", "pending", "sending"}, row.State) && !slices.ContainsFunc(states, func(e sysStatusEntry) bool { return e.Transition == "sent" }) {
 			say("%s was delivered by the API and ended %s, but the log has no sent of it (missing)", key, row.State)
 		}
 		var certain []*sysOp

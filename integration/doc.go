@@ -119,8 +119,8 @@
 //     the problem (one line on stderr for the command), and the outbox,
 //     River's jobs, the fake's ledger and its request log unchanged.
 //   - system_test.go (with system_ops_test.go, system_faults_test.go,
-//     system_hooks_test.go, system_races_test.go, system_model_test.go and
-//     system_events_test.go): the seeded, randomized whole-system test. Per
+//     system_hooks_test.go, system_races_test.go, system_model_test.go,
+//     system_events_test.go and system_status_test.go): the seeded, randomized whole-system test. Per
 //     seed (math/rand/v2; every choice from it): a PostgreSQL cluster of its
 //     own, the fake API with a 6 s key memory (shorter than the 8 s
 //     retention its prunes use, as the API's 24 h against 30 days; the
@@ -184,7 +184,24 @@
 //     latest wins, an addition at a tie), each event applied once per
 //     signed id (a post of an event stored before is answered duplicate),
 //     and each sent intent's delivery status the highest of its messages'
-//     events (every message of a batch-kind intent). Every post to a
+//     events (every message of a batch-kind intent); and an application's
+//     own table (app_status_log), which every seed's database keeps through
+//     the SQL status hook (its sendonce_on_status appends each transition;
+//     enabled before the first worker starts), equal to the committed
+//     transitions (rule 17, system_status_test.go): no missing (each final
+//     state sent, failed, suppressed or canceled, and each final delivery
+//     status delivered, bounced or complained, is its key's last of its
+//     kind in the log; a delivered intent settled but not failed has a sent;
+//     each retry answered follows a failed or suppressed of its own), none
+//     repeated (equal state transitions in a row only with a retry
+//     answered between them; equal delivery transitions in a row only
+//     bounced, with a failed or suppressed event of its messages), none
+//     uncommitted (nothing after sent or canceled; after failed only a late
+//     sent or what follows a retry; a sent only of a key the API delivered,
+//     a canceled only of one it never delivered and after a cancel of it
+//     or its run began, a suppressed only of one with a recipient ever
+//     suppressed; a delivery transition only after a sent, to a status an
+//     event of its messages gives, never to a lower rank). Every post to a
 //     worker is recorded by the proxy with its answer: a 2xx stored the
 //     event, a 500 or a lost connection may have. An operation whose answer
 //     was lost (a commit cut by a restart) is uncertain, and only then is

@@ -265,6 +265,8 @@ type sysFinal struct {
 	fenced       []sysFenced // claims and records under an ended lease (rule 12)
 	// held are the intents held by their tenant's daily quota (rule 14).
 	held map[string]bool
+	// statusLog is the application's table of transitions (rule 17).
+	statusLog []sysStatusEntry
 	// from and to are when the seed's schedule began and when the
 	// checker read the final state.
 	from, to time.Time
@@ -547,6 +549,7 @@ func (m *model) check(f sysFinal) {
 	m.checkQuotas(f, f.from, f.to)
 	m.checkRates(f, f.from, f.to)
 	m.checkShares(f)
+	m.checkStatusLog(f)
 
 	// Rule 4: a run's counts are its members' states.
 	for _, run := range m.runs {

@@ -245,6 +245,7 @@ func runSystem(t *testing.T, cluster *pgcluster.Cluster, seed uint64, opsFor tim
 	dbURL, pool := newDatabase(t, cluster.URL, fmt.Sprintf("system_%d", seed))
 	r.pool = pool
 	installClaimLog(t, pool)
+	installStatusLog(t, pool)
 	r.e = processEnv(dbURL, r.srv)
 	r.e.Extra = append(r.e.Extra, "OPENEMAIL_WEBHOOK_SECRET="+webhookSecret)
 	if r.ob, err = outbox.New(pool, nil); err != nil {
@@ -660,6 +661,10 @@ func (r *sysRunner) readFinal() sysFinal {
 	if f.fenced, err = readFenced(ctx, r.pool); err != nil {
 		r.t.Fatal(err)
 	}
+	if f.statusLog, err = readStatusLog(ctx, r.pool); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Logf("system: seed=%d the application's status log: %s", r.seed, statusLogCounts(f.statusLog))
 	var ended, lapsed int
 	if err := r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM sys_lease_end),
 		(SELECT count(*) FROM sendonce_worker WHERE end_reason = 'lapsed')`).Scan(&ended, &lapsed); err == nil {

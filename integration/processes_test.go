@@ -99,13 +99,20 @@ var procs struct {
 // the test ends if it is still running.
 func startProc(t testing.TB, name string, e env, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, suite.bin, name, e, args...)
+}
+
+// startBinary is startProc for another program than sendonce (an
+// application of the suite's that embeds the worker).
+func startBinary(t testing.TB, bin, name string, e env, args ...string) *proc {
+	t.Helper()
 	p := &proc{
 		name:   name,
 		stdout: newCapture(t.Name() + "/" + name + " stdout"),
 		stderr: newCapture(t.Name() + "/" + name + " stderr"),
 		done:   make(chan struct{}),
 	}
-	p.cmd = exec.Command(suite.bin, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = e.list()
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.SysProcAttr = procAttr()

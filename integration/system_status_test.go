@@ -150,8 +150,23 @@ func (m *model) checkStatusLog(f sysFinal) {
 			cancels[op.Keys[0]] = append(cancels[op.Keys[0]], op.Start)
 		}
 	}
+	// A retry of a batch's member retries the batch: its other failed
+	// members go back to pending with it (outbox.Retry), so a retry of a
+	// batch-mate counts as one between two transitions of a key (seed
+	// 4002: a member failed, its mate retried, both failed again).
+	mateRetries := map[string][]*sysOp{}
+	for _, b := range f.batches {
+		for _, k := range b.Members {
+			for _, mate := range b.Members {
+				if mate != k {
+					mateRetries[k] = append(mateRetries[k], retries[mate]...)
+				}
+			}
+		}
+	}
 	retriedBetween := func(key string, a, b time.Time) bool {
-		return slices.ContainsFunc(retries[key], func(op *sysOp) bool { return op.End.After(a) && op.Start.Before(b) })
+		between := func(op *sysOp) bool { return op.End.After(a) && op.Start.Before(b) }
+		return slices.ContainsFunc(retries[key], between) || slices.ContainsFunc(mateRetries[key], between)
 	}
 
 	for _, key := range keys {

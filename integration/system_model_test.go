@@ -267,6 +267,12 @@ type sysFinal struct {
 	held map[string]bool
 	// statusLog is the application's table of transitions (rule 17).
 	statusLog []sysStatusEntry
+	// runTrips are when a breaker last paused each run: its own
+	// (RunStatus.Breaker.TrippedAt), or its tenant's; topicTrip is the
+	// earliest trip of any topic's breaker (zero: none). A run a breaker
+	// paused is not due from then (rule 16).
+	runTrips  map[string]time.Time
+	topicTrip time.Time
 	// from and to are when the seed's schedule began and when the
 	// checker read the final state.
 	from, to time.Time

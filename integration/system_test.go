@@ -713,6 +713,21 @@ func (r *sysRunner) readFinal() sysFinal {
 			f.statsRows[k] = int64(n)
 		}
 	}
+	scopeTrips, err := r.ob.Breakers(ctx, "", "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	tenantTrip := map[string]time.Time{}
+	for _, b := range scopeTrips {
+		switch {
+		case b.TrippedAt == nil:
+		case b.Scope == outbox.BreakerTenant:
+			tenantTrip[b.Name] = *b.TrippedAt
+		case f.topicTrip.IsZero() || b.TrippedAt.Before(f.topicTrip):
+			f.topicTrip = *b.TrippedAt
+		}
+	}
+	f.runTrips = map[string]time.Time{}
 	f.runCounts, f.runRows = map[string]map[string]int64{}, map[string]map[string]int64{}
 	for _, key := range r.m.runs {
 		st, err := r.ob.RunStatus(ctx, key)
@@ -721,6 +736,12 @@ func (r *sysRunner) readFinal() sysFinal {
 		}
 		if err != nil {
 			r.t.Fatalf("run status %s: %v", key, err)
+		}
+		if t, ok := tenantTrip[st.Tenant]; ok {
+			f.runTrips[key] = t
+		}
+		if b := st.Breaker; b != nil && b.TrippedAt != nil && (f.runTrips[key].IsZero() || b.TrippedAt.Before(f.runTrips[key])) {
+			f.runTrips[key] = *b.TrippedAt
 		}
 		f.runCounts[key] = map[string]int64{}
 		for s, n := range st.Counts {
